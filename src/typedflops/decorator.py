@@ -1,0 +1,347 @@
+"""``@typed_flops``: a function's jaxtyping contract, enforced per call, and its cost model.
+
+The contract is compiled once, at decoration. A call checks its arguments in one pass,
+runs the body, then checks the return value. Nothing is recorded unless a ``record()``
+block, an ``estimate()`` or a formula derivation is running, so the checked call stays a
+few microseconds over a plain one.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from collections.abc import Callable, Coroutine, Mapping
+from contextvars import ContextVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import sympy
+import torch
+
+from . import config
+from .contract import CallState, Contract, compile_contract, display_name
+from .cost import Cost
+from .dry_run import dims_for_estimate, meta_arguments, probe_sizes
+from .errors import ContractError, SpecError
+from .expr import parse_expression
+from .record import Node, current_node, recording
+
+__all__ = ["TypedFunction", "call_cost", "current_call", "typed_flops"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_call: ContextVar[CallState | None] = ContextVar("typedflops_call", default=None)
+
+
+def current_call() -> CallState | None:
+    """The bound dims of the innermost ``@typed_flops`` call running, or None outside one."""
+    return _call.get()
+
+
+class TypedFunction(Generic[P, R]):
+    """A function with a checked jaxtyping contract and a cost model (see :func:`typed_flops`).
+
+    Calling it checks the call; ``formula``, ``estimate`` and ``benchmark`` give its cost.
+    """
+
+    def __init__(self, fn: Callable[P, R], *, flops: str | None, name: str | None) -> None:
+        functools.update_wrapper(self, fn)
+        self.__wrapped__ = fn
+        self._fn = fn
+        self.name = name or display_name(fn)
+        self._is_async = inspect.iscoroutinefunction(fn)
+        self._contract: Contract | None = None
+        self._last_sizes: dict[str, int | tuple[int, ...]] | None = None
+        self._formula_cache: dict[tuple[tuple[str, Any], ...], sympy.Expr] = {}
+        self._flops = None if flops is None else parse_expression(flops, origin="flops=")
+        try:
+            self._contract = compile_contract(fn, self.name)
+        except NameError:
+            pass  # a forward reference not defined yet: compile at the first call
+        if self._flops is not None and self._contract is not None:
+            self._check_formula_names(self._contract)
+
+    def _check_formula_names(self, contract: Contract) -> None:
+        assert self._flops is not None
+        unknown = sorted(self._flops.names - contract.dim_names())
+        if unknown and not contract.takes_self:
+            known = ", ".join(sorted(contract.dim_names())) or "none"
+            raise SpecError(
+                f"{self.name}(): flops={self._flops.text!r} names "
+                f"{', '.join(unknown)}, which no annotation of {self.name} binds "
+                f"(its dims: {known})"
+            )
+
+    @property
+    def contract(self) -> Contract:
+        """The compiled contract (compiled at decoration, or at first use for forward refs)."""
+        if self._contract is None:
+            self._contract = compile_contract(self._fn, self.name)
+            if self._flops is not None:
+                self._check_formula_names(self._contract)
+        return self._contract
+
+    # -- calling ------------------------------------------------------------------------
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        # A plain bound method, created in C: methods and nn.Module.forward stay cheap.
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if not config.enabled():
+            return self._fn(*args, **kwargs)
+        if torch.compiler.is_compiling():
+            return self._call_compiled(args, kwargs)
+        state = self._check_arguments(args, kwargs)
+        if self._is_async:
+            return self._call_async(args, kwargs, state)  # type: ignore[return-value]
+        token = _call.set(state)
+        try:
+            parent = current_node()
+            if parent is None:
+                result = self._fn(*args, **kwargs)
+                self._check_return(result, state)
+            else:
+                result = self._call_recorded(parent, args, kwargs, state)
+        finally:
+            _call.reset(token)
+        self._last_sizes = state.sizes
+        return result
+
+    def _check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> CallState:
+        contract = self.contract
+        state = CallState(self.name)
+        try:
+            if contract.takes_self and args:
+                _bind_module_dims(args[0], state)
+            contract.check_arguments(args, kwargs, state)
+        except ContractError as exc:
+            raise exc.with_traceback(None) from None
+        return state
+
+    def _check_return(self, result: Any, state: CallState) -> None:
+        try:
+            self.contract.check_return(result, state)
+        except ContractError as exc:
+            raise exc.with_traceback(None) from None
+
+    async def _call_async(self, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                          state: CallState) -> Any:
+        # The coroutine runs in its task's own context: the call's scope does not leak.
+        token = _call.set(state)
+        try:
+            coroutine: Coroutine[Any, Any, Any] = self._fn(*args, **kwargs)  # type: ignore[assignment]
+            result = await coroutine
+        finally:
+            _call.reset(token)
+        self._check_return(result, state)
+        return result
+
+    def _call_compiled(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> R:
+        # Under torch.compile the check runs eagerly, outside the graph (a disabled frame);
+        # the body is traced as usual. Nothing is recorded while compiling.
+        _check_eagerly(self, args, kwargs)
+        result = self._fn(*args, **kwargs)  # type: ignore[arg-type]
+        _check_return_eagerly(self, args, kwargs, result)
+        return result
+
+    def _call_recorded(self, parent: Node, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                       state: CallState) -> R:
+        node = Node(self.name, parent)
+        node.bind_dims(state.sizes)
+        passed = list(self._tensor_arguments(args, kwargs))
+        for tensor, spec in passed:
+            node.enter_tensor(tensor, spec)
+        if self.contract.takes_self and args:
+            _enter_module_tensors(args[0], node)
+        with recording(node):
+            result = self._fn(*args, **kwargs)
+        self._check_return(result, state)
+        node.bind_dims(state.sizes)
+        mapping = node.renaming(parent, passed)
+        parent.absorb(node, mapping)
+        return_specs = self.contract.specs.get("return", [])
+        if isinstance(result, torch.Tensor) and len(return_specs) == 1:
+            from .record import spec_symbols
+
+            own = spec_symbols(return_specs[0], tuple(result.shape))
+            parent.set_shape_symbols(result, (sympy.sympify(t).xreplace(mapping) for t in own))
+        return result
+
+    def _tensor_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+                          ) -> list[tuple[torch.Tensor, Any]]:
+        from .annotation import is_tensor_annotation, tensor_spec
+
+        found = []
+        for param in self.contract.parameters:
+            if not is_tensor_annotation(param.hint):
+                continue
+            if param.index is not None and param.index < len(args):
+                value = args[param.index]
+            else:
+                value = kwargs.get(param.name)
+            if isinstance(value, torch.Tensor):
+                found.append((value, tensor_spec(param.hint)))
+        return found
+
+    # -- costs --------------------------------------------------------------------------
+
+    def estimate(self, *args: Any, dtype: torch.dtype | None = None,
+                 grad: tuple[str, ...] | list[str] = (), **dims: int | tuple[int, ...]) -> Cost:
+        """The cost of one call at the given dim sizes, from a dry run on ``meta`` tensors.
+
+        Tensors are built from the annotations (nothing is allocated); ``grad`` names the
+        parameters whose tensors require grad; ``dtype`` overrides the floating dtype.
+        Positional ``args`` fill the leading parameters (e.g. a module for ``self``);
+        a keyword that names a non-tensor parameter is passed to it.
+        Missing or unknown dim names raise :class:`SpecError`.
+        """
+        contract = self.contract
+        module_dims = _module_dims(args[0]) if contract.takes_self and args else {}
+        sizes, passthrough = dims_for_estimate(self.name, contract, dims, module_dims)
+        call_args, call_kwargs = meta_arguments(self.name, contract, args, sizes, passthrough,
+                                                dtype, tuple(grad))
+        return self._dry_run(call_args, call_kwargs)
+
+    def _dry_run(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
+        session = Node("<estimate>", None, session=True)
+        with config.disabled(False), recording(session):
+            self(*args, **kwargs)  # type: ignore[arg-type]
+        (call,) = session.children
+        return call.cost()
+
+    @property
+    def formula(self) -> sympy.Expr:
+        """Forward FLOPs as a sympy expression in the annotation's dim names.
+
+        From ``flops=`` when given; otherwise from a dry run at the sizes of the last call
+        or estimate, or at probe sizes when there was none.
+        """
+        if self._flops is not None:
+            return self._flops.sympy
+        sizes = self._last_sizes
+        if sizes is None:
+            sizes = probe_sizes(self.contract)
+        key = tuple(sorted(sizes.items()))
+        if key not in self._formula_cache:
+            try:
+                cost = self.estimate(**sizes)
+            except (ContractError, SpecError):
+                raise
+            except Exception as exc:
+                shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+                raise SpecError(
+                    f"{self.name}(): cannot derive its formula by a dry run at sizes {shown} "
+                    f"({type(exc).__name__}: {exc}); call {self.name}.estimate(...) with sizes "
+                    "the body accepts first, or pass flops= to @typed_flops"
+                ) from None
+            self._formula_cache[key] = cost.formula
+        return self._formula_cache[key]
+
+    def benchmark(self, *args: Any, **kwargs: Any) -> Any:
+        """Time calls of this function: the same as ``typedflops.benchmark(self, ...)``."""
+        from .bench import benchmark
+
+        return benchmark(self, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<typed_flops {self.name}{self.contract.signature}>"
+
+
+@torch.compiler.disable
+def _check_eagerly(function: TypedFunction[Any, Any], args: tuple[Any, ...],
+                   kwargs: Mapping[str, Any]) -> None:
+    function._check_arguments(args, kwargs)
+
+
+@torch.compiler.disable
+def _check_return_eagerly(function: TypedFunction[Any, Any], args: tuple[Any, ...],
+                          kwargs: Mapping[str, Any], result: Any) -> None:
+    state = function._check_arguments(args, kwargs)
+    function._check_return(result, state)
+
+
+def _module_dims(obj: Any) -> Mapping[str, int]:
+    dims = getattr(obj, "typedflops_dims", None)
+    return dims() if callable(dims) else {}
+
+
+def _bind_module_dims(obj: Any, state: CallState) -> None:
+    """A module's own sizes (``typedflops_dims()``) are part of its forward's contract."""
+    dims = getattr(obj, "typedflops_dims", None)
+    if callable(dims):
+        origin = f"module {type(obj).__name__}"
+        for name, size in dims().items():
+            state.bind(name, size, origin)
+
+
+def _enter_module_tensors(obj: Any, node: Node) -> None:
+    tensors = getattr(obj, "typedflops_tensors", None)
+    if callable(tensors):
+        from jaxtyping import Shaped
+
+        from .annotation import tensor_spec
+
+        for tensor, dim_str in tensors():
+            node.enter_tensor(tensor, tensor_spec(Shaped[torch.Tensor, dim_str]))
+
+
+@overload
+def typed_flops(fn: Callable[P, R], /) -> TypedFunction[P, R]: ...
+
+
+@overload
+def typed_flops(
+    *, flops: str | None = None, name: str | None = None
+) -> Callable[[Callable[P, R]], TypedFunction[P, R]]: ...
+
+
+def typed_flops(
+    fn: Callable[P, R] | None = None, /, *, flops: str | None = None, name: str | None = None
+) -> TypedFunction[P, R] | Callable[[Callable[P, R]], TypedFunction[P, R]]:
+    """Check a function's jaxtyping contract on every call and give it a cost model.
+
+    Bare (``@typed_flops``) or with options (``@typed_flops(flops="2*m*n*k", name="mm")``).
+    Each call checks every parameter and the return value (shapes, dtypes, one device;
+    other hints with beartype's semantics) before the body runs. ``f.formula``,
+    ``f.estimate(**dims)`` and ``f.benchmark(*args)`` give its FLOPs, bytes and time.
+
+    >>> from torch import Tensor
+    >>> from jaxtyping import Float
+    >>> @typed_flops
+    ... def linear(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
+    ...            ) -> Float[Tensor, "batch d_out"]:
+    ...     return x @ w
+    >>> linear(torch.ones(8, 4), torch.ones(4, 3)).shape
+    torch.Size([8, 3])
+    >>> linear.formula
+    2*batch*d_in*d_out
+    """
+
+    def decorate(function: Callable[P, R]) -> TypedFunction[P, R]:
+        if isinstance(function, TypedFunction):
+            return function  # already decorated: one contract, checked once
+        if isinstance(function, (classmethod, staticmethod)):
+            inner = TypedFunction(function.__func__, flops=flops, name=name)
+            return type(function)(inner)  # type: ignore[return-value]
+        return TypedFunction(function, flops=flops, name=name)
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
+    """The cost of ``fn(*args, **kwargs)`` from a dry run on meta copies of the arguments.
+
+    For a ``@typed_flops`` function the contract is checked on the real arguments first
+    (raising before anything runs). Module parameters are replaced by meta copies too.
+    """
+    from .dry_run import dry_run_call
+
+    target = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if isinstance(target, TypedFunction):
+        bound = (fn.__self__, *args) if isinstance(fn, types.MethodType) else args
+        target._check_arguments(bound, kwargs)
+    return dry_run_call(fn, args, kwargs)

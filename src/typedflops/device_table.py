@@ -1,0 +1,171 @@
+"""The promised dense peaks of GPUs, as data: one record per SKU, each with its source.
+
+Figures are copied from shared/NOTES.md ("Promised dense peaks"), in the units NOTES prints
+them: TFLOP/s for peaks and TB/s for bandwidth (``typedflops.devices`` turns them into FLOP/s
+and bytes/s). Datacenter datasheets print tensor-core figures with sparsity; the figures here
+are dense (half). GeForce cards run BF16/FP16 with FP32 accumulate (what PyTorch uses) at half
+the FP16-accumulate rate, and the figures here are those. ``None`` means the SKU has no such
+rate (T4 has no TF32 or BF16 tensor cores, Ampere has no FP8).
+
+Matching is by tokens of the ``torch.cuda.get_device_name`` string, never by substring: a
+record's ``model`` token must be in the name and every other token of the name must be one the
+record allows (``allowed``). The brand tokens in ``BRAND_TOKENS`` are ignored.
+
+>>> [record.sku for record in GPU_TABLE if record.model == "a100"]
+['A100 SXM4 80GB', 'A100 SXM4 40GB', 'A100 PCIe 80GB', 'A100 PCIe 40GB']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = ["BRAND_TOKENS", "GPU_TABLE", "KNOWN_WITHOUT_FIGURES", "DeviceRecord"]
+
+#: Tokens that name a brand, not a SKU; dropped from a device name before matching.
+BRAND_TOKENS = frozenset({"nvidia", "geforce", "tesla"})
+
+_DATASHEET_NOTE = "dense = half the sparse tensor-core figures"
+_A100 = "NVIDIA A100 Tensor Core GPU datasheet"
+_A100_NOTE = f"FP64 on tensor cores; {_DATASHEET_NOTE}"
+_Rate = float | None
+_GEFORCE_NOTE = "BF16/FP16 with FP32 accumulate"
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """One SKU: its canonical name, the tokens its device names may carry, figures, source.
+
+    ``tflops`` maps a rate name ("float64", "float32", "tf32", "bfloat16", "float16",
+    "float8") to dense TFLOP/s; ``bandwidth_tbs`` is memory bandwidth in TB/s.
+    """
+
+    sku: str
+    model: str
+    allowed: frozenset[str]
+    tflops: Mapping[str, float | None]
+    bandwidth_tbs: float
+    source: str
+
+
+def _record(
+    sku: str,
+    model: str,
+    extra_tokens: str,
+    rates: tuple[_Rate, _Rate, _Rate, _Rate, _Rate, _Rate],
+    bandwidth_tbs: float,
+    source: str,
+) -> DeviceRecord:
+    fp64, fp32, tf32, bf16, fp16, fp8 = rates
+    tflops = {
+        "float64": fp64,
+        "float32": fp32,
+        "tf32": tf32,
+        "bfloat16": bf16,
+        "float16": fp16,
+        "float8": fp8,
+    }
+    return DeviceRecord(
+        sku=sku,
+        model=model,
+        allowed=frozenset({model, *extra_tokens.split()}),
+        tflops=MappingProxyType(tflops),
+        bandwidth_tbs=bandwidth_tbs,
+        source=source,
+    )
+
+
+#: Rates in the order FP64, FP32, TF32, BF16, FP16, FP8 (TFLOP/s, dense); bandwidth in TB/s.
+GPU_TABLE: tuple[DeviceRecord, ...] = (
+    _record(
+        "H100 SXM5 80GB", "h100", "sxm sxm5 80gb hbm3",
+        (67, 67, 494.7, 989.4, 989.4, 1979), 3.35,
+        f"NVIDIA H100 Tensor Core GPU datasheet, SXM5 (FP64 on tensor cores; {_DATASHEET_NOTE})",
+    ),
+    _record(
+        "H100 PCIe", "h100", "pcie 80gb",
+        (51, 51, 378, 756, 756, 1513), 2.0,
+        f"NVIDIA H100 Tensor Core GPU datasheet, PCIe ({_DATASHEET_NOTE})",
+    ),
+    _record(
+        "H100 NVL", "h100", "nvl 94gb",
+        (60, 60, 417.5, 835.5, 835.5, 1670.5), 3.9,
+        f"NVIDIA H100 Tensor Core GPU datasheet, NVL ({_DATASHEET_NOTE})",
+    ),
+    _record(
+        "H200 SXM", "h200", "sxm 141gb hbm3e",
+        (67, 67, 494.7, 989.4, 989.4, 1979), 4.8,
+        f"NVIDIA H200 Tensor Core GPU datasheet, SXM ({_DATASHEET_NOTE})",
+    ),
+    _record(
+        "A100 SXM4 80GB", "a100", "sxm sxm4 80gb",
+        (19.5, 19.5, 156, 312, 312, None), 2.039,
+        f"{_A100}, SXM4 80GB ({_A100_NOTE})",
+    ),
+    _record(
+        "A100 SXM4 40GB", "a100", "sxm sxm4 40gb",
+        (19.5, 19.5, 156, 312, 312, None), 1.555,
+        f"{_A100}, SXM4 40GB ({_A100_NOTE})",
+    ),
+    _record(
+        "A100 PCIe 80GB", "a100", "pcie 80gb",
+        (19.5, 19.5, 156, 312, 312, None), 1.935,
+        f"{_A100}, PCIe 80GB ({_A100_NOTE})",
+    ),
+    _record(
+        "A100 PCIe 40GB", "a100", "pcie 40gb",
+        (19.5, 19.5, 156, 312, 312, None), 1.555,
+        f"{_A100}, PCIe 40GB ({_A100_NOTE})",
+    ),
+    _record(
+        "B200", "b200", "sxm",
+        (37, 75, 1100, 2250, 2250, 4500), 8.0,
+        f"NVIDIA Blackwell datasheet, B200 ({_DATASHEET_NOTE})",
+    ),
+    _record(
+        "L4", "l4", "",
+        (0.47, 30.3, 60, 121, 121, 242.5), 0.30,
+        "NVIDIA Ada Lovelace architecture whitepaper, L4 (FP64 approximate; dense)",
+    ),
+    _record(
+        "L40S", "l40s", "",
+        (1.4, 91.6, 183, 362.05, 362.05, 733), 0.864,
+        f"NVIDIA L40S datasheet (FP64 approximate; {_DATASHEET_NOTE})",
+    ),
+    _record(
+        "A10", "a10", "",
+        (0.49, 31.2, 62.5, 125, 125, None), 0.60,
+        f"NVIDIA A10 Tensor Core GPU datasheet (FP64 approximate; {_DATASHEET_NOTE})",
+    ),
+    _record(
+        "T4", "t4", "",
+        (0.25, 8.1, None, None, 65, None), 0.32,
+        "NVIDIA T4 Tensor Core GPU datasheet (Turing: no TF32, BF16 or FP8 tensor cores)",
+    ),
+    _record(
+        "GeForce RTX 4090", "4090", "rtx",
+        (1.29, 82.6, 82.6, 165.2, 165.2, 330.3), 1.008,
+        f"NVIDIA Ada Lovelace architecture whitepaper, RTX 4090 ({_GEFORCE_NOTE})",
+    ),
+    _record(
+        "GeForce RTX 3090", "3090", "rtx",
+        (0.56, 35.6, 35.6, 71, 71, None), 0.936,
+        f"NVIDIA Ampere GA102 GPU architecture whitepaper, RTX 3090 ({_GEFORCE_NOTE})",
+    ),
+    _record(
+        "GeForce RTX 5090", "5090", "rtx",
+        (1.64, 104.8, 104.8, 209.5, 209.5, 419), 1.792,
+        f"NVIDIA RTX Blackwell GPU architecture whitepaper, RTX 5090 ({_GEFORCE_NOTE})",
+    ),
+)  # fmt: skip
+
+#: Model tokens of devices that are known but have no cited figure here, with the reason.
+KNOWN_WITHOUT_FIGURES: Mapping[str, str] = MappingProxyType(
+    {
+        "a10g": (
+            "the A10G is AWS's variant of the A10 with different clocks, and NVIDIA publishes no "
+            "datasheet figures for it; the A10's figures would be wrong for it"
+        ),
+    }
+)

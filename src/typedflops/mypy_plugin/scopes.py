@@ -1,0 +1,146 @@
+"""What a function body says about its names: returns, single assignments, decorators.
+
+mypy gives plugin hooks the call being checked but not the statement around it, so the
+plugin walks function bodies itself, once per function (cached). The walk is by hand:
+subclassing ``mypy.traverser.TraverserVisitor`` inside a plugin crashes compiled mypy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from mypy.nodes import (
+    AssignmentStmt,
+    Block,
+    CallExpr,
+    ClassDef,
+    DelStmt,
+    Decorator,
+    Expression,
+    ForStmt,
+    FuncDef,
+    FuncItem,
+    GlobalDecl,
+    IfStmt,
+    MatchStmt,
+    NameExpr,
+    NonlocalDecl,
+    OperatorAssignmentStmt,
+    OverloadedFuncDef,
+    ReturnStmt,
+    Statement,
+    TryStmt,
+    WhileStmt,
+    WithStmt,
+)
+
+
+def iter_statements(block: Block) -> Iterator[Statement]:
+    """Every statement of ``block``, nested blocks included, nested defs' bodies excluded."""
+    for statement in block.body:
+        yield statement
+        for child in _child_blocks(statement):
+            yield from iter_statements(child)
+
+
+def _child_blocks(statement: Statement) -> list[Block]:
+    if isinstance(statement, IfStmt):
+        return [*statement.body, *([statement.else_body] if statement.else_body else [])]
+    if isinstance(statement, (ForStmt, WhileStmt)):
+        return [statement.body, *([statement.else_body] if statement.else_body else [])]
+    if isinstance(statement, WithStmt):
+        return [statement.body]
+    if isinstance(statement, TryStmt):
+        optional = [statement.else_body, statement.finally_body]
+        return [statement.body, *statement.handlers, *(block for block in optional if block)]
+    if isinstance(statement, MatchStmt):
+        return list(statement.bodies)
+    if isinstance(statement, Block):
+        return [statement]
+    return []
+
+
+@dataclass
+class FunctionFacts:
+    """Facts about one function body, for checks that need more than the call itself."""
+
+    returned: set[int] = field(default_factory=set)  # ids of expressions after `return`
+    single_assignments: dict[str, Expression] = field(default_factory=dict)
+    locals_assigned: set[str] = field(default_factory=set)
+
+    def returns(self, call: CallExpr) -> bool:
+        """Whether ``call`` is returned: ``return call(...)``, or ``name = call(...)``
+        where ``name`` is bound exactly once in the function and ``return name`` follows."""
+        return id(call) in self.returned
+
+
+def _lvalue_names(lvalue: Expression) -> Iterator[str]:
+    if isinstance(lvalue, NameExpr):
+        yield lvalue.name
+    for item in getattr(lvalue, "items", ()):
+        yield from _lvalue_names(item)
+
+
+_FACTS: dict[int, tuple[FuncItem, FunctionFacts]] = {}
+
+
+def function_facts(function: FuncItem) -> FunctionFacts:
+    """The (cached) :class:`FunctionFacts` of ``function``."""
+    cached = _FACTS.get(id(function))
+    if cached is not None and cached[0] is function:
+        return cached[1]
+    facts = FunctionFacts()
+    binding_counts: dict[str, int] = {arg.variable.name: 1 for arg in function.arguments}
+    returned_names: list[str] = []
+    uncertain = False
+    for statement in iter_statements(function.body):
+        names: list[str] = []
+        if isinstance(statement, AssignmentStmt):
+            for lvalue in statement.lvalues:
+                names += _lvalue_names(lvalue)
+            if len(statement.lvalues) == 1 and isinstance(statement.lvalues[0], NameExpr):
+                facts.single_assignments[statement.lvalues[0].name] = statement.rvalue
+        elif isinstance(statement, (OperatorAssignmentStmt, ForStmt)):
+            names += _lvalue_names(statement.lvalue if isinstance(statement, OperatorAssignmentStmt) else statement.index)
+        elif isinstance(statement, WithStmt):
+            for target in statement.target:
+                if target is not None:
+                    names += _lvalue_names(target)
+        elif isinstance(statement, (FuncDef, Decorator, OverloadedFuncDef, ClassDef)):
+            names.append(statement.name)
+        elif isinstance(statement, (GlobalDecl, NonlocalDecl)):
+            names += [name for name in statement.names for _ in range(2)]
+        elif isinstance(statement, TryStmt):
+            names += [var.name for var in statement.vars if var is not None]
+        elif isinstance(statement, DelStmt):
+            names += _lvalue_names(statement.expr)
+        elif isinstance(statement, MatchStmt):
+            uncertain = True  # capture patterns bind names anywhere in a pattern
+        elif isinstance(statement, ReturnStmt) and statement.expr is not None:
+            facts.returned.add(id(statement.expr))
+            if isinstance(statement.expr, NameExpr):
+                returned_names.append(statement.expr.name)
+        for name in names:
+            binding_counts[name] = binding_counts.get(name, 0) + 1
+        facts.locals_assigned.update(names)
+    for name in returned_names:
+        value = facts.single_assignments.get(name)
+        if not uncertain and binding_counts.get(name) == 1 and isinstance(value, CallExpr):
+            facts.returned.add(id(value))
+    if len(_FACTS) > 20_000:  # dmypy runs for days: keep the cache bounded
+        _FACTS.clear()
+    _FACTS[id(function)] = (function, facts)
+    return facts
+
+
+def find_decorated(block: Block, decorator: Expression) -> Decorator | None:
+    """The decorated definition in ``block`` whose decorator list holds ``decorator``."""
+    for statement in iter_statements(block):
+        if isinstance(statement, Decorator) and any(d is decorator for d in statement.decorators):
+            return statement
+        if isinstance(statement, OverloadedFuncDef):
+            for item in statement.items:
+                if isinstance(item, Decorator) and any(d is decorator for d in item.decorators):
+                    return item
+    return None

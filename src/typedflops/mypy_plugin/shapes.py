@@ -1,0 +1,215 @@
+"""Aligning patterns with annotated dims, binding axes, and the dims a pattern produces.
+
+Pure functions over the values of :mod:`.dims`; the mypy-facing code in :mod:`.hooks` turns
+the :class:`Problem` values returned here into diagnostics. Every function here is
+conservative: where the alignment is uncertain (a variadic dim meeting named pattern axes)
+it binds nothing and reports nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from .dims import ELLIPSIS, UNKNOWN, Axis, Dim, Dims, Entry, Group, Side, Unknown, Variadic
+
+Severity = Literal["shape", "alias"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A finding: ``shape`` is wrong whatever the sizes; ``alias`` holds only if sizes differ."""
+
+    severity: Severity
+    message: str
+
+
+def _split(items: Sequence[T], is_variadic: bool) -> tuple[Sequence[T], bool, Sequence[T]]:
+    for index, item in enumerate(items):
+        if (item == ELLIPSIS) if not is_variadic else isinstance(item, Variadic):
+            return items[:index], True, items[index + 1 :]
+    return items, False, ()
+
+
+@dataclass
+class Alignment:
+    """Pairs of (pattern item, annotated dim), and what the pattern's ``...`` covers.
+
+    ``ellipsis`` is None when it cannot be told (then it stands for unknown axes).
+    """
+
+    pairs: list[tuple[object, Dim]] = field(default_factory=list)
+    ellipsis: Dims | None = None
+    exact_variadics: tuple[Dim, Dim] | None = None
+
+
+def align(items: Sequence[object], dims: Dims, *, items_are_dims: bool = False) -> Alignment | str:
+    """Align pattern entries (or produced dims) with annotated ``dims``; a str is a rank error.
+
+    ``items`` holds pattern entries with at most one :data:`~.dims.ELLIPSIS`, or, when
+    ``items_are_dims``, dims with at most one :class:`~.dims.Variadic`.
+
+    >>> from .dims import parse_dims
+    >>> result = align(parse_dims("a b c"), parse_dims("x y"), items_are_dims=True)
+    >>> result
+    'has 3 axes where the annotation has 2'
+    """
+    head, open_items, tail = _split(items, items_are_dims)
+    dims_head, open_dims, dims_tail = _split(dims, True)
+    rank_error = _rank_error(len(head) + len(tail), open_items, len(dims_head) + len(dims_tail), open_dims)
+    if rank_error:
+        return rank_error
+    result = Alignment()
+    n_head, n_tail = min(len(head), len(dims_head)), min(len(tail), len(dims_tail))
+    result.pairs += zip(head[:n_head], dims_head[:n_head])
+    if n_tail:
+        result.pairs += zip(tail[-n_tail:], dims_tail[-n_tail:])
+    if not open_dims:
+        if open_items:
+            result.ellipsis = tuple(dims_head[len(head) : len(dims_head) - len(tail)])
+        return result
+    if open_items and len(head) <= len(dims_head) and len(tail) <= len(dims_tail):
+        variadic = dims[len(dims_head)]
+        result.ellipsis = (
+            *dims_head[len(head) :],
+            variadic,
+            *dims_tail[: len(dims_tail) - len(tail)],
+        )
+        if items_are_dims and len(head) == len(dims_head) and len(tail) == len(dims_tail):
+            result.exact_variadics = (items[len(head)], variadic)  # type: ignore[assignment]
+    return result
+
+
+def _rank_error(n_items: int, open_items: bool, n_dims: int, open_dims: bool) -> str | None:
+    if not open_items and not open_dims and n_items != n_dims:
+        return f"has {n_items} axes where the annotation has {n_dims}"
+    if not open_items and open_dims and n_items < n_dims:
+        return f"has {n_items} axes where the annotation has at least {n_dims}"
+    if open_items and not open_dims and n_items > n_dims:
+        return f"has at least {n_items} axes where the annotation has {n_dims}"
+    return None
+
+
+def compare(first: Dim, second: Dim) -> Severity | None:
+    """How two dims of one axis disagree: never for unknowns or equal dims."""
+    if isinstance(first, Unknown) or isinstance(second, Unknown) or first == second:
+        return None
+    if isinstance(first, Variadic) or isinstance(second, Variadic):
+        both_named = isinstance(first, Variadic) and isinstance(second, Variadic)
+        return "alias" if both_named and first.name and second.name else None
+    if first.is_fixed and second.is_fixed:
+        return "shape"
+    return "alias"
+
+
+class Bindings:
+    """Pattern axis name -> the annotated dim it was bound to first, and where."""
+
+    def __init__(self) -> None:
+        self.name_to_dim: dict[str, tuple[Dim, str]] = {}
+
+    def bind(self, axis: str, dim: Dim, origin: str) -> Problem | None:
+        """Bind ``axis`` to ``dim``; a :class:`Problem` when it was bound to another dim."""
+        if isinstance(dim, Unknown):
+            return None
+        if axis not in self.name_to_dim:
+            self.name_to_dim[axis] = (dim, origin)
+            return None
+        previous, previous_origin = self.name_to_dim[axis]
+        severity = compare(previous, dim)
+        if severity is None:
+            return None
+        return Problem(
+            severity,
+            f'axis "{axis}" is "{previous}" in {previous_origin} but "{dim}" in {origin}',
+        )
+
+    def dim_of(self, axis: str) -> Dim:
+        """The bound dim, or :data:`~.dims.UNKNOWN`."""
+        bound = self.name_to_dim.get(axis)
+        return bound[0] if bound else UNKNOWN
+
+
+def bind_side(side: Side, dims: Dims, origin: str, bindings: Bindings) -> tuple[Alignment | None, list[Problem], str | None]:
+    """Bind one pattern side to an operand's dims: (alignment, binding problems, rank error)."""
+    alignment = align(side.entries, dims)
+    if isinstance(alignment, str):
+        return None, [], alignment
+    problems: list[Problem] = []
+    for entry, dim in alignment.pairs:
+        # Only single-name groups bind: "(h w)" against one dim cannot be split statically.
+        if isinstance(entry, Group) and len(entry.members) == 1:
+            member = entry.members[0]
+            if isinstance(member, str):
+                problem = bindings.bind(member, dim, origin)
+            elif isinstance(dim, Axis) and dim.is_fixed and dim.size != member:
+                problem = Problem("shape", f'anonymous axis {member} is "{dim}" in {origin}')
+            else:
+                problem = None
+            if problem:
+                problems.append(problem)
+        elif isinstance(entry, Group) and not entry.members:
+            if isinstance(dim, Axis) and dim.is_fixed and dim.size != 1:
+                problems.append(Problem("shape", f'axis "()" of size 1 is "{dim}" in {origin}'))
+    return alignment, problems, None
+
+
+def produce(side: Side, bindings: Bindings, ellipsis: Dims | None, sizes: dict[str, Dim]) -> Dims:
+    """The dims of a pattern's output side, in the names the inputs were annotated with."""
+    produced: list[Dim] = []
+    for entry in side.entries:
+        if entry == ELLIPSIS:
+            produced.extend(ellipsis if ellipsis is not None else (Variadic(None),))
+        elif isinstance(entry, Group):
+            produced.append(_product(entry, bindings, ellipsis, sizes))
+    return tuple(produced)
+
+
+def _product(group: Group, bindings: Bindings, ellipsis: Dims | None, sizes: dict[str, Dim]) -> Dim:
+    axis = Axis()
+    for member in group.members:
+        parts: Sequence[Dim]
+        if isinstance(member, int):
+            parts = (Axis((), member),)
+        elif member == ELLIPSIS:
+            parts = ellipsis if ellipsis is not None else (UNKNOWN,)
+        else:
+            bound = bindings.dim_of(member)
+            parts = (sizes.get(member, UNKNOWN) if isinstance(bound, Unknown) else bound,)
+        for part in parts:
+            if not isinstance(part, Axis):
+                return UNKNOWN
+            axis = axis.times(part)
+    return axis
+
+
+def check_produced(produced: Dims, annotated: Dims) -> Problem | None:
+    """Compare the dims a call produces with the dims its result is annotated with."""
+    alignment = align(produced, annotated, items_are_dims=True)
+    if isinstance(alignment, str):
+        return Problem("shape", alignment)
+    pairs: list[tuple[object, Dim]] = list(alignment.pairs)
+    if alignment.exact_variadics:
+        pairs.append(alignment.exact_variadics)
+    worst: Problem | None = None
+    for item, dim in pairs:
+        assert isinstance(item, (Axis, Variadic, Unknown))
+        severity = compare(item, dim)
+        if severity == "shape" or (severity == "alias" and worst is None):
+            worst = Problem(severity, f'"{item}" where the annotation has "{dim}"')
+    return worst
+
+
+__all__ = [
+    "Alignment",
+    "Bindings",
+    "Entry",
+    "Problem",
+    "align",
+    "bind_side",
+    "check_produced",
+    "compare",
+    "produce",
+]

@@ -1,0 +1,101 @@
+"""Dims attached to mypy's tensor types, and which of them a check may trust.
+
+Dims ride on ``Instance.extra_attrs``, which survives mypy's cache and dmypy and does not
+change subtyping. Two attributes are used:
+
+- :data:`ANNOTATED` -- written by the ``Annotated`` hook from a jaxtyping annotation; its
+  names belong to whichever function wrote the annotation;
+- :data:`PRODUCED` -- written by the call hooks on a call's result, tagged with the scope
+  (function) whose names it is written in.
+
+A check only trusts dims written in the names of the function being checked: produced dims
+of its own scope, and annotated dims of its own parameters and annotated locals. Anything
+else (a callee's annotation leaking through an unhooked call, an attribute set in another
+method) is ignored, which is what keeps the plugin free of false positives.
+"""
+
+from __future__ import annotations
+
+from mypy.checker import TypeChecker
+from mypy.nodes import LDEF, Expression, FuncItem, NameExpr, Var
+from mypy.plugin import CheckerPluginInterface
+from mypy.types import Instance, LiteralType, ProperType, Type, get_proper_type
+
+from .dims import Dims, format_dims, parse_dims
+from .scopes import function_facts
+
+ANNOTATED = "__typedflops_dims__"
+PRODUCED = "__typedflops_produced__"
+TENSOR = "torch._tensor.Tensor"
+
+
+def is_tensor(typ: ProperType) -> bool:
+    """Whether ``typ`` is ``torch.Tensor`` or a subclass (``nn.Parameter``)."""
+    return isinstance(typ, Instance) and typ.type.has_base(TENSOR)
+
+
+def _literal(typ: Instance, name: str) -> str | None:
+    if typ.extra_attrs is None:
+        return None
+    value = get_proper_type(typ.extra_attrs.attrs.get(name))
+    return value.value if isinstance(value, LiteralType) and isinstance(value.value, str) else None
+
+
+def annotated_dims(typ: Type | None) -> Dims | None:
+    """Dims a jaxtyping annotation gave ``typ`` (in the annotating function's names)."""
+    proper = get_proper_type(typ)
+    if not isinstance(proper, Instance):
+        return None
+    text = _literal(proper, ANNOTATED)
+    return parse_dims(text) if text is not None else None
+
+
+def scope_tag(api: CheckerPluginInterface) -> str:
+    """Names the function (or module) whose dim names the current expression uses."""
+    if not isinstance(api, TypeChecker):
+        return "?"
+    function = api.scope.current_function()
+    return api.tree.fullname if function is None else f"{function.fullname}:{function.line}"
+
+
+def current_function(api: CheckerPluginInterface) -> FuncItem | None:
+    """The function being checked, if any."""
+    return api.scope.current_function() if isinstance(api, TypeChecker) else None
+
+
+def trusted_dims(expr: Expression, typ: Type, api: CheckerPluginInterface) -> Dims | None:
+    """Dims of ``expr`` written in the current function's names, or None (unknown)."""
+    proper = get_proper_type(typ)
+    if not isinstance(proper, Instance) or proper.extra_attrs is None:
+        return None
+    produced = _literal(proper, PRODUCED)
+    if produced is not None:
+        scope, _, text = produced.partition("|")
+        return parse_dims(text) if scope == scope_tag(api) else None
+    if not isinstance(expr, NameExpr) or expr.kind != LDEF or not isinstance(expr.node, Var):
+        return None
+    function = current_function(api)
+    if function is None:
+        return None
+    is_parameter = any(arg.variable is expr.node for arg in function.arguments)
+    is_annotated_local = not expr.node.is_inferred and expr.name in (
+        function_facts(function).locals_assigned
+    )
+    return annotated_dims(proper) if is_parameter or is_annotated_local else None
+
+
+def with_dims(typ: Type, dims: Dims | None, api: CheckerPluginInterface) -> Type:
+    """``typ`` carrying ``dims`` produced in the current scope (and no leaked annotation)."""
+    proper = get_proper_type(typ)
+    if not is_tensor(proper):
+        return typ
+    assert isinstance(proper, Instance)
+    plain = proper.copy_modified()
+    plain.extra_attrs = None
+    if dims is None:
+        return plain
+    literal = LiteralType(
+        f"{scope_tag(api)}|{format_dims(dims)}", api.named_generic_type("builtins.str", [])
+    )
+    return plain.copy_with_extra_attr(PRODUCED, literal)
+
