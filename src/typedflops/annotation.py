@@ -118,9 +118,10 @@ class TensorSpec:
         if self.dtypes is None:
             return "any dtype"
         names = sorted(str(d).removeprefix("torch.") for d in self.dtypes)
+        article = "an" if self.dtype_label[:1] in "AEIOU" else "a"
         if len(names) > 6:
-            return f"a {self.dtype_label} dtype ({', '.join(names[:5])}, ...)"
-        return f"a {self.dtype_label} dtype ({', '.join(names)})"
+            return f"{article} {self.dtype_label} dtype ({', '.join(names[:5])}, ...)"
+        return f"{article} {self.dtype_label} dtype ({', '.join(names)})"
 
 
 _ALL_TORCH_DTYPES: tuple[torch.dtype, ...] = tuple(

@@ -35,7 +35,9 @@ class CallState:
     Wrapped ops look the enclosing call's state up to check their axes against it.
     """
 
-    __slots__ = ("device", "device_where", "function", "origins", "pending", "sizes")
+    __slots__ = (
+        "broadcast_variadic", "device", "device_where", "function", "origins", "pending", "sizes",
+    )
 
     def __init__(self, function: str) -> None:
         self.function = function
@@ -46,6 +48,9 @@ class CallState:
         # Symbolic axes wait until every argument has bound its dims:
         # (expression, dim string, axis, size, where, shape).
         self.pending: list[tuple[Expression, str, int, int, str, tuple[int, ...]]] = []
+        # Variadic dims last bound by a broadcastable ``#*name`` (jaxtyping's rule: such a
+        # binding may still grow by broadcasting against a later argument).
+        self.broadcast_variadic: frozenset[str] = frozenset()
 
     def bind(self, name: str, size: Size, origin: Origin | str) -> None:
         """Bind ``name`` before any argument is seen (e.g. from a module's own sizes)."""
@@ -210,18 +215,44 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
             if bound is None:
                 state.sizes[name] = group
                 state.origins[name] = (where, shape, len(rules_before))
-            elif bound != group:
                 if variadic_axis.broadcastable:
-                    try:
-                        state.sizes[name] = tuple(torch.broadcast_shapes(
-                            typing.cast(tuple[int, ...], bound), group))
-                        return
-                    except RuntimeError:
-                        pass
-                raise shape_error(state, where, shape, f"*{name}={_size_text(bound)}", name,
-                                  bound, group, origin_dims=(name,))
+                    state.broadcast_variadic |= {name}
+            elif bound != group or state.broadcast_variadic:
+                bind_variadic(state, where, shape, name, typing.cast(tuple[int, ...], bound),
+                              group)
+
+    def bind_variadic(state: CallState, where: str, shape: tuple[int, ...], name: str,
+                      bound: tuple[int, ...], group: tuple[int, ...]) -> None:
+        # jaxtyping's rules for ``#*name``: a broadcastable binding or use may differ from
+        # the other by broadcasting; the dims bound are then the broadcast shape.
+        assert variadic_axis is not None
+        broadcastable = variadic_axis.broadcastable
+        was_broadcastable = name in state.broadcast_variadic
+        if bound == group and not was_broadcastable:
+            return
+        merged: tuple[int, ...] | None = None
+        if was_broadcastable or broadcastable:
+            try:
+                merged = tuple(torch.broadcast_shapes(bound, group))
+            except RuntimeError:
+                merged = None
+        if was_broadcastable and merged is not None and (broadcastable or merged == group):
+            state.sizes[name] = merged
+            if not broadcastable:
+                state.broadcast_variadic -= {name}
+            return
+        if not was_broadcastable and broadcastable and merged == bound:
+            return
+        if bound == group:
+            return
+        raise shape_error(state, where, shape, f"*{name}={_size_text(bound)}", name,
+                          bound, group, origin_dims=(name,))
 
     return check
+
+
+class UnresolvedHintError(SpecError, NameError):
+    """A type hint names something that is not defined (yet)."""
 
 
 def _type_name(value: Any) -> str:
@@ -247,7 +278,7 @@ def _beartype_checker(hint: Any) -> Checker:
         try:
             die_if_unbearable(value, hint)
         except BeartypeDoorHintViolation as exc:
-            reason = str(exc).splitlines()[0]
+            reason = _beartype_reason(str(exc))
         else:  # pragma: no cover - beartype disagreed with itself
             return
         raise _violation(ContractError, state, where,
@@ -255,6 +286,19 @@ def _beartype_checker(hint: Any) -> Checker:
                          expected=_hint_text(hint), actual=type(value).__name__)
 
     return check
+
+
+def _beartype_reason(text: str) -> str:
+    """beartype's reason without its preamble: ``Die_if_unbearable() value 'a' violates
+    type hint <class 'int'>, as str 'a' not instance of int.`` -> ``str 'a' not instance
+    of int``."""
+    first = text.splitlines()[0] if text else text
+    _, found, tail = first.partition(" violates type hint ")
+    if found:
+        _, found, reason = tail.partition(", as ")
+        if found:
+            return reason.rstrip(".")
+    return first.removeprefix("Die_if_unbearable() ")
 
 
 def _hint_text(hint: Any) -> str:
@@ -275,6 +319,7 @@ def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
             trial.sizes = dict(state.sizes)
             trial.origins = dict(state.origins)
             trial.device, trial.device_where = state.device, state.device_where
+            trial.broadcast_variadic = state.broadcast_variadic
             try:
                 checker(value, trial, where)
             except ContractError as exc:
@@ -282,6 +327,7 @@ def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
                 continue
             state.sizes, state.origins = trial.sizes, trial.origins
             state.device, state.device_where = trial.device, trial.device_where
+            state.broadcast_variadic = trial.broadcast_variadic
             state.pending.extend(trial.pending)
             return
         if len(checkers) == 1 or (value is not None and sum(
@@ -295,6 +341,13 @@ def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
     return check
 
 
+def _item_where(where: str, key: str) -> str:
+    """``argument 'xs'`` -> ``argument 'xs[3]'``; ``the return value`` -> ``the return value[3]``."""
+    if where.endswith("'"):
+        return f"{where[:-1]}[{key}]'"
+    return f"{where}[{key}]"
+
+
 def _sequence_checker(container: type, item_checker: Checker) -> Checker:
     # Every element is checked: beartype samples one element of a container per call.
     def check(value: Any, state: CallState, where: str) -> None:
@@ -302,9 +355,8 @@ def _sequence_checker(container: type, item_checker: Checker) -> Checker:
             raise _violation(ContractError, state, where,
                              f"is {_type_name(value)} but its hint needs a {container.__name__}",
                              expected=container.__name__, actual=type(value).__name__)
-        base = where.rstrip("'")
         for index, item in enumerate(value):
-            item_checker(item, state, f"{base}[{index}]'")
+            item_checker(item, state, _item_where(where, str(index)))
 
     return check
 
@@ -316,9 +368,8 @@ def _tuple_checker(item_checkers: list[Checker]) -> Checker:
                 ContractError, state, where,
                 f"is {_type_name(value)} but its hint needs a tuple of {len(item_checkers)}",
                 expected=len(item_checkers), actual=type(value).__name__)
-        base = where.rstrip("'")
         for index, (item, item_checker) in enumerate(zip(value, item_checkers, strict=True)):
-            item_checker(item, state, f"{base}[{index}]'")
+            item_checker(item, state, _item_where(where, str(index)))
 
     return check
 
@@ -329,12 +380,11 @@ def _mapping_checker(key_hint: Any, value_checker: Checker) -> Checker:
             raise _violation(ContractError, state, where,
                              f"is {_type_name(value)} but its hint needs a mapping",
                              expected="Mapping", actual=type(value).__name__)
-        base = where.rstrip("'")
         for key, item in value.items():
             if not is_bearable(key, key_hint):
                 raise _violation(ContractError, state, where,
                                  f"has key {key!r} that violates {_hint_text(key_hint)}")
-            value_checker(item, state, f"{base}[{key!r}]'")
+            value_checker(item, state, _item_where(where, repr(key)))
 
     return check
 
@@ -386,6 +436,11 @@ class Contract:
         self.function = function_name
         try:
             hints = typing.get_type_hints(fn, include_extras=True)
+        except NameError as exc:
+            # A forward reference not defined yet: a NameError, so that the decorator
+            # retries at the first call, and a SpecError if it is still undefined then.
+            raise UnresolvedHintError(
+                f"{function_name}(): cannot resolve its type hints ({exc})") from None
         except Exception as exc:
             raise SpecError(f"{function_name}(): cannot resolve its type hints ({exc})") from None
         signature = inspect.signature(fn)
@@ -429,21 +484,27 @@ class Contract:
         return {name for specs in self.specs.values() for spec in specs for name in spec.names}
 
     def _check_symbolic_names(self) -> None:
-        bindable = {
-            axis.name
-            for key, specs in self.specs.items() if key != "return"
+        argument_axes = [
+            axis for key, specs in self.specs.items() if key != "return"
             for spec in specs for axis in spec.axes
-            if axis.kind in (AxisKind.NAMED, AxisKind.VARIADIC) and axis.name
-        }
-        if self.takes_self:
-            return  # a module may bind dims that no argument names
+        ]
+        bindable = {a.name for a in argument_axes if a.kind is AxisKind.NAMED and a.name}
+        variadic = {a.name for a in argument_axes if a.kind is AxisKind.VARIADIC and a.name}
         for key, specs in self.specs.items():
             for spec in specs:
                 for axis in spec.axes:
                     if axis.kind is AxisKind.SYMBOLIC and axis.expression is not None:
-                        missing = sorted(axis.expression.names - bindable)
-                        if missing:
-                            where = "return" if key == "return" else f"parameter '{key}'"
+                        where = "return" if key == "return" else f"parameter '{key}'"
+                        multi = sorted((axis.expression.names & variadic) - bindable)
+                        if multi:
+                            raise SpecError(
+                                f"{self.function}(): {where} annotation \"{spec.dim_str}\" "
+                                f"uses {', '.join(multi)} in \"{axis.expression.text}\", but "
+                                f"{multi[0]} is a variadic dim (*{multi[0]}); a symbolic axis "
+                                "can only use single dims")
+                        missing = sorted(axis.expression.names - bindable - variadic)
+                        if missing and not self.takes_self:
+                            # (a module may bind dims that no argument names)
                             raise SpecError(
                                 f"{self.function}(): {where} annotation \"{spec.dim_str}\" "
                                 f"uses {', '.join(missing)} in \"{axis.expression.text}\" but "
@@ -492,6 +553,10 @@ class Contract:
                 raise SpecError(
                     f"{state.function}(): symbolic axis \"{expression.text}\" in \"{dim_str}\""
                     f" uses {exc.args[0]}, which no argument bound") from None
+            except TypeError:  # a variadic dim (a tuple) in the expression
+                raise SpecError(
+                    f"{state.function}(): symbolic axis \"{expression.text}\" in \"{dim_str}\""
+                    " uses a variadic dim; a symbolic axis can only use single dims") from None
             if expected != size:
                 reason = (f"has shape {_shape_text(shape)} but its annotation \"{dim_str}\" "
                           f"needs {expression.text}={expected} at axis {axis}")

@@ -18,13 +18,16 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 import sympy
 import torch
 
+from jaxtyping import Shaped
+
 from . import config
+from .annotation import TensorSpec, is_tensor_annotation, tensor_spec
 from .contract import CallState, Contract, compile_contract, display_name
 from .cost import Cost
 from .dry_run import dims_for_estimate, meta_arguments, probe_sizes
 from .errors import ContractError, SpecError
 from .expr import parse_expression
-from .record import Node, current_node, recording
+from .record import Node, current_node, recording, spec_symbols
 
 __all__ = ["TypedFunction", "call_cost", "current_call", "typed_flops"]
 
@@ -32,6 +35,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _call: ContextVar[CallState | None] = ContextVar("typedflops_call", default=None)
+_checks_off = config._disabled
+_is_compiling = torch.compiler.is_compiling
 
 
 def current_call() -> CallState | None:
@@ -89,10 +94,12 @@ class TypedFunction(Generic[P, R]):
         return self if instance is None else types.MethodType(self, instance)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        if not config.enabled():
-            return self._fn(*args, **kwargs)
-        if torch.compiler.is_compiling():
+        # is_compiling() first: dynamo folds it to a constant, and it cannot trace the
+        # ContextVar behind `disabled()`.
+        if _is_compiling():
             return self._call_compiled(args, kwargs)
+        if _checks_off.get():
+            return self._fn(*args, **kwargs)
         state = self._check_arguments(args, kwargs)
         if self._is_async:
             return self._call_async(args, kwargs, state)  # type: ignore[return-value]
@@ -139,22 +146,21 @@ class TypedFunction(Generic[P, R]):
         return result
 
     def _call_compiled(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> R:
-        # Under torch.compile the check runs eagerly, outside the graph (a disabled frame);
-        # the body is traced as usual. Nothing is recorded while compiling.
+        # Under torch.compile the arguments are checked eagerly, outside the graph (in a
+        # frame dynamo does not trace); the body is traced as usual. The return value is not
+        # checked there: a second eager frame after the body would split the graph in two.
         _check_eagerly(self, args, kwargs)
-        result = self._fn(*args, **kwargs)  # type: ignore[arg-type]
-        _check_return_eagerly(self, args, kwargs, result)
-        return result
+        return self._fn(*args, **kwargs)  # type: ignore[arg-type]
 
     def _call_recorded(self, parent: Node, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                        state: CallState) -> R:
         node = Node(self.name, parent)
         node.bind_dims(state.sizes)
-        passed = list(self._tensor_arguments(args, kwargs))
+        passed = self._tensor_arguments(args, kwargs)
+        if self.contract.takes_self and args:
+            passed += _module_tensors(args[0])
         for tensor, spec in passed:
             node.enter_tensor(tensor, spec)
-        if self.contract.takes_self and args:
-            _enter_module_tensors(args[0], node)
         with recording(node):
             result = self._fn(*args, **kwargs)
         self._check_return(result, state)
@@ -163,16 +169,12 @@ class TypedFunction(Generic[P, R]):
         parent.absorb(node, mapping)
         return_specs = self.contract.specs.get("return", [])
         if isinstance(result, torch.Tensor) and len(return_specs) == 1:
-            from .record import spec_symbols
-
             own = spec_symbols(return_specs[0], tuple(result.shape))
             parent.set_shape_symbols(result, (sympy.sympify(t).xreplace(mapping) for t in own))
         return result
 
     def _tensor_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-                          ) -> list[tuple[torch.Tensor, Any]]:
-        from .annotation import is_tensor_annotation, tensor_spec
-
+                          ) -> list[tuple[torch.Tensor, TensorSpec]]:
         found = []
         for param in self.contract.parameters:
             if not is_tensor_annotation(param.hint):
@@ -252,14 +254,8 @@ class TypedFunction(Generic[P, R]):
 @torch.compiler.disable
 def _check_eagerly(function: TypedFunction[Any, Any], args: tuple[Any, ...],
                    kwargs: Mapping[str, Any]) -> None:
-    function._check_arguments(args, kwargs)
-
-
-@torch.compiler.disable
-def _check_return_eagerly(function: TypedFunction[Any, Any], args: tuple[Any, ...],
-                          kwargs: Mapping[str, Any], result: Any) -> None:
-    state = function._check_arguments(args, kwargs)
-    function._check_return(result, state)
+    if config.enabled():
+        function._check_arguments(args, kwargs)
 
 
 def _module_dims(obj: Any) -> Mapping[str, int]:
@@ -276,15 +272,16 @@ def _bind_module_dims(obj: Any, state: CallState) -> None:
             state.bind(name, size, origin)
 
 
-def _enter_module_tensors(obj: Any, node: Node) -> None:
+def _module_tensors(obj: Any) -> list[tuple[torch.Tensor, TensorSpec]]:
+    """A module's own tensors with their dims (``typedflops_tensors()``), e.g. its weights.
+
+    Their dims name the module's sizes in formulas, and rename a submodule's dims into
+    its parent's when both list the same tensor.
+    """
     tensors = getattr(obj, "typedflops_tensors", None)
-    if callable(tensors):
-        from jaxtyping import Shaped
-
-        from .annotation import tensor_spec
-
-        for tensor, dim_str in tensors():
-            node.enter_tensor(tensor, tensor_spec(Shaped[torch.Tensor, dim_str]))
+    if not callable(tensors):
+        return []
+    return [(tensor, tensor_spec(Shaped[torch.Tensor, dim_str])) for tensor, dim_str in tensors()]
 
 
 @overload

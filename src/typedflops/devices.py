@@ -115,38 +115,49 @@ def _spec_from_record(record: DeviceRecord, note: str = "") -> DeviceSpec:
 
 
 def _rank(record: DeviceRecord) -> tuple[float, float]:
-    return max((v for v in record.tflops.values() if v is not None), default=0.0), (
-        record.bandwidth_tbs
-    )
+    rates = [tflops for tflops in record.tflops.values() if tflops is not None]
+    return max(rates, default=0.0), record.bandwidth_tbs
 
 
-def _match(name: str, table: Iterable[DeviceRecord] = GPU_TABLE) -> tuple[DeviceRecord | None, str]:
-    """The record a device name denotes, and a sentence on how (or why not)."""
+def _match(
+    name: str, table: Iterable[DeviceRecord] = GPU_TABLE
+) -> tuple[DeviceRecord | None, str, bool]:
+    """The record a device name denotes, a sentence on how (or why not), and if it was a guess."""
     tokens = _tokens(name)
     shown = f"{name!r} (tokens {sorted(tokens)})"
     records = tuple(table)
     family = [record for record in records if record.model in tokens]
     fitting = [record for record in family if tokens <= record.allowed]
     if len(fitting) == 1:
-        return fitting[0], f"{name!r} is the {fitting[0].sku}"
+        return fitting[0], f"{name!r} is the {fitting[0].sku}", False
     if fitting:
         best = max(fitting, key=_rank)
         others = ", ".join(record.sku for record in fitting if record is not best)
-        return best, (
-            f"{name!r} could be {best.sku} or {others}; took {best.sku}, the highest figures, "
-            "so that an MFU against it is never overstated"
+        return (
+            best,
+            (
+                f"{name!r} could be {best.sku} or {others}; took {best.sku}, the highest figures, "
+                "so that an MFU against it is never overstated"
+            ),
+            True,
         )
+    if "mig" in tokens:
+        return None, f"{shown} is a MIG slice, which has a fraction of the GPU's peaks", False
     known = sorted(tokens & KNOWN_WITHOUT_FIGURES.keys())
     if known:
-        return None, f"{shown}: {KNOWN_WITHOUT_FIGURES[known[0]]}"
+        return None, f"{shown}: {KNOWN_WITHOUT_FIGURES[known[0]]}", False
     if family:
         strange = sorted(tokens - frozenset().union(*(record.allowed for record in family)))
         skus = ", ".join(record.sku for record in family)
-        return None, (
-            f"{shown} has tokens {strange} that no record of {skus} allows: a different SKU, "
-            "so none of their figures applies"
+        return (
+            None,
+            (
+                f"{shown} has tokens {strange} that no record of {skus} allows: a different SKU, "
+                "so none of their figures applies"
+            ),
+            False,
         )
-    return None, f"{shown} is not in the device table"
+    return None, f"{shown} is not in the device table", False
 
 
 def lookup(name: str) -> DeviceSpec | None:
@@ -162,20 +173,17 @@ def lookup(name: str) -> DeviceSpec | None:
     >>> lookup("NVIDIA GeForce RTX 4090 D") is None
     True
     """
-    record, note = _match(name)
-    if record is None:
-        return None
-    ambiguous = " could be " in note
-    return _spec_from_record(record, note if ambiguous else "")
+    record, note, guessed = _match(name)
+    return None if record is None else _spec_from_record(record, note if guessed else "")
 
 
 def explain(name: str) -> str:
     """Why ``lookup(name)`` gives what it gives: the SKU matched, or the reason for ``None``.
 
-    >>> print(explain("NVIDIA L40"))
-    'NVIDIA L40' (tokens ['l40']) is not in the device table; pass peak= or set TYPEDFLOPS_PEAK_FLOPS
+    >>> explain("NVIDIA L40").split(";")[0]
+    "'NVIDIA L40' (tokens ['l40']) is not in the device table"
     """
-    record, note = _match(name)
+    record, note, _ = _match(name)
     if record is None:
         return note + "; pass peak= or set " + ENV_PEAK_FLOPS
     return f"{note} ({record.source})"
@@ -327,15 +335,16 @@ def _measure_clock_hz(timer: Callable[[], float] = time.perf_counter) -> float |
     add_chain = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64)(address)
 
     def best_seconds(iterations: int) -> float:
+        # the fastest of many short runs: a run that was preempted only reads slower
         times = []
-        for _ in range(5):
+        for _ in range(11):
             start = timer()
             add_chain(iterations)
             times.append(timer() - start)
         return min(times)
 
-    iterations = 1 << 19
-    add_chain(4 * iterations)  # let the clock ramp up
+    iterations = 1 << 17  # 1M cycles, ~0.3 ms
+    add_chain(64 * iterations)  # let the clock ramp up
     seconds = best_seconds(2 * iterations) - best_seconds(iterations)
     hz = _ADD_CHAIN * iterations / seconds if seconds > 0 else 0.0
     return hz if 2e8 < hz < 1e10 else None

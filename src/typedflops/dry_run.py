@@ -176,14 +176,16 @@ def meta_arguments(
     return args, kwargs
 
 
-def _to_meta(value: Any) -> Any:
+def _to_meta(value: Any, dtype: torch.dtype | None = None) -> Any:
+    """A meta copy (same shape, strides and ``requires_grad``; floats cast to ``dtype``)."""
     if isinstance(value, torch.Tensor):
-        meta = torch.empty_like(value, device="meta")
+        cast = dtype if dtype is not None and value.is_floating_point() else value.dtype
+        meta = torch.empty_like(value, device="meta", dtype=cast)
         return meta.requires_grad_(value.requires_grad) if meta.is_floating_point() else meta
     if isinstance(value, (list, tuple)):
-        return type(value)(_to_meta(item) for item in value)
+        return type(value)(_to_meta(item, dtype) for item in value)
     if isinstance(value, dict):
-        return {key: _to_meta(item) for key, item in value.items()}
+        return {key: _to_meta(item, dtype) for key, item in value.items()}
     return value
 
 
@@ -193,9 +195,11 @@ def _single_call(session: Node) -> Cost:
     return session.cost()
 
 
-def dry_run_call(fn: Callable[..., Any], args: tuple[Any, ...],
-                 kwargs: Mapping[str, Any]) -> Cost:
+def dry_run_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                 dtype: torch.dtype | None = None) -> Cost:
     """Count ``fn(*args, **kwargs)`` on meta copies (module parameters included).
+
+    ``dtype``, when given, casts every floating tensor of the dry run (inputs, parameters).
 
     A body that cannot run on meta tensors (one that reads values) is run once on the real
     arguments instead, still recorded.
@@ -205,13 +209,13 @@ def dry_run_call(fn: Callable[..., Any], args: tuple[Any, ...],
         if getattr(fn, "__func__", None) is not getattr(type(module).forward, "__func__", type(
                 module).forward):
             module = None  # another method than forward: run it as it is
-    meta_args, meta_kwargs = _to_meta(args), _to_meta(kwargs)
+    meta_args, meta_kwargs = _to_meta(args, dtype), _to_meta(kwargs, dtype)
     session = Node("<dry run>", None, session=True)
     try:
         with config.disabled(False), recording(session):
             if isinstance(module, torch.nn.Module):
                 state = {
-                    name: _to_meta(tensor)
+                    name: _to_meta(tensor, dtype)
                     for name, tensor in itertools.chain(
                         module.named_parameters(), module.named_buffers())
                 }

@@ -73,7 +73,9 @@ class Node:
         # has no dims of its own to check them against or to rename them into.
         self.session = session
         self.parent = parent
-        self.path: tuple[str, ...] = (*parent.path, function) if parent else (function,)
+        self.path: tuple[str, ...] = (
+            (*parent.path, function) if parent and not parent.session else (function,)
+        )
         self.dims: dict[str, int] = {}
         self.ops: list[OpCost] = []
         self.uncounted: list[str] = []

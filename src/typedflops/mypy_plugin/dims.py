@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeAlias
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ class Unknown:
 
 
 UNKNOWN = Unknown()
-Dim = Union[Axis, Variadic, Unknown]
-Dims = tuple[Dim, ...]
+Dim: TypeAlias = Axis | Variadic | Unknown
+Dims: TypeAlias = tuple[Dim, ...]
 
 _PRODUCT = re.compile(r"^(?:[A-Za-z_]\w*|\d+)(?:\*(?:[A-Za-z_]\w*|\d+))*$")
 
@@ -175,7 +175,7 @@ class Group:
     members: tuple[str | int, ...]
 
 
-Entry = Union[Group, str]  # a Group, or ELLIPSIS standing for any number of axes
+Entry: TypeAlias = Group | str  # a Group, or ELLIPSIS standing for any number of axes
 
 
 @dataclass(frozen=True)
@@ -330,9 +330,7 @@ def parse_einsum(pattern: str) -> tuple[tuple[Side, ...], Side]:
     if pattern.count("->") != 1:
         raise PatternSyntaxError('an einsum pattern needs exactly one "->"')
     left_text, right_text = pattern.split("->")
-    inputs = tuple(
-        _parse_side(text, einsum=True, duplicates=True) for text in left_text.split(",")
-    )
+    inputs = tuple(_parse_side(text, einsum=True, duplicates=True) for text in left_text.split(","))
     output = _parse_side(right_text, einsum=True)
     if "," in right_text:
         raise PatternSyntaxError("einsum has one output")

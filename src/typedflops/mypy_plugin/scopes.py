@@ -15,8 +15,8 @@ from mypy.nodes import (
     Block,
     CallExpr,
     ClassDef,
-    DelStmt,
     Decorator,
+    DelStmt,
     Expression,
     ForStmt,
     FuncDef,
@@ -36,12 +36,12 @@ from mypy.nodes import (
 )
 
 
-def iter_statements(block: Block) -> Iterator[Statement]:
-    """Every statement of ``block``, nested blocks included, nested defs' bodies excluded."""
-    for statement in block.body:
+def iter_statements(statements: list[Statement]) -> Iterator[Statement]:
+    """Every statement, nested blocks included, nested defs' bodies excluded."""
+    for statement in statements:
         yield statement
         for child in _child_blocks(statement):
-            yield from iter_statements(child)
+            yield from iter_statements(child.body)
 
 
 def _child_blocks(statement: Statement) -> list[Block]:
@@ -67,7 +67,11 @@ class FunctionFacts:
 
     returned: set[int] = field(default_factory=set)  # ids of expressions after `return`
     single_assignments: dict[str, Expression] = field(default_factory=dict)
-    locals_assigned: set[str] = field(default_factory=set)
+    binding_counts: dict[str, int] = field(default_factory=dict)  # parameters count once
+
+    def bound_once(self, name: str) -> bool:
+        """Whether ``name`` is bound exactly once (as a parameter, or by one assignment)."""
+        return self.binding_counts.get(name) == 1
 
     def returns(self, call: CallExpr) -> bool:
         """Whether ``call`` is returned: ``return call(...)``, or ``name = call(...)``
@@ -91,10 +95,11 @@ def function_facts(function: FuncItem) -> FunctionFacts:
     if cached is not None and cached[0] is function:
         return cached[1]
     facts = FunctionFacts()
-    binding_counts: dict[str, int] = {arg.variable.name: 1 for arg in function.arguments}
+    binding_counts = facts.binding_counts
+    binding_counts.update({arg.variable.name: 1 for arg in function.arguments})
     returned_names: list[str] = []
     uncertain = False
-    for statement in iter_statements(function.body):
+    for statement in iter_statements(function.body.body):
         names: list[str] = []
         if isinstance(statement, AssignmentStmt):
             for lvalue in statement.lvalues:
@@ -102,7 +107,11 @@ def function_facts(function: FuncItem) -> FunctionFacts:
             if len(statement.lvalues) == 1 and isinstance(statement.lvalues[0], NameExpr):
                 facts.single_assignments[statement.lvalues[0].name] = statement.rvalue
         elif isinstance(statement, (OperatorAssignmentStmt, ForStmt)):
-            names += _lvalue_names(statement.lvalue if isinstance(statement, OperatorAssignmentStmt) else statement.index)
+            names += _lvalue_names(
+                statement.lvalue
+                if isinstance(statement, OperatorAssignmentStmt)
+                else statement.index
+            )
         elif isinstance(statement, WithStmt):
             for target in statement.target:
                 if target is not None:
@@ -123,20 +132,21 @@ def function_facts(function: FuncItem) -> FunctionFacts:
                 returned_names.append(statement.expr.name)
         for name in names:
             binding_counts[name] = binding_counts.get(name, 0) + 1
-        facts.locals_assigned.update(names)
     for name in returned_names:
         value = facts.single_assignments.get(name)
         if not uncertain and binding_counts.get(name) == 1 and isinstance(value, CallExpr):
             facts.returned.add(id(value))
+    if uncertain:
+        binding_counts.update(dict.fromkeys(binding_counts, 2))
     if len(_FACTS) > 20_000:  # dmypy runs for days: keep the cache bounded
         _FACTS.clear()
     _FACTS[id(function)] = (function, facts)
     return facts
 
 
-def find_decorated(block: Block, decorator: Expression) -> Decorator | None:
-    """The decorated definition in ``block`` whose decorator list holds ``decorator``."""
-    for statement in iter_statements(block):
+def find_decorated(statements: list[Statement], decorator: Expression) -> Decorator | None:
+    """The decorated definition among ``statements`` whose decorator list holds ``decorator``."""
+    for statement in iter_statements(statements):
         if isinstance(statement, Decorator) and any(d is decorator for d in statement.decorators):
             return statement
         if isinstance(statement, OverloadedFuncDef):

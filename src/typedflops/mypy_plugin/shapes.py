@@ -12,7 +12,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from .dims import ELLIPSIS, UNKNOWN, Axis, Dim, Dims, Entry, Group, Side, Unknown, Variadic
+from .dims import (
+    ELLIPSIS,
+    UNKNOWN,
+    Axis,
+    Dim,
+    Dims,
+    Entry,
+    Group,
+    Side,
+    Unknown,
+    Variadic,
+    format_dims,
+)
 
 Severity = Literal["shape", "alias"]
 T = TypeVar("T")
@@ -45,7 +57,9 @@ class Alignment:
     exact_variadics: tuple[Dim, Dim] | None = None
 
 
-def align(items: Sequence[object], dims: Dims, *, items_are_dims: bool = False) -> Alignment | str:
+def align(
+    items: Sequence[object], dims: Dims, *, items_are_dims: bool = False, label: str = ""
+) -> Alignment | str:
     """Align pattern entries (or produced dims) with annotated ``dims``; a str is a rank error.
 
     ``items`` holds pattern entries with at most one :data:`~.dims.ELLIPSIS`, or, when
@@ -58,14 +72,15 @@ def align(items: Sequence[object], dims: Dims, *, items_are_dims: bool = False) 
     """
     head, open_items, tail = _split(items, items_are_dims)
     dims_head, open_dims, dims_tail = _split(dims, True)
-    rank_error = _rank_error(len(head) + len(tail), open_items, len(dims_head) + len(dims_tail), open_dims)
+    n_items, n_dims = len(head) + len(tail), len(dims_head) + len(dims_tail)
+    rank_error = _rank_error(n_items, open_items, n_dims, open_dims, label or "the annotation")
     if rank_error:
         return rank_error
     result = Alignment()
     n_head, n_tail = min(len(head), len(dims_head)), min(len(tail), len(dims_tail))
-    result.pairs += zip(head[:n_head], dims_head[:n_head])
+    result.pairs += zip(head[:n_head], dims_head[:n_head], strict=True)
     if n_tail:
-        result.pairs += zip(tail[-n_tail:], dims_tail[-n_tail:])
+        result.pairs += zip(tail[-n_tail:], dims_tail[-n_tail:], strict=True)
     if not open_dims:
         if open_items:
             result.ellipsis = tuple(dims_head[len(head) : len(dims_head) - len(tail)])
@@ -82,14 +97,20 @@ def align(items: Sequence[object], dims: Dims, *, items_are_dims: bool = False) 
     return result
 
 
-def _rank_error(n_items: int, open_items: bool, n_dims: int, open_dims: bool) -> str | None:
+def _rank_error(
+    n_items: int, open_items: bool, n_dims: int, open_dims: bool, label: str
+) -> str | None:
     if not open_items and not open_dims and n_items != n_dims:
-        return f"has {n_items} axes where the annotation has {n_dims}"
+        return f"has {_axes(n_items)} where {label} has {n_dims}"
     if not open_items and open_dims and n_items < n_dims:
-        return f"has {n_items} axes where the annotation has at least {n_dims}"
+        return f"has {_axes(n_items)} where {label} has at least {n_dims}"
     if open_items and not open_dims and n_items > n_dims:
-        return f"has at least {n_items} axes where the annotation has {n_dims}"
+        return f"has at least {_axes(n_items)} where {label} has {n_dims}"
     return None
+
+
+def _axes(count: int) -> str:
+    return f"{count} axis" if count == 1 else f"{count} axes"
 
 
 def compare(first: Dim, second: Dim) -> Severity | None:
@@ -97,11 +118,13 @@ def compare(first: Dim, second: Dim) -> Severity | None:
     if isinstance(first, Unknown) or isinstance(second, Unknown) or first == second:
         return None
     if isinstance(first, Variadic) or isinstance(second, Variadic):
-        both_named = isinstance(first, Variadic) and isinstance(second, Variadic)
-        return "alias" if both_named and first.name and second.name else None
+        if isinstance(first, Variadic) and isinstance(second, Variadic):
+            return "alias" if first.name and second.name else None
+        return None
     if first.is_fixed and second.is_fixed:
         return "shape"
-    return "alias"
+    # A name meeting a number is how sizes get fixed (`h=4`, `"b 3"`): never reported.
+    return None if first.is_fixed or second.is_fixed else "alias"
 
 
 class Bindings:
@@ -110,7 +133,7 @@ class Bindings:
     def __init__(self) -> None:
         self.name_to_dim: dict[str, tuple[Dim, str]] = {}
 
-    def bind(self, axis: str, dim: Dim, origin: str) -> Problem | None:
+    def bind(self, axis: str, dim: Dim, origin: str, *, noun: str = "axis") -> Problem | None:
         """Bind ``axis`` to ``dim``; a :class:`Problem` when it was bound to another dim."""
         if isinstance(dim, Unknown):
             return None
@@ -123,7 +146,7 @@ class Bindings:
             return None
         return Problem(
             severity,
-            f'axis "{axis}" is "{previous}" in {previous_origin} but "{dim}" in {origin}',
+            f'{noun} "{axis}" is "{previous}" in {previous_origin} but "{dim}" in {origin}',
         )
 
     def dim_of(self, axis: str) -> Dim:
@@ -132,9 +155,11 @@ class Bindings:
         return bound[0] if bound else UNKNOWN
 
 
-def bind_side(side: Side, dims: Dims, origin: str, bindings: Bindings) -> tuple[Alignment | None, list[Problem], str | None]:
+def bind_side(
+    side: Side, dims: Dims, origin: str, bindings: Bindings
+) -> tuple[Alignment | None, list[Problem], str | None]:
     """Bind one pattern side to an operand's dims: (alignment, binding problems, rank error)."""
-    alignment = align(side.entries, dims)
+    alignment = align(side.entries, dims, label=f'{origin} "{format_dims(dims)}"')
     if isinstance(alignment, str):
         return None, [], alignment
     problems: list[Problem] = []
@@ -150,10 +175,13 @@ def bind_side(side: Side, dims: Dims, origin: str, bindings: Bindings) -> tuple[
                 problem = None
             if problem:
                 problems.append(problem)
-        elif isinstance(entry, Group) and not entry.members:
-            if isinstance(dim, Axis) and dim.is_fixed and dim.size != 1:
-                problems.append(Problem("shape", f'axis "()" of size 1 is "{dim}" in {origin}'))
+        elif isinstance(entry, Group) and not entry.members and _fixed_not_one(dim):
+            problems.append(Problem("shape", f'axis "()" of size 1 is "{dim}" in {origin}'))
     return alignment, problems, None
+
+
+def _fixed_not_one(dim: Dim) -> bool:
+    return isinstance(dim, Axis) and dim.is_fixed and dim.size != 1
 
 
 def produce(side: Side, bindings: Bindings, ellipsis: Dims | None, sizes: dict[str, Dim]) -> Dims:

@@ -17,7 +17,7 @@ method) is ignored, which is what keeps the plugin free of false positives.
 from __future__ import annotations
 
 from mypy.checker import TypeChecker
-from mypy.nodes import LDEF, Expression, FuncItem, NameExpr, Var
+from mypy.nodes import LDEF, CallExpr, Expression, FuncItem, NameExpr, Var
 from mypy.plugin import CheckerPluginInterface
 from mypy.types import Instance, LiteralType, ProperType, Type, get_proper_type
 
@@ -64,24 +64,34 @@ def current_function(api: CheckerPluginInterface) -> FuncItem | None:
 
 
 def trusted_dims(expr: Expression, typ: Type, api: CheckerPluginInterface) -> Dims | None:
-    """Dims of ``expr`` written in the current function's names, or None (unknown)."""
+    """Dims of ``expr`` written in the current function's names, or None (unknown).
+
+    Trusted: a call's result produced in this scope; a name bound exactly once in this
+    function (a parameter, an annotated local, a local assigned from a call) -- mypy keeps
+    the first type of a name across rebinding, so a rebound name is never trusted.
+    """
     proper = get_proper_type(typ)
     if not isinstance(proper, Instance) or proper.extra_attrs is None:
         return None
-    produced = _literal(proper, PRODUCED)
-    if produced is not None:
-        scope, _, text = produced.partition("|")
-        return parse_dims(text) if scope == scope_tag(api) else None
-    if not isinstance(expr, NameExpr) or expr.kind != LDEF or not isinstance(expr.node, Var):
+    if isinstance(expr, NameExpr):
+        function = current_function(api)
+        if function is None or expr.kind != LDEF or not isinstance(expr.node, Var):
+            return None
+        if not function_facts(function).bound_once(expr.name):
+            return None
+        is_parameter = any(arg.variable is expr.node for arg in function.arguments)
+        if is_parameter or not expr.node.is_inferred:
+            return _produced(proper, api) or annotated_dims(proper)
+        return _produced(proper, api)
+    return _produced(proper, api) if isinstance(expr, CallExpr) else None
+
+
+def _produced(typ: Instance, api: CheckerPluginInterface) -> Dims | None:
+    text = _literal(typ, PRODUCED)
+    if text is None:
         return None
-    function = current_function(api)
-    if function is None:
-        return None
-    is_parameter = any(arg.variable is expr.node for arg in function.arguments)
-    is_annotated_local = not expr.node.is_inferred and expr.name in (
-        function_facts(function).locals_assigned
-    )
-    return annotated_dims(proper) if is_parameter or is_annotated_local else None
+    scope, _, dims = text.partition("|")
+    return parse_dims(dims) if scope == scope_tag(api) else None
 
 
 def with_dims(typ: Type, dims: Dims | None, api: CheckerPluginInterface) -> Type:
@@ -98,4 +108,3 @@ def with_dims(typ: Type, dims: Dims | None, api: CheckerPluginInterface) -> Type
         f"{scope_tag(api)}|{format_dims(dims)}", api.named_generic_type("builtins.str", [])
     )
     return plain.copy_with_extra_attr(PRODUCED, literal)
-

@@ -1,0 +1,65 @@
+"""Memory accounting: tensor sizes, shared storage, and a model's training-state bytes."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["OPTIMIZER_STATES", "model_memory", "nbytes", "same_storage"]
+
+#: Tensors of optimizer state kept per parameter (Adam: first and second moments).
+OPTIMIZER_STATES: dict[str | None, int] = {
+    None: 0,
+    "sgd": 0,
+    "momentum": 1,
+    "adagrad": 1,
+    "rmsprop": 1,
+    "adam": 2,
+    "adamw": 2,
+}
+
+
+def nbytes(x: torch.Tensor) -> int:
+    """Bytes of the elements of ``x`` (any shape): ``numel * element_size``.
+
+    >>> nbytes(torch.zeros(4, 8, 8, dtype=torch.float32))
+    1024
+    >>> nbytes(torch.zeros(4, 8, 8, dtype=torch.bfloat16))
+    512
+    """
+    return x.numel() * x.element_size()
+
+
+def same_storage(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether ``x`` and ``y`` share one storage (one is a view of the other, or both are).
+
+    >>> x = torch.arange(6.0).reshape(2, 3)
+    >>> same_storage(x, x.T), same_storage(x, x.T.contiguous())
+    (True, False)
+    """
+    return bool(x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())
+
+
+def model_memory(model: torch.nn.Module, optimizer: str | None = "adam") -> dict[str, int]:
+    """Bytes a model needs to train: parameters, gradients and optimizer state.
+
+    Gradients are counted for parameters that require grad, at their dtype; optimizer state
+    is ``OPTIMIZER_STATES[optimizer]`` tensors per trainable parameter, at its dtype.
+    Activations depend on the batch and are not included.
+
+    >>> sizes = model_memory(torch.nn.Linear(256, 64, bias=False), optimizer="adam")
+    >>> sizes
+    {'parameters': 65536, 'gradients': 65536, 'optimizer': 131072, 'total': 262144}
+    """
+    key = optimizer.lower() if optimizer is not None else None
+    if key not in OPTIMIZER_STATES:
+        known = ", ".join(sorted(k for k in OPTIMIZER_STATES if k))
+        raise ValueError(f"model_memory(): unknown optimizer {optimizer!r}; known: {known}")
+    parameters = sum(nbytes(p) for p in model.parameters())
+    trainable = sum(nbytes(p) for p in model.parameters() if p.requires_grad)
+    states = OPTIMIZER_STATES[key] * trainable
+    return {
+        "parameters": parameters,
+        "gradients": trainable,
+        "optimizer": states,
+        "total": parameters + trainable + states,
+    }

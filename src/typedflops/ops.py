@@ -1,0 +1,306 @@
+"""einops' ``einsum``, ``reduce``, ``rearrange`` and ``repeat``, checked and costed.
+
+Each op takes einops' arguments and returns einops' result (the same torch calls in the same
+order, so bit for bit), and adds three things:
+
+- a bad pattern raises :class:`~typedflops.PatternError` (a ``SpecError`` that is also an
+  ``einops.EinopsError``) naming the pattern, the input shapes and the offending axis, before
+  anything runs;
+- inside a ``@typed_flops`` call, an axis named like a dim of the call must have the size the
+  call bound (a :class:`~typedflops.ShapeError` naming both origins otherwise);
+- inside ``record()`` (or ``f.estimate``), the op's cost is recorded: FLOPs and bytes as
+  counted, formulas in the call's dim names. The conventions are in
+  :mod:`typedflops.op_costs`. A 3+ operand einsum runs pairwise along the FLOP-minimal order
+  (opt_einsum "optimal" for up to 4 operands, "greedy" beyond) and is recorded as one op
+  whose count is the sum of its steps.
+
+Patterns are parsed once per (pattern, operand count or rank) and laid out once per shapes;
+nothing symbolic runs unless something is recording.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, TypeVar, cast, overload
+
+import torch
+
+from . import counting
+from .contract import CallState
+from .errors import ShapeError
+from .op_costs import einsum_cost, transform_cost
+from .patterns import (
+    EinsumLayout,
+    EinsumPlan,
+    Reason,
+    einsum_layout,
+    einsum_plan,
+    pattern_error,
+    shape_text,
+    transform_layout,
+    transform_plan,
+)
+from .record import current_node
+
+__all__ = ["Reduction", "einsum", "rearrange", "reduce", "repeat"]
+
+T = TypeVar("T", bound=torch.Tensor)
+
+Reduction = (
+    Literal["min", "max", "sum", "mean", "prod", "any", "all"]
+    | Callable[[torch.Tensor, tuple[int, ...]], torch.Tensor]
+)
+
+_current_call: Callable[[], CallState | None] | None = None
+
+
+def _call_state() -> CallState | None:
+    """The enclosing ``@typed_flops`` call's bound dims (the decorator is imported lazily)."""
+    global _current_call
+    if _current_call is None:
+        from .decorator import current_call
+
+        _current_call = current_call
+    return _current_call()
+
+
+def _bound_error(
+    call: CallState,
+    op: str,
+    pattern: str,
+    name: str,
+    bound: int,
+    size: int,
+    where: str,
+    detail: str,
+) -> ShapeError:
+    origin = call.origin_line(name) or f"{name}={bound} is bound in this call"
+    lines = [f'{call.function}(): {op} "{pattern}": {where} has {name}={size}{detail} but {origin}']
+    if call.sizes:
+        lines.append(f"bound so far: {call.bound_so_far()}")
+    return ShapeError(
+        "\n  ".join(lines),
+        function=call.function,
+        argument=where,
+        dim=name,
+        expected=bound,
+        actual=size,
+        bindings=call.sizes,
+    )
+
+
+def _check_einsum_bound(
+    call: CallState, pattern: str, layout: EinsumLayout, shapes: Sequence[tuple[int, ...]]
+) -> None:
+    sizes = call.sizes
+    for name, found in layout.occurrences.items():
+        bound = sizes.get(name)
+        if type(bound) is not int:
+            continue  # unbound, or a variadic dim's tuple of sizes
+        for index, axis, size in found:
+            # Size 1 broadcasts in torch.einsum: not a mismatch.
+            if size != bound and size != 1:
+                raise _bound_error(
+                    call,
+                    "einsum",
+                    pattern,
+                    name,
+                    bound,
+                    size,
+                    f"operand {index + 1}",
+                    f" (shape {shape_text(shapes[index])}, axis {axis})",
+                )
+
+
+def _run_einsum(
+    plan: EinsumPlan, layout: EinsumLayout, tensors: Sequence[torch.Tensor]
+) -> torch.Tensor:
+    if not layout.steps:
+        return torch.einsum(plan.equation, *tensors)  # exactly what einops runs
+    operands = list(tensors)
+    for step in layout.steps:
+        picked = [operands[i] for i in step.operands]
+        for i in sorted(step.operands, reverse=True):
+            del operands[i]
+        operands.append(torch.einsum(step.equation, *picked))
+    return operands[0]
+
+
+@overload
+def einsum(tensor: T, pattern: str, /) -> T: ...
+@overload
+def einsum(tensor1: T, tensor2: T, pattern: str, /) -> T: ...
+@overload
+def einsum(tensor1: T, tensor2: T, tensor3: T, pattern: str, /) -> T: ...
+@overload
+def einsum(tensor1: T, tensor2: T, tensor3: T, tensor4: T, pattern: str, /) -> T: ...
+@overload
+def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor: ...
+def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
+    """einops.einsum: the tensors, then a pattern with named axes.
+
+    ``output[out axes] = sum over the other axes of the product of the operands``. Each
+    operand's shape must match its axes (``...`` takes any number of leading, middle or
+    trailing axes); an axis has one size in every operand (or 1, which broadcasts).
+    A 3+ operand einsum runs pairwise along the FLOP-minimal order at these sizes.
+
+    Args:
+        *tensors_and_pattern: the operands, of shapes given by the pattern's operand axes,
+            followed by the pattern, e.g. ``"batch d_in, d_in d_out -> batch d_out"``.
+
+    Returns:
+        A tensor with the pattern's output axes.
+
+    >>> x, w = torch.ones(8, 16), torch.ones(16, 4)
+    >>> einsum(x, w, "batch d_in, d_in d_out -> batch d_out").shape
+    torch.Size([8, 4])
+    >>> einsum(torch.eye(3), "i i ->")  # a trace
+    tensor(3.)
+    >>> from typedflops.record import record
+    >>> with record() as rec:
+    ...     _ = einsum(x, w, "batch d_in, d_in d_out -> batch d_out")
+    >>> rec.total.flops  # 2 * 8 * 16 * 4
+    1024
+    """
+    if len(tensors_and_pattern) < 2:
+        raise pattern_error(
+            "einsum", "", [], "einsum takes the tensors (at least one), then the pattern"
+        )
+    pattern = tensors_and_pattern[-1]
+    tensors = cast(tuple[torch.Tensor, ...], tensors_and_pattern[:-1])
+    if not isinstance(pattern, str):
+        raise pattern_error("einsum", "?", [], "the last argument must be the pattern string")
+    try:
+        shapes = tuple([t.shape for t in tensors])
+    except AttributeError:
+        raise TypeError(
+            "einsum: every argument before the pattern must be a torch.Tensor"
+        ) from None
+    call = _call_state()
+    try:
+        plan = einsum_plan(pattern, len(tensors))
+        layout = einsum_layout(plan, shapes)
+    except Reason as reason:
+        raise pattern_error(
+            "einsum", pattern, shapes, reason.reason, reason.axis, call.function if call else None
+        ) from None
+    if call is not None and call.sizes:
+        _check_einsum_bound(call, pattern, layout, shapes)
+    if layout.conflict is not None:
+        raise pattern_error(
+            "einsum", pattern, shapes, *layout.conflict, function=call.function if call else None
+        ) from None
+    node = current_node()
+    if node is None:
+        return _run_einsum(plan, layout, tensors)
+    with counting.paused():
+        result = _run_einsum(plan, layout, tensors)
+        node.add_op(einsum_cost(node, pattern, tensors, layout, result))
+    return result
+
+
+def _transform(
+    op: str,
+    tensor: torch.Tensor | Sequence[torch.Tensor],
+    pattern: str,
+    reduction: Reduction | str,
+    axes_lengths: Mapping[str, int],
+) -> torch.Tensor:
+    if not isinstance(tensor, torch.Tensor):
+        tensor = torch.stack(list(tensor))  # as einops does with a list of tensors
+    operation = "callable" if callable(reduction) else str(reduction)
+    lengths = tuple(axes_lengths.items())
+    shape = tuple(tensor.shape)
+    call = _call_state()
+    function = call.function if call else None
+    try:
+        plan = transform_plan(pattern, operation, tuple(axes_lengths), len(shape))
+        layout = transform_layout(plan, shape, lengths)
+    except Reason as reason:
+        raise pattern_error(op, pattern, [shape], reason.reason, reason.axis, function) from None
+    if call is not None and call.sizes:
+        for name in plan.named & call.sizes.keys():
+            bound, size = call.sizes[name], layout.sizes[name]
+            if type(bound) is int and size != bound:
+                axis = next((i for i, g in enumerate(plan.input_groups) if name in g), None)
+                where, detail = (
+                    ("the input", f" (shape {shape_text(shape)}, axis {axis})")
+                    if axis is not None
+                    else ("axes_lengths", "")
+                )
+                raise _bound_error(call, op, pattern, name, bound, size, where, detail)
+    if operation == "mean" and not tensor.is_floating_point():
+        raise NotImplementedError("reduce_mean is not available for non-floating tensors")
+    node = current_node()
+    if node is None:
+        return plan.run(tensor, layout, reduction)
+    with counting.paused():
+        result = plan.run(tensor, layout, reduction)
+        node.add_op(transform_cost(node, op, plan, layout, axes_lengths, tensor, result, operation))
+    return result
+
+
+def reduce(tensor: T | list[T], pattern: str, reduction: Reduction, **axes_lengths: int) -> T:
+    """einops.reduce: rearrange and reduce the axes missing on the right.
+
+    Args:
+        tensor: a tensor whose shape matches the left side of ``pattern`` (or a list of
+            same-shape tensors, stacked along a new first axis).
+        pattern: e.g. ``"batch (h h2) (w w2) -> batch h w"``.
+        reduction: "min", "max", "sum", "mean", "prod", "any", "all" or a callable
+            ``f(tensor, axes) -> tensor``.
+        **axes_lengths: sizes of axes that the shapes alone do not determine.
+
+    Returns:
+        A tensor with the right side's axes.
+
+    Costs one op per input element (``mean`` adds a divide per output element).
+
+    >>> x = torch.arange(24.0).reshape(2, 3, 4)
+    >>> reduce(x, "b h w -> b", "max")
+    tensor([11., 23.])
+    >>> reduce(x, "b h (w w2) -> b h w", "mean", w2=2).shape
+    torch.Size([2, 3, 2])
+    """
+    return cast(T, _transform("reduce", tensor, pattern, reduction, axes_lengths))
+
+
+def rearrange(tensor: T | list[T], pattern: str, **axes_lengths: int) -> T:
+    """einops.rearrange: transpose, reshape, split and merge axes; a view where possible.
+
+    Args:
+        tensor: a tensor whose shape matches the left side of ``pattern`` (or a list of
+            same-shape tensors, stacked along a new first axis).
+        pattern: e.g. ``"batch seq (heads d) -> batch heads seq d"``.
+        **axes_lengths: sizes of axes that the shapes alone do not determine.
+
+    Returns:
+        A tensor with the right side's axes: a view of ``tensor`` when torch can give one
+        (recorded with 0 bytes), else a copy (recorded as read + write).
+
+    >>> x = torch.zeros(2, 5, 12)
+    >>> rearrange(x, "b s (h d) -> b h s d", h=4).shape
+    torch.Size([2, 4, 5, 3])
+    >>> rearrange(x, "b s c -> (b s) c").shape
+    torch.Size([10, 12])
+    """
+    return cast(T, _transform("rearrange", tensor, pattern, "rearrange", axes_lengths))
+
+
+def repeat(tensor: T | list[T], pattern: str, **axes_lengths: int) -> T:
+    """einops.repeat: add new axes (sizes in ``axes_lengths``) and repeat along them.
+
+    Args:
+        tensor: a tensor whose shape matches the left side of ``pattern``.
+        pattern: e.g. ``"h w -> h w c"``, ``"h w -> (h h2) w"``.
+        **axes_lengths: the sizes of the new axes.
+
+    Returns:
+        A tensor with the right side's axes (a broadcast view where einops returns one).
+
+    >>> repeat(torch.ones(2, 3), "h w -> h w c", c=4).shape
+    torch.Size([2, 3, 4])
+    >>> repeat(torch.tensor([1, 2]), "w -> (r w)", r=2)
+    tensor([1, 2, 1, 2])
+    """
+    return cast(T, _transform("repeat", tensor, pattern, "repeat", axes_lengths))

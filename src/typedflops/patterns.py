@@ -1,0 +1,547 @@
+"""einops patterns, parsed once: the plan that checks a call, costs it and runs it.
+
+A pattern is parsed with einops' own grammar (:class:`einops.parsing.ParsedExpression`) into
+a plan, cached per pattern (and operand count or input rank). A plan's layout at given
+shapes (the size of every axis, the pairwise contraction order of a 3+ operand einsum) is
+cached per shapes, so a repeated call costs two dict look-ups before the kernel runs.
+
+Inner functions return or raise short reasons; :func:`pattern_error` adds the context
+(function, op, pattern, input shapes, offending axis) once, at the public boundary.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import opt_einsum
+import torch
+from einops import EinopsError
+from einops.parsing import AnonymousAxis, ParsedExpression
+
+from .errors import PatternError
+
+__all__ = [
+    "ELLIPSIS_PREFIX",
+    "EinsumLayout",
+    "EinsumPlan",
+    "EinsumStep",
+    "Reason",
+    "TransformLayout",
+    "TransformPlan",
+    "einsum_layout",
+    "einsum_plan",
+    "pattern_error",
+    "shape_text",
+    "transform_layout",
+    "transform_plan",
+]
+
+# Axes hidden behind "..." are named "…0", "…1", ...: not valid identifiers, so they never
+# collide with a user's axis name.
+ELLIPSIS_PREFIX = "\u2026"
+_ELLIPSIS = "\u2026"  # einops' own marker for "..." inside a parsed expression
+
+
+class Reason(Exception):
+    """A short reason, raised by inner code and turned into a PatternError at the boundary."""
+
+    def __init__(self, reason: str, axis: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.axis = axis
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """``(8, 784)``; a 1-D shape keeps its comma: ``(3,)``."""
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def pattern_error(
+    op: str,
+    pattern: str,
+    shapes: Sequence[Sequence[int]],
+    reason: str,
+    axis: str | None = None,
+    function: str | None = None,
+) -> PatternError:
+    """One PatternError: the reason first, then the pattern's inputs and the offending axis."""
+    where = f"{function}(): " if function else ""
+    lines = [f'{where}{op} "{pattern}": {reason}']
+    lines.append("input shapes: " + ", ".join(shape_text(s) for s in shapes))
+    if axis is not None:
+        lines.append(f"offending axis: {axis}")
+    return PatternError("\n  ".join(lines))
+
+
+def _parse(text: str, *, einsum: bool) -> ParsedExpression:
+    try:
+        return ParsedExpression(text, allow_underscore=einsum, allow_duplicates=einsum)
+    except EinopsError as exc:
+        message = str(exc).splitlines()[0]
+        if "," in text and not einsum:
+            message += " (axes are separated with spaces, not commas)"
+        raise Reason(f'in "{text.strip()}": {message}') from None
+
+
+# -- einsum -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EinsumStep:
+    """One pairwise (or single-operand) contraction of a 3+ operand einsum.
+
+    ``operands`` index the current operand list; ``equation`` is a torch.einsum equation.
+    """
+
+    operands: tuple[int, ...]
+    equation: str
+
+
+@dataclass(frozen=True, eq=False)
+class EinsumLayout:
+    """An einsum plan at given operand shapes (identity-hashed, cached per shapes).
+
+    ``axis_sizes`` maps every axis (named, or ``…k`` for the k-th broadcast ellipsis axis,
+    counted from the left of the broadcast ellipsis shape) to its size, broadcast over
+    operands; ``operand_axes`` names each operand's axes; ``occurrences`` lists, per named
+    axis, (operand index, axis index, size); ``conflict`` is the reason a named axis has two
+    sizes (checked after the bound dims, so a ShapeError naming the bound dim comes first);
+    ``steps`` the contraction order of a 3+ operand einsum.
+    """
+
+    axis_sizes: dict[str, int]
+    operand_axes: tuple[tuple[str, ...], ...]
+    output_axes: tuple[str, ...]
+    occurrences: dict[str, tuple[tuple[int, int, int], ...]]
+    conflict: tuple[str, str] | None
+    steps: tuple[EinsumStep, ...]
+    step_axes: tuple[tuple[tuple[tuple[str, ...], ...], tuple[str, ...]], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class EinsumPlan:
+    """A parsed einsum pattern: per operand its axis names (``...`` kept as a marker).
+
+    ``equation`` is the compact torch.einsum equation einops itself builds (one letter per
+    axis, in order of first appearance), so 1-2 operand calls run exactly as einops runs them.
+    """
+
+    pattern: str
+    operands: tuple[tuple[str, ...], ...]
+    output: tuple[str, ...]
+    equation: str
+    letters: dict[str, str]
+    has_ellipsis: bool
+
+
+@functools.lru_cache(maxsize=1024)
+def einsum_plan(pattern: str, count: int) -> EinsumPlan:
+    """Parse an einops einsum pattern for ``count`` operands (cached; raises ``Reason``)."""
+    if "->" not in pattern:
+        raise Reason("the pattern needs '->' followed by the output axes")
+    if pattern.count("->") != 1:
+        raise Reason("the pattern has more than one '->'")
+    left_text, right_text = pattern.split("->")
+    lefts = [_parse(part, einsum=True) for part in left_text.split(",")]
+    right = _parse(right_text, einsum=True)
+    if len(lefts) != count:
+        raise Reason(
+            f"the pattern has {len(lefts)} operand{'s' * (len(lefts) != 1)} "
+            f"but {count} tensor{'s were' if count != 1 else ' was'} given"
+        )
+    letters: dict[str, str] = {}
+    operands: list[tuple[str, ...]] = []
+    for parsed in lefts:
+        operands.append(_einsum_axes(parsed, letters, define=True))
+    output = _einsum_axes(right, letters, define=False)
+    if right.has_ellipsis and not any(parsed.has_ellipsis for parsed in lefts):
+        raise Reason("'...' is on the right but in no operand", axis="...")
+
+    def compact(axes: tuple[str, ...]) -> str:
+        return "".join("..." if axis == _ELLIPSIS else letters[axis] for axis in axes)
+
+    equation = ",".join(compact(axes) for axes in operands) + "->" + compact(output)
+    return EinsumPlan(
+        pattern=pattern,
+        operands=tuple(operands),
+        output=output,
+        equation=equation,
+        letters=letters,
+        has_ellipsis=any(parsed.has_ellipsis for parsed in lefts),
+    )
+
+
+def _einsum_axes(
+    parsed: ParsedExpression, letters: dict[str, str], *, define: bool
+) -> tuple[str, ...]:
+    axes: list[str] = []
+    for group in parsed.composition:
+        if group == _ELLIPSIS:
+            axes.append(_ELLIPSIS)
+            continue
+        if len(group) == 0:
+            raise Reason("singleton axes '()' or '1' are not supported in einsum")
+        if len(group) > 1:
+            raise Reason(
+                "composite axes such as '(h d)' are not supported in einsum; rearrange first",
+                axis="(" + " ".join(map(str, group)) + ")",
+            )
+        axis = group[0]
+        if isinstance(axis, AnonymousAxis):
+            raise Reason("numbered axes are not supported in einsum", axis=str(axis.value))
+        if axis not in letters:
+            if not define:
+                raise Reason(f"axis '{axis}' is on the right but in no operand", axis=axis)
+            if len(letters) >= len(string.ascii_letters):
+                raise Reason("too many axes in einsum (at most 52)")
+            letters[axis] = string.ascii_letters[len(letters)]
+        axes.append(axis)
+    return tuple(axes)
+
+
+@functools.lru_cache(maxsize=4096)
+def einsum_layout(plan: EinsumPlan, shapes: tuple[tuple[int, ...], ...]) -> EinsumLayout:
+    """A plan's sizes and contraction order at ``shapes`` (cached; raises ``Reason``)."""
+    ellipsis_ranks: list[int] = []
+    for index, (axes, shape) in enumerate(zip(plan.operands, shapes, strict=True)):
+        named = len(axes) - (_ELLIPSIS in axes)
+        if _ELLIPSIS in axes:
+            if len(shape) < named:
+                raise Reason(
+                    f"operand {index + 1} has shape {shape_text(shape)} but its axes "
+                    f'"{_spelled(axes)}" need at least {named} dimensions'
+                )
+            ellipsis_ranks.append(len(shape) - named)
+        elif len(shape) != named:
+            raise Reason(
+                f"operand {index + 1} has shape {shape_text(shape)} but its axes "
+                f'"{_spelled(axes)}" need {named} dimension{"s" * (named != 1)}'
+            )
+        else:
+            ellipsis_ranks.append(0)
+    ellipsis_rank = max(ellipsis_ranks, default=0)
+    sizes: dict[str, int] = {}
+    occurrences: dict[str, list[tuple[int, int, int]]] = {}
+    conflict: tuple[str, str] | None = None
+    operand_axes: list[tuple[str, ...]] = []
+    for index, (axes, shape) in enumerate(zip(plan.operands, shapes, strict=True)):
+        expanded = _expand(axes, ellipsis_ranks[index], ellipsis_rank)
+        operand_axes.append(expanded)
+        for position, (axis, size) in enumerate(zip(expanded, shape, strict=True)):
+            if not axis.startswith(ELLIPSIS_PREFIX):
+                occurrences.setdefault(axis, []).append((index, position, size))
+            known = sizes.get(axis)
+            # Size 1 broadcasts, as in torch.einsum; two sizes other than 1 are a mistake.
+            if known is None or known == 1:
+                sizes[axis] = size
+            elif size not in (1, known) and conflict is None:
+                first = occurrences[axis][0] if axis in occurrences else (0, 0, known)
+                conflict = (
+                    f"axis '{axis}' has size {first[2]} in operand {first[0] + 1} "
+                    f"(axis {first[1]}) but {size} in operand {index + 1} (axis {position})",
+                    axis,
+                )
+    output = _expand(plan.output, ellipsis_rank, ellipsis_rank)
+    layout_steps: tuple[EinsumStep, ...] = ()
+    step_axes: tuple[tuple[tuple[tuple[str, ...], ...], tuple[str, ...]], ...] = ()
+    if len(shapes) > 2 and conflict is None:
+        layout_steps, step_axes = _contraction_order(tuple(operand_axes), output, sizes)
+    return EinsumLayout(
+        axis_sizes=sizes,
+        operand_axes=tuple(operand_axes),
+        output_axes=output,
+        occurrences={name: tuple(found) for name, found in occurrences.items()},
+        conflict=conflict,
+        steps=layout_steps,
+        step_axes=step_axes,
+    )
+
+
+def _spelled(axes: tuple[str, ...]) -> str:
+    return " ".join("..." if axis == _ELLIPSIS else axis for axis in axes)
+
+
+def _expand(axes: tuple[str, ...], rank: int, full_rank: int) -> tuple[str, ...]:
+    """Replace "..." by ``rank`` axes ``…k``, right-aligned in a broadcast of ``full_rank``."""
+    if _ELLIPSIS not in axes:
+        return axes
+    cut = axes.index(_ELLIPSIS)
+    hidden = tuple(f"{ELLIPSIS_PREFIX}{k}" for k in range(full_rank - rank, full_rank))
+    return (*axes[:cut], *hidden, *axes[cut + 1 :])
+
+
+def _contraction_order(
+    operands: tuple[tuple[str, ...], ...], output: tuple[str, ...], sizes: dict[str, int]
+) -> tuple[tuple[EinsumStep, ...], tuple[tuple[tuple[tuple[str, ...], ...], tuple[str, ...]], ...]]:
+    """The FLOP-minimal pairwise order ("optimal" for <= 4 operands, "greedy" beyond).
+
+    Each axis gets a letter of its own (ellipsis axes included), so every step is an
+    explicit torch.einsum equation and every step's axes are known by name.
+    """
+    names = list(dict.fromkeys([axis for axes in operands for axis in axes] + list(output)))
+    if len(names) > len(string.ascii_letters):
+        raise Reason("too many axes in einsum (at most 52)")
+    letter = {name: string.ascii_letters[i] for i, name in enumerate(names)}
+    name_of = {v: k for k, v in letter.items()}
+    equation = ",".join("".join(letter[a] for a in axes) for axes in operands)
+    equation += "->" + "".join(letter[a] for a in output)
+    shapes = [tuple(sizes[a] for a in axes) for axes in operands]
+    strategy = "optimal" if len(operands) <= 4 else "greedy"
+    _, info = opt_einsum.contract_path(equation, *shapes, shapes=True, optimize=strategy)
+    steps: list[EinsumStep] = []
+    axes_of_steps = []
+    for contraction in info.contraction_list:
+        positions, step_equation = tuple(contraction[0]), contraction[2]
+        inputs_text, output_text = step_equation.split("->")
+        # opt_einsum names its operands in its own order; keep our names via the letters.
+        inputs = tuple(tuple(name_of[c] for c in text) for text in inputs_text.split(","))
+        steps.append(EinsumStep(operands=positions, equation=step_equation))
+        axes_of_steps.append((inputs, tuple(name_of[c] for c in output_text)))
+    return tuple(steps), tuple(axes_of_steps)
+
+
+# -- rearrange, reduce, repeat ------------------------------------------------------------
+
+_REDUCTIONS = ("min", "max", "sum", "mean", "prod", "any", "all")
+
+
+@dataclass(frozen=True, eq=False)
+class TransformLayout:
+    """A transform plan at one input shape: the size of every elementary axis."""
+
+    sizes: dict[str, int]
+    output_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class TransformPlan:
+    """A parsed rearrange/reduce/repeat pattern for one input rank (and axes_lengths names).
+
+    ``input_groups`` are each input axis's elementary axes (an ``(h d)`` axis is ``(h, d)``;
+    numbered axes are named ``"3#0"`` and have a known size), ``output_groups`` the same on
+    the right. Execution follows einops' recipe step for step (reshape, permute, reduce,
+    add axes, reshape), so results are bit for bit einops' results.
+    """
+
+    pattern: str
+    operation: str
+    input_groups: tuple[tuple[str, ...], ...]
+    output_groups: tuple[tuple[str, ...], ...]
+    numbered: dict[str, int]
+    reduced: tuple[str, ...]
+    permutation: tuple[int, ...] | None
+    added: tuple[tuple[int, str], ...]
+    init_reshape: bool
+    final_reshape: bool
+    named: frozenset[str]
+    elementary_count: int
+
+    def run(self, tensor: torch.Tensor, layout: TransformLayout, reduction: object) -> torch.Tensor:
+        """Execute as einops does (the same torch calls, in the same order)."""
+        sizes = layout.sizes
+        if self.init_reshape:
+            tensor = tensor.reshape([sizes[a] for group in self.input_groups for a in group])
+        if self.permutation is not None:
+            tensor = tensor.permute(self.permutation)
+        if self.reduced:
+            count = self.elementary_count
+            tensor = _reduce(tensor, reduction, tuple(range(count - len(self.reduced), count)))
+        if self.added:
+            count = len(self.added) + tensor.dim()
+            repeats = [-1] * count
+            for position, axis in self.added:
+                tensor = torch.unsqueeze(tensor, position)
+                repeats[position] = sizes[axis]
+            tensor = tensor.expand(repeats)
+        if self.final_reshape:
+            tensor = tensor.reshape(layout.output_shape)
+        return tensor
+
+
+def _reduce(tensor: torch.Tensor, reduction: object, axes: tuple[int, ...]) -> torch.Tensor:
+    # The same calls as einops' torch backend, so results match bit for bit.
+    if callable(reduction):
+        result = reduction(tensor, axes)
+        assert isinstance(result, torch.Tensor)
+        return result
+    if reduction == "min":
+        return tensor.amin(dim=axes)
+    if reduction == "max":
+        return tensor.amax(dim=axes)
+    if reduction == "sum":
+        return tensor.sum(dim=axes)
+    if reduction == "mean":
+        return tensor.mean(dim=axes)
+    for axis in sorted(axes)[::-1]:  # prod, any, all: torch reduces one axis at a time
+        tensor = getattr(tensor, str(reduction))(dim=axis)
+    return tensor
+
+
+@functools.lru_cache(maxsize=1024)
+def transform_plan(
+    pattern: str, operation: str, axes_names: tuple[str, ...], ndim: int
+) -> TransformPlan:
+    """Parse a rearrange/reduce/repeat pattern (cached; raises ``Reason``).
+
+    ``operation`` is "rearrange", "repeat", a reduction name, or "callable".
+    """
+    if pattern.count("->") != 1:
+        raise Reason("the pattern needs exactly one '->'")
+    left_text, right_text = pattern.split("->")
+    left = _parse(left_text, einsum=False)
+    right = _parse(right_text, einsum=False)
+    if right.has_ellipsis and not left.has_ellipsis:
+        raise Reason("'...' is on the right but not on the left", axis="...")
+    if left.has_ellipsis and left.has_ellipsis_parenthesized:
+        raise Reason("'...' inside parentheses on the left is not allowed", axis="...")
+    left_ids = {a for a in left.identifiers if isinstance(a, str)}
+    right_ids = {a for a in right.identifiers if isinstance(a, str)}
+    _check_identifiers(operation, left, right, left_ids, right_ids, axes_names)
+
+    numbered: dict[str, int] = {}
+
+    def groups(parsed: ParsedExpression, hidden: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+        found: list[tuple[str, ...]] = []
+        for group in parsed.composition:
+            if group == _ELLIPSIS:
+                found.extend((axis,) for axis in hidden)
+                continue
+            names: list[str] = []
+            for axis in group:
+                if axis == _ELLIPSIS:
+                    names.extend(hidden)
+                elif isinstance(axis, AnonymousAxis):
+                    name = f"{axis.value}#{len(numbered)}"
+                    numbered[name] = axis.value
+                    names.append(name)
+                else:
+                    names.append(str(axis))
+            found.append(tuple(names))
+        return tuple(found)
+
+    hidden: tuple[str, ...] = ()
+    if left.has_ellipsis:
+        others = len(left.composition) - 1
+        if ndim < others:
+            raise Reason(f"the input needs at least {others} dimensions but has {ndim}")
+        hidden = tuple(f"{ELLIPSIS_PREFIX}{k}" for k in range(ndim - others))
+    elif ndim != len(left.composition):
+        raise Reason(f"the input needs {len(left.composition)} dimensions but has {ndim}")
+    input_groups = groups(left, hidden)
+    output_groups = groups(right, hidden)
+    left_flat = [a for group in input_groups for a in group]
+    right_flat = [a for group in output_groups for a in group]
+    left_set = set(left_flat)
+    for name in axes_names:
+        if not ParsedExpression.check_axis_name(name):
+            raise Reason(f"'{name}' is not a valid axis name", axis=name)
+        if name not in left_set and name not in right_flat:
+            raise Reason(f"axis '{name}' is given a length but is not in the pattern", axis=name)
+    for group in input_groups:
+        unknown = [a for a in group if a not in numbered and a not in axes_names]
+        if len(unknown) > 1:
+            raise Reason(
+                f"cannot infer the sizes of {', '.join(unknown)}: give all but one "
+                "as keyword lengths",
+                axis=unknown[0],
+            )
+    right_set = set(right_flat)
+    reduced = tuple(a for a in left_flat if a not in right_set)
+    order = [a for a in right_flat if a in left_set] + list(reduced)
+    permutation = tuple(left_flat.index(a) for a in order)
+    added = tuple((i, a) for i, a in enumerate(right_flat) if a not in left_set)
+    return TransformPlan(
+        pattern=pattern,
+        operation=operation,
+        input_groups=input_groups,
+        output_groups=output_groups,
+        numbered=numbered,
+        reduced=reduced,
+        permutation=None if permutation == tuple(range(len(permutation))) else permutation,
+        added=added,
+        init_reshape=any(len(group) != 1 for group in input_groups),
+        final_reshape=any(len(group) != 1 for group in output_groups),
+        named=frozenset(
+            a
+            for a in left_set | right_set
+            if a not in numbered and not a.startswith(ELLIPSIS_PREFIX)
+        ),
+        elementary_count=len(left_flat),
+    )
+
+
+def _check_identifiers(
+    operation: str,
+    left: ParsedExpression,
+    right: ParsedExpression,
+    left_ids: set[str],
+    right_ids: set[str],
+    axes_names: tuple[str, ...],
+) -> None:
+    if operation == "rearrange":
+        if left.has_non_unitary_anonymous_axes or right.has_non_unitary_anonymous_axes:
+            raise Reason("numbered axes other than 1 are not allowed in rearrange")
+        only = sorted(left_ids ^ right_ids)
+        if only:
+            axis = only[0].replace(_ELLIPSIS, "...")
+            raise Reason(
+                f"axis '{axis}' is on one side only (rearrange keeps every axis)", axis=axis
+            )
+    elif operation == "repeat":
+        extra = sorted(left_ids - right_ids)
+        if extra:
+            axis = extra[0].replace(_ELLIPSIS, "...")
+            raise Reason(f"axis '{axis}' is on the left but not on the right of repeat", axis=axis)
+        if left.has_non_unitary_anonymous_axes:
+            raise Reason("numbered axes on the left of repeat are not allowed")
+        unsized = sorted(right_ids - left_ids - set(axes_names) - {_ELLIPSIS})
+        if unsized:
+            raise Reason(
+                f"new axis '{unsized[0]}' needs a length, e.g. {unsized[0]}=3", axis=unsized[0]
+            )
+    elif operation in _REDUCTIONS or operation == "callable":
+        extra = [a for a in right.identifiers if a not in left.identifiers]
+        if extra:
+            axis = str(extra[0].value) if isinstance(extra[0], AnonymousAxis) else extra[0]
+            raise Reason(f"axis '{axis}' is on the right but not on the left of reduce", axis=axis)
+    else:
+        raise Reason(
+            f"unknown reduction '{operation}': use one of {', '.join(_REDUCTIONS)} or a callable"
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def transform_layout(
+    plan: TransformPlan, shape: tuple[int, ...], lengths: tuple[tuple[str, int], ...]
+) -> TransformLayout:
+    """Elementary axis sizes of a plan at an input ``shape`` (cached; raises ``Reason``)."""
+    sizes: dict[str, int] = dict(plan.numbered)
+    sizes.update(lengths)
+    for index, (group, length) in enumerate(zip(plan.input_groups, shape, strict=True)):
+        unknown = [a for a in group if a not in sizes]
+        known = math.prod(sizes[a] for a in group if a in sizes)
+        if not unknown:
+            if length != known:
+                spelled = "(" + " ".join(_display(a) for a in group) + ")"
+                raise Reason(
+                    f"input axis {index} has size {length} but {spelled} is {known}", axis=spelled
+                )
+        elif known == 0 or length % known:
+            spelled = "(" + " ".join(_display(a) for a in group) + ")"
+            raise Reason(
+                f"input axis {index} of size {length} cannot be split into {spelled}:"
+                f" {length} is not divisible by {known}",
+                axis=unknown[0],
+            )
+        else:
+            sizes[unknown[0]] = length // known
+    output_shape = tuple(math.prod(sizes[a] for a in group) for group in plan.output_groups)
+    return TransformLayout(sizes=sizes, output_shape=output_shape)
+
+
+def _display(axis: str) -> str:
+    return axis.split("#", 1)[0] if "#" in axis else axis
