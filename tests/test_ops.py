@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from typedflops.cost import Cost
 from typedflops.errors import PatternError, ShapeError, SpecError
 from typedflops.ops import einsum, rearrange, reduce, repeat
-from typedflops.record import record
+from typedflops.recording import record
 
 # -- einops' results, bit for bit ---------------------------------------------------------
 
@@ -56,8 +56,9 @@ REDUCTIONS = ["min", "max", "sum", "mean", "prod"]
 
 
 @pytest.mark.parametrize(("op", "shape", "pattern", "lengths"), TRANSFORMS)
-def test_transforms_match_einops(op: str, shape: tuple[int, ...], pattern: str,
-                                 lengths: dict[str, int]) -> None:
+def test_transforms_match_einops(
+    op: str, shape: tuple[int, ...], pattern: str, lengths: dict[str, int]
+) -> None:
     x = torch.randn(*shape)
     ours: Callable[..., Tensor] = {"rearrange": rearrange, "repeat": repeat}[op]
     theirs: Callable[..., Tensor] = getattr(einops, op)
@@ -78,8 +79,9 @@ def test_transforms_match_einops(op: str, shape: tuple[int, ...], pattern: str,
         ((4, 6, 8), "b h (w 2) -> w h", {}),
     ],
 )
-def test_reduce_matches_einops(reduction: Any, shape: tuple[int, ...], pattern: str,
-                               lengths: dict[str, int]) -> None:
+def test_reduce_matches_einops(
+    reduction: Any, shape: tuple[int, ...], pattern: str, lengths: dict[str, int]
+) -> None:
     x = torch.rand(*shape) + 0.5
     expected = einops.reduce(x, pattern, reduction, **lengths)
     assert torch.equal(reduce(x, pattern, reduction, **lengths), expected)
@@ -88,7 +90,9 @@ def test_reduce_matches_einops(reduction: Any, shape: tuple[int, ...], pattern: 
 def test_reduce_any_all_callable_and_list_input() -> None:
     x = torch.rand(3, 4) > 0.5
     for reduction in ("any", "all"):
-        assert torch.equal(reduce(x, "a b -> a", reduction), einops.reduce(x, "a b -> a", reduction))
+        assert torch.equal(
+            reduce(x, "a b -> a", reduction), einops.reduce(x, "a b -> a", reduction)
+        )
 
     def logsumexp(t: Tensor, axes: tuple[int, ...]) -> Tensor:
         return torch.logsumexp(t, dim=axes)
@@ -96,7 +100,9 @@ def test_reduce_any_all_callable_and_list_input() -> None:
     y = torch.randn(3, 4)
     assert torch.equal(reduce(y, "a b -> a", logsumexp), einops.reduce(y, "a b -> a", logsumexp))
     items = [torch.randn(2, 3) for _ in range(4)]
-    assert torch.equal(rearrange(items, "n a b -> a n b"), einops.rearrange(items, "n a b -> a n b"))
+    assert torch.equal(
+        rearrange(items, "n a b -> a n b"), einops.rearrange(items, "n a b -> a n b")
+    )
 
 
 def test_three_operand_einsum_matches_einops_numerically() -> None:
@@ -108,25 +114,41 @@ def test_three_operand_einsum_matches_einops_numerically() -> None:
 # -- pattern errors -----------------------------------------------------------------------
 
 PATTERN_ERRORS: list[tuple[Callable[[], object], list[str]]] = [
-    (lambda: einsum(torch.ones(2, 3), "i j, j k -> i k"),
-     ["2 operands but 1 tensor was given", "input shapes: (2, 3)"]),
-    (lambda: einsum(torch.ones(2, 3), torch.ones(3, 4), "i j, j k -> i l"),
-     ["axis 'l' is on the right but in no operand", "offending axis: l"]),
-    (lambda: einsum(torch.ones(2, 3), torch.ones(3, 4, 5), "i j, j k -> i k"),
-     ["operand 2 has shape (3, 4, 5)", "need 2 dimensions", "input shapes: (2, 3), (3, 4, 5)"]),
-    (lambda: einsum(torch.ones(2, 3), torch.ones(5, 4), "i j, j k -> i k"),
-     ["axis 'j' has size 3 in operand 1 (axis 1) but 5 in operand 2 (axis 0)",
-      "offending axis: j"]),
+    (
+        lambda: einsum(torch.ones(2, 3), "i j, j k -> i k"),
+        ["2 operands but 1 tensor was given", "input shapes: (2, 3)"],
+    ),
+    (
+        lambda: einsum(torch.ones(2, 3), torch.ones(3, 4), "i j, j k -> i l"),
+        ["axis 'l' is on the right but in no operand", "offending axis: l"],
+    ),
+    (
+        lambda: einsum(torch.ones(2, 3), torch.ones(3, 4, 5), "i j, j k -> i k"),
+        ["operand 2 has shape (3, 4, 5)", "need 2 dimensions", "input shapes: (2, 3), (3, 4, 5)"],
+    ),
+    (
+        lambda: einsum(torch.ones(2, 3), torch.ones(5, 4), "i j, j k -> i k"),
+        [
+            "axis 'j' has size 3 in operand 1 (axis 1) but 5 in operand 2 (axis 0)",
+            "offending axis: j",
+        ],
+    ),
     (lambda: einsum(torch.ones(2, 3), "i j"), ["needs '->'"]),
-    (lambda: rearrange(torch.ones(2, 10), "b (h d) -> b h d", h=3),
-     ["cannot be split into (h d): 10 is not divisible by 3", "offending axis: d"]),
-    (lambda: rearrange(torch.ones(2, 10), "b c -> b c d"),
-     ["axis 'd' is on one side only", "input shapes: (2, 10)"]),
+    (
+        lambda: rearrange(torch.ones(2, 10), "b (h d) -> b h d", h=3),
+        ["cannot be split into (h d): 10 is not divisible by 3", "offending axis: d"],
+    ),
+    (
+        lambda: rearrange(torch.ones(2, 10), "b c -> b c d"),
+        ["axis 'd' is on one side only", "input shapes: (2, 10)"],
+    ),
     (lambda: rearrange(torch.ones(2, 10), "b, c -> c b"), ["not commas"]),
     (lambda: rearrange(torch.ones(2, 10, 3), "b c -> c b"), ["needs 2 dimensions but has 3"]),
     (lambda: repeat(torch.ones(2, 3), "h w -> h w c"), ["new axis 'c' needs a length"]),
-    (lambda: reduce(torch.ones(2, 3), "a b -> a", "meen"),  # type: ignore[arg-type]
-     ["unknown reduction 'meen'"]),
+    (
+        lambda: reduce(torch.ones(2, 3), "a b -> a", "meen"),  # type: ignore[arg-type]
+        ["unknown reduction 'meen'"],
+    ),
     (lambda: reduce(torch.ones(2, 3), "a b -> a c", "sum"), ["axis 'c' is on the right"]),
 ]
 
@@ -182,8 +204,11 @@ def test_einsum_costs_by_hand() -> None:
 
 
 def test_three_operand_einsum_counts_the_order_that_ran() -> None:
-    a, b, c = (torch.ones(1000, 10, device="meta"), torch.ones(10, 1000, device="meta"),
-               torch.ones(1000, 10, device="meta"))
+    a, b, c = (
+        torch.ones(1000, 10, device="meta"),
+        torch.ones(10, 1000, device="meta"),
+        torch.ones(1000, 10, device="meta"),
+    )
     cost = _recorded(lambda: einsum(a, b, c, "i j, j k, k l -> i l"))
     assert cost.flops == 400_000
     with FlopCounterMode(display=False) as counter:
@@ -237,7 +262,7 @@ def _flop_counter(fn: Callable[[], Tensor], backward: bool) -> int:
     with FlopCounterMode(display=False) as counter:
         out = fn()
         if backward:
-            out.sum().backward()
+            out.sum().backward()  # type: ignore[no-untyped-call]
     return int(counter.get_total_flops())
 
 
@@ -256,8 +281,15 @@ def test_two_operand_einsum_agrees_with_flop_counter(grad: tuple[int, ...]) -> N
 
 @settings(max_examples=40, deadline=None)
 @given(
-    b=st.integers(1, 6), i=st.integers(1, 9), j=st.integers(1, 9), k=st.integers(1, 9),
-    pattern=st.sampled_from(["b i j, b j k -> b i k", "i j, b j k -> b k i", "b i j, k j -> i b k"]),
+    # j >= 2: torch lowers a contraction over a size-1 axis to a mul, which FlopCounterMode
+    # counts 0; typedflops keeps the 2·N convention (accumulators start at zero).
+    b=st.integers(1, 6),
+    i=st.integers(1, 9),
+    j=st.integers(2, 9),
+    k=st.integers(1, 9),
+    pattern=st.sampled_from(
+        ["b i j, b j k -> b i k", "i j, b j k -> b k i", "b i j, k j -> i b k"]
+    ),
     grad_first=st.booleans(),
 )
 def test_counted_equals_formula_equals_flop_counter(
@@ -342,8 +374,14 @@ def test_symbolic_formulas_in_decorated_functions() -> None:
 
     seq, d_model = sympy.symbols("seq d_model")
     cost = heads.estimate(batch=2, seq=5, d_model=16)
-    assert cost.flops == (2 * 2 * 5 * 16 * 16 + 2 * 2 * 5 * 5 * 16 + (2 * 4 * 5 * 5 + 2 * 5)
-                          + 2 * 5 * 16)
-    expected = (2 * batch * seq * d_model**2 + 2 * batch * seq**2 * d_model
-                + 4 * batch * seq**2 + batch * seq + batch * seq * d_model)
+    assert cost.flops == (
+        2 * 2 * 5 * 16 * 16 + 2 * 2 * 5 * 5 * 16 + (2 * 4 * 5 * 5 + 2 * 5) + 2 * 5 * 16
+    )
+    expected = (
+        2 * batch * seq * d_model**2
+        + 2 * batch * seq**2 * d_model
+        + 4 * batch * seq**2
+        + batch * seq
+        + batch * seq * d_model
+    )
     assert sympy.expand(cost.formula - expected) == 0

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from .ops import rearrange as rearrange
     from .ops import reduce as reduce
     from .ops import repeat as repeat
-    from .record import Recorder as Recorder
-    from .record import record as record
+    from .recording import Recorder as Recorder
+    from .recording import record as record
 
 __all__ = [
     "ContractError",
@@ -66,7 +66,7 @@ _WHERE = {
     "Measurement": "bench",
     "OpCost": "cost",
     "PatternError": "errors",
-    "Recorder": "record",
+    "Recorder": "recording",
     "ShapeError": "errors",
     "SpecError": "errors",
     "TypedFunction": "decorator",
@@ -74,7 +74,7 @@ _WHERE = {
     "disabled": "config",
     "einsum": "ops",
     "rearrange": "ops",
-    "record": "record",
+    "record": "recording",
     "reduce": "ops",
     "repeat": "ops",
     "typed_flops": "decorator",

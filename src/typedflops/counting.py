@@ -44,7 +44,7 @@ from torch.overrides import TorchFunctionMode
 from .cost import OpCost
 from .op_costs import einsum_cost, tensor_bytes
 from .patterns import Reason, einsum_layout, einsum_plan
-from .record import Node, current_node
+from .recording import Node, current_node
 
 __all__ = ["MATMUL_OPS", "counting_mode", "paused"]
 
@@ -133,7 +133,7 @@ def counting_mode() -> contextlib.AbstractContextManager[object]:
     """A context in which torch calls are counted into :func:`current_node` while it is set.
 
     >>> import torch
-    >>> from typedflops.record import record
+    >>> from typedflops.recording import record
     >>> with record() as rec:
     ...     _ = torch.ones(8, 16) @ torch.ones(16, 4)
     >>> rec.total.flops  # 2 * 8 * 16 * 4

@@ -27,7 +27,7 @@ from .cost import Cost
 from .dry_run import dims_for_estimate, meta_arguments, probe_sizes
 from .errors import ContractError, SpecError
 from .expr import parse_expression
-from .record import Node, current_node, recording, spec_symbols
+from .recording import Node, current_node, recording, spec_symbols
 
 __all__ = ["TypedFunction", "call_cost", "current_call", "typed_flops"]
 

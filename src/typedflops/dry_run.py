@@ -18,7 +18,7 @@ from . import config
 from .annotation import ELLIPSIS, AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
 from .cost import Cost
 from .errors import SpecError
-from .record import Node, recording
+from .recording import Node, recording
 
 if TYPE_CHECKING:
     from .contract import Contract

@@ -37,7 +37,7 @@ import torch
 from .cost import OpCost
 from .expr import dim_symbol
 from .patterns import EinsumLayout, TransformLayout, TransformPlan
-from .record import Node
+from .recording import Node
 
 __all__ = [
     "contraction_cost",

@@ -40,7 +40,7 @@ from .patterns import (
     transform_layout,
     transform_plan,
 )
-from .record import current_node
+from .recording import current_node
 
 __all__ = ["Reduction", "einsum", "rearrange", "reduce", "repeat"]
 
@@ -156,7 +156,7 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
     torch.Size([8, 4])
     >>> einsum(torch.eye(3), "i i ->")  # a trace
     tensor(3.)
-    >>> from typedflops.record import record
+    >>> from typedflops.recording import record
     >>> with record() as rec:
     ...     _ = einsum(x, w, "batch d_in, d_in d_out -> batch d_out")
     >>> rec.total.flops  # 2 * 8 * 16 * 4

@@ -387,7 +387,7 @@ def formula_names(formula: str) -> frozenset[str]:
     while position < len(text):
         match = _FORMULA_TOKEN.match(text, position)
         if match is None:
-            raise FormulaError(f"unexpected {text[position:].strip()[:10]!r}")
+            raise FormulaError(f"unexpected {text[position:].strip()[:1]!r}")
         number, name, operator = match.groups()
         if name is not None:
             names.add(name)

@@ -221,6 +221,7 @@ def einsum_hook(ctx: FunctionContext) -> Type:
         return with_dims(ctx.default_return_type, None, ctx.api)
     bindings = Bindings()
     ellipses: list[Dims | None] = []
+    conflicted = False  # then the result's dims are a guess: no return check
     for index, (side, expr, typ) in enumerate(zip(inputs, exprs, types, strict=False)):
         dims = trusted_dims(expr, typ, ctx.api)
         if dims is None:
@@ -233,10 +234,13 @@ def einsum_hook(ctx: FunctionContext) -> Type:
             return with_dims(ctx.default_return_type, None, ctx.api)
         for problem in problems[:1]:
             _report_problem(ctx.api, where, problem, ctx.context)
+            conflicted = True
         ellipses.append(alignment.ellipsis if alignment else None)
     known = [ellipsis for ellipsis in ellipses if ellipsis is not None]
     same = len(known) == len(ellipses) and all(e == known[0] for e in known)
     produced = produce(output, bindings, known[0] if same and known else None, {})
+    if conflicted:
+        return with_dims(ctx.default_return_type, produced, ctx.api)
     return _finish(ctx, "einsum", produced)
 
 
@@ -268,6 +272,7 @@ def transform_hook(op: str) -> Callable[[FunctionContext], Type]:
                 return with_dims(ctx.default_return_type, None, ctx.api)
             for problem in problems[:1]:
                 _report_problem(ctx.api, where, problem, ctx.context)
+                return with_dims(ctx.default_return_type, None, ctx.api)
             ellipsis = alignment.ellipsis if alignment else None
         elif left.has_ellipsis:
             return _finish(ctx, op, None)
@@ -386,6 +391,8 @@ def _carry(
             variadics.setdefault(variadic.name, alignment.ellipsis)
     returned = annotated_dims(signature.ret_type)
     produced = _rename(returned, bindings, variadics) if returned is not None else None
+    if reported:
+        return with_dims(ctx.default_return_type, produced, ctx.api)
     return _finish(ctx, where, produced)
 
 

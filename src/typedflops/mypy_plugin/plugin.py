@@ -8,11 +8,11 @@ from pathlib import Path
 
 from mypy.plugin import (
     AnalyzeTypeContext,
-    ReportConfigContext,
     FunctionContext,
     MethodContext,
     MethodSigContext,
     Plugin,
+    ReportConfigContext,
 )
 from mypy.types import FunctionLike, Type
 
