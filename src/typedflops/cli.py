@@ -133,8 +133,29 @@ def demo(device: str | None = None, plot: str | None = None, quick: bool = False
 def devices_report() -> str:
     """The peak table and what this machine's device is matched to."""
     from . import devices
+    from .device_table import GPU_TABLE
 
-    return devices.report()
+    rates = ["float64", "float32", "tf32", "bfloat16", "float16", "float8"]
+    header = ["device", *rates, "TB/s", "source"]
+    rows = [
+        [record.sku,
+         *("-" if record.tflops.get(rate) is None else f"{record.tflops[rate]:g}"
+           for rate in rates),
+         f"{record.bandwidth_tbs:g}", record.source]
+        for record in GPU_TABLE
+    ]
+    lines = ["Promised dense peaks (TFLOP/s) and memory bandwidth:", _table(header, rows), ""]
+    spec = devices.device_spec()
+    if spec is None:
+        lines.append("this machine's device: unknown (no peak figures)")
+    else:
+        peaks = ", ".join(f"{str(dtype).removeprefix('torch.')} {format_count(value)}FLOP/s"
+                          for dtype, value in spec.peak_flops.items())
+        kind = "an estimate" if spec.estimate else "promised"
+        lines.append(f"this machine's device: {spec.name} ({kind}): {peaks}")
+        if spec.bandwidth:
+            lines.append(f"  bandwidth {format_count(spec.bandwidth)}B/s; source: {spec.source}")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -223,20 +223,22 @@ class TypedFunction(Generic[P, R]):
         if self._flops is not None:
             return self._flops.sympy
         sizes = self._last_sizes
+        probing = sizes is None
         if sizes is None:
             sizes = probe_sizes(self.contract)
         key = tuple(sorted(sizes.items()))
         if key not in self._formula_cache:
             try:
                 cost = self.estimate(**sizes)
-            except (ContractError, SpecError):
-                raise
             except Exception as exc:
+                if not probing:
+                    raise
                 shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+                reason = str(exc).splitlines()[0]
                 raise SpecError(
-                    f"{self.name}(): cannot derive its formula by a dry run at sizes {shown} "
-                    f"({type(exc).__name__}: {exc}); call {self.name}.estimate(...) with sizes "
-                    "the body accepts first, or pass flops= to @typed_flops"
+                    f"{self.name}(): cannot derive its formula by a dry run at probe sizes "
+                    f"{shown} ({type(exc).__name__}: {reason}); call {self.name}.estimate(...) "
+                    "with sizes the body accepts first, or pass flops= to @typed_flops"
                 ) from None
             self._formula_cache[key] = cost.formula
         return self._formula_cache[key]

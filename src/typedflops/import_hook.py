@@ -232,8 +232,9 @@ def instrument_tree(tree: ast.Module) -> ast.Module:
     ...     "    def f(self) -> Float[Tensor, 'n']: ...\\n"
     ...     "def g(x): ...\\n")
     >>> print(ast.unparse(instrument_tree(tree)))
-    from jaxtyping import Float
     from typedflops.import_hook import instrumenting as __typedflops_instrument__
+    from jaxtyping import Float
+    <BLANKLINE>
     class A:
     <BLANKLINE>
         @property

@@ -26,7 +26,15 @@ from .cost import Cost, OpCost, format_count
 if TYPE_CHECKING:
     from .bench import Measurement
 
-__all__ = ["Node", "Recorder", "current_node", "record", "spec_symbols"]
+__all__ = [
+    "Node",
+    "Recorder",
+    "current_node",
+    "log_measured",
+    "paused",
+    "record",
+    "spec_symbols",
+]
 
 _node: ContextVar[Node | None] = ContextVar("typedflops_node", default=None)
 
@@ -222,6 +230,27 @@ def recording(node: Node) -> Iterator[Node]:
             yield node
     finally:
         _node.reset(token)
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Record nothing inside the block (timed runs of ``benchmark`` are not new calls)."""
+    token = _node.set(None)
+    try:
+        yield
+    finally:
+        _node.reset(token)
+
+
+def log_measured(parent: Node, name: str, cost: Cost, measurement: Measurement) -> None:
+    """Add a benchmarked call to ``parent`` as one call, with its cost and measurement."""
+    node = Node(name, parent)
+    node.dims.update(cost.dims)
+    for op in cost.ops:
+        node.add_op(op)
+    node.uncounted.extend(cost.uncounted)
+    node.measurement = measurement
+    parent.absorb(node, {})
 
 
 class Recorder:

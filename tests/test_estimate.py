@@ -1,0 +1,128 @@
+"""Dry runs and formulas: estimate(), formula, record() tables, and their errors."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import sympy
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from typedflops import SpecError, einsum, rearrange, record, typed_flops
+
+
+@typed_flops
+def linear(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
+           ) -> Float[Tensor, "batch d_out"]:
+    return einsum(x, w, "batch d_in, d_in d_out -> batch d_out")
+
+
+@typed_flops(flops="2*batch*d_in*d_out")
+def linear_explicit(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
+                    ) -> Float[Tensor, "batch d_out"]:
+    return x @ w
+
+
+@typed_flops
+def split(x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch 4 d_head"]:
+    return rearrange(x, "batch (heads d_head) -> batch heads d_head", heads=4)
+
+
+@typed_flops
+def scaled(x: Float[Tensor, "n d"], factor: int) -> Float[Tensor, "n d"]:
+    return x * factor
+
+
+@typed_flops
+def embed(ids: Int[Tensor, "batch seq"], table: Float[Tensor, "vocab d"]
+          ) -> Float[Tensor, "batch seq d"]:
+    return table[ids]
+
+
+def test_explicit_formula_is_used_as_given_and_agrees_with_the_count() -> None:
+    batch, d_in, d_out = sympy.symbols("batch d_in d_out")
+    assert linear_explicit.formula == 2 * batch * d_in * d_out
+    assert linear_explicit.formula == linear.formula
+    cost = linear_explicit.estimate(batch=3, d_in=5, d_out=7)
+    assert cost.flops == 2 * 3 * 5 * 7
+
+
+def test_formula_uses_the_sizes_of_the_last_call() -> None:
+    split(torch.ones(2, 8))  # the probe sizes are primes: not divisible by 4 heads
+    assert split.formula == 0  # a rearrange costs nothing, at the last call's sizes
+
+
+def test_formula_at_probe_sizes_that_the_body_cannot_take_asks_for_estimate() -> None:
+    @typed_flops
+    def heads(x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch 4 d_head"]:
+        return rearrange(x, "batch (heads d_head) -> batch heads d_head", heads=4)
+
+    with pytest.raises(SpecError, match=r"call heads.estimate\(\.\.\.\) with sizes"):
+        heads.formula  # noqa: B018
+    heads.estimate(batch=2, d=8)
+    assert heads.formula == 0
+
+
+def test_missing_and_unknown_dims_are_named() -> None:
+    with pytest.raises(SpecError, match="missing size for d_out; pass d_out=..."):
+        linear.estimate(batch=2, d_in=3)
+    with pytest.raises(SpecError, match="unknown dim batchh; its dims are batch, d_in, d_out"):
+        linear.estimate(batchh=2, batch=2, d_in=3, d_out=4)
+    with pytest.raises(SpecError, match="grad names v, which is not a tensor parameter"):
+        linear.estimate(batch=2, d_in=3, d_out=4, grad=("v",))
+
+
+def test_non_tensor_arguments_are_passed_through_or_required() -> None:
+    cost = scaled.estimate(n=3, d=4, factor=2)
+    assert cost.flops == 12
+    with pytest.raises(SpecError, match="cannot build argument 'factor'"):
+        scaled.estimate(n=3, d=4)
+
+
+def test_integer_inputs_get_an_integer_dtype() -> None:
+    cost = embed.estimate(batch=2, seq=3, vocab=11, d=4)
+    assert cost.flops == 0
+
+
+def test_estimate_allocates_nothing_at_gpu_sizes_and_is_fast() -> None:
+    start = time.perf_counter()
+    cost = linear.estimate(batch=16384, d_in=32768, d_out=8192, dtype=torch.bfloat16)
+    assert time.perf_counter() - start < 5.0  # generous: the machine is shared
+    assert cost.flops == 2 * 16384 * 32768 * 8192
+    assert cost.bytes_read == 2 * (16384 * 32768 + 32768 * 8192)
+    assert cost.bytes_written == 2 * 16384 * 8192
+
+
+def test_bytes_follow_the_dtype() -> None:
+    f32 = linear.estimate(batch=4, d_in=8, d_out=2)
+    f16 = linear.estimate(batch=4, d_in=8, d_out=2, dtype=torch.float16)
+    assert f32.bytes == 2 * f16.bytes
+    assert f32.intensity == pytest.approx(f32.flops / f32.bytes)
+
+
+def test_record_table_and_json_list_nested_calls() -> None:
+    x, w = torch.randn(4, 8), torch.randn(8, 2)
+    with record() as rec:
+        linear(x, w)
+        linear_explicit(x, w)
+    table = rec.table()
+    lines = table.splitlines()
+    assert lines[0].split() == ["function", "dims", "formula", "FLOPs", "bytes", "FLOP/B"]
+    assert "2*batch*d_in*d_out" in lines[2] and lines[2].startswith("linear ")
+    assert lines[-1].startswith("total")
+    data = json.loads(rec.to_json())
+    assert [call["function"] for call in data["calls"]] == ["linear", "linear_explicit"]
+    assert data["total"]["flops"] == 2 * (2 * 4 * 8 * 2)
+    assert data["calls"][0]["dims"] == {"batch": 4, "d_in": 8, "d_out": 2}
+
+
+def test_untracked_arithmetic_is_listed_not_silently_zero() -> None:
+    @typed_flops
+    def odd(x: Float[Tensor, "n"]) -> Float[Tensor, "n"]:
+        return torch.special.erfcx(x)
+
+    cost = odd.estimate(n=5)
+    assert "erfcx" in " ".join(cost.uncounted)
