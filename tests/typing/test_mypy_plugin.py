@@ -17,6 +17,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def fixture_files() -> list[Path]:
+    """The fixture modules (conftest.py there only keeps pytest from importing them)."""
+    return sorted(path for path in FIXTURES.glob("*.py") if path.name != "conftest.py")
 EXPECTATION = re.compile(r"#\s*E:\s*(?P<code>[\w-]+)(?:\s+(?P<fragment>.*?))?\s*$")
 DIAGNOSTIC = re.compile(
     r"^(?P<path>[^:]+):(?P<line>\d+): error: (?P<message>.*)  \[(?P<code>[\w-]+)\]$"
@@ -49,7 +54,7 @@ def run_mypy(cache_dir: Path, *paths: Path) -> MypyRun:
 def expected_diagnostics() -> dict[tuple[str, int], tuple[str, str]]:
     """(fixture name, line) -> (code, message fragment) from the ``# E:`` marks."""
     expected: dict[tuple[str, int], tuple[str, str]] = {}
-    for path in sorted(FIXTURES.glob("*.py")):
+    for path in fixture_files():
         for number, text in enumerate(path.read_text().splitlines(), start=1):
             match = EXPECTATION.search(text)
             if match:
@@ -72,7 +77,7 @@ def reported_diagnostics(run: MypyRun) -> dict[tuple[str, int], list[tuple[str, 
 def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> MypyRun:
     """mypy over every fixture file, once (a cold run on torch code takes ~15 s)."""
     cache_dir = tmp_path_factory.mktemp("mypy") / "cache"
-    return run_mypy(cache_dir, *sorted(FIXTURES.glob("*.py")))
+    return run_mypy(cache_dir, *fixture_files())
 
 
 def test_every_planted_error_is_reported_and_nothing_else(fixture_run: MypyRun) -> None:

@@ -1,0 +1,300 @@
+"""The typedflops pytest plugin (entry point ``pytest11``; does nothing unless asked).
+
+``pytest --typedflops=mypkg,other``
+    installs :func:`typedflops.import_hook.install_import_hook` for the named packages
+    before conftest files and tests are imported, so every jaxtyping-annotated function in
+    them is checked during the run. The option can be repeated.
+``pytest --typedflops-report``
+    prints, at the end of the session, one row per ``@typed_flops`` function that ran
+    (with checks on): calls, the dims it was called with, its FLOP formula, and its total
+    FLOPs over those calls (a caller's FLOPs include its nested decorated calls).
+
+With either option a test that fails with a :class:`~typedflops.errors.ContractError`
+is reported compactly: the test's line, the line that made the bad call, and the error's
+own message (its reason and the bindings), without the frames inside typedflops. Pass
+``--tb=long`` or ``--full-trace`` to see the full traceback.
+
+Importing this module imports neither torch nor the rest of typedflops: a pytest run that
+does not use the options pays nothing.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .contract import CallState
+    from .decorator import TypedFunction
+    from .import_hook import ImportHook
+
+__all__ = [
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_load_initial_conftests",
+    "pytest_runtest_makereport",
+    "pytest_terminal_summary",
+    "pytest_unconfigure",
+]
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_MAX_DIMS_SHOWN = 3
+
+Size = int | tuple[int, ...]
+Binding = tuple[tuple[str, Size], ...]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("typedflops", "typedflops: shape contracts and FLOP counts")
+    group.addoption(
+        "--typedflops",
+        action="append",
+        default=[],
+        metavar="PKG[,PKG...]",
+        help="check every jaxtyping-annotated function of these packages with @typed_flops "
+        "(an import hook installed before tests are imported; repeatable)",
+    )
+    group.addoption(
+        "--typedflops-report",
+        action="store_true",
+        default=False,
+        help="print a table of every @typed_flops function that ran: calls, dims seen, "
+        "formula, total FLOPs",
+    )
+
+
+def packages_from_option(values: Sequence[str]) -> list[str]:
+    """``["a,b", "c", "a"]`` -> ``["a", "b", "c"]``: split on commas, drop repeats.
+
+    >>> packages_from_option(["mypkg, other", "mypkg"])
+    ['mypkg', 'other']
+    """
+    found: list[str] = []
+    for value in values:
+        for name in value.split(","):
+            name = name.strip()
+            if name and name not in found:
+                found.append(name)
+    return found
+
+
+_hook_key = pytest.StashKey["ImportHook"]()
+_tally_key = pytest.StashKey["CallTally"]()
+_active_key = pytest.StashKey[bool]()
+
+
+def _install_hook(config: pytest.Config, values: Sequence[str]) -> None:
+    packages = packages_from_option(values)
+    if packages and _hook_key not in config.stash:
+        from .import_hook import install_import_hook
+
+        config.stash[_hook_key] = install_import_hook(*packages)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # Before conftest files are imported: a conftest that imports the package must
+    # already get the checked version.
+    _install_hook(early_config, getattr(early_config.known_args_namespace, "typedflops", []))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    values: list[str] = config.getoption("typedflops")
+    report: bool = config.getoption("typedflops_report")
+    config.stash[_active_key] = bool(packages_from_option(values)) or report
+    _install_hook(config, values)  # when the plugin was registered after that hook ran
+    if report:
+        tally = CallTally()
+        tally.start()
+        config.stash[_tally_key] = tally
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    hook = config.stash.get(_hook_key, None)
+    if hook is not None:
+        hook.uninstall()
+        del config.stash[_hook_key]
+    tally = config.stash.get(_tally_key, None)
+    if tally is not None:
+        tally.stop()
+        del config.stash[_tally_key]
+
+
+# -- compact contract errors ------------------------------------------------------------
+
+
+def _inside_typedflops(entry: pytest.TracebackEntry) -> bool:
+    return Path(entry.path).resolve().is_relative_to(_PACKAGE_DIR)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[None]:
+    report: pytest.TestReport = yield
+    excinfo = call.excinfo
+    if (
+        excinfo is None
+        or not report.failed
+        or call.when != "call"
+        or not item.config.stash.get(_active_key, False)
+        or item.config.getoption("tbstyle") not in ("auto", "short")
+        or item.config.getoption("fulltrace")
+    ):
+        return report  # type: ignore[return-value]
+    from .errors import ContractError
+
+    if isinstance(excinfo.value, ContractError):
+        traceback = excinfo.traceback.cut(path=item.path).filter(excinfo)
+        excinfo.traceback = traceback.filter(lambda entry: not _inside_typedflops(entry))
+        report.longrepr = excinfo.getrepr(style="short", chain=False, funcargs=False)
+    return report  # type: ignore[return-value]
+
+
+# -- the report -------------------------------------------------------------------------
+
+
+class _Entry:
+    """What the tally knows of one function: its calls, per binding of its dims."""
+
+    __slots__ = ("bound_to", "calls", "function", "name")
+
+    def __init__(self, function: TypedFunction[..., Any]) -> None:
+        self.function = function
+        self.name = function.name
+        self.calls: dict[Binding, int] = {}
+        # A method's object (a module's own sizes and weights are part of its cost).
+        self.bound_to: Callable[[], Any] | None = None
+
+
+class CallTally:
+    """Counts the checked calls of every ``@typed_flops`` function and the dims they bound.
+
+    Cheap per call (a dict update): costs are estimated once per distinct binding, when
+    the report is written. Calls on ``meta`` tensors (dry runs, ``estimate``) are not
+    counted. It observes calls by wrapping ``TypedFunction._check_arguments`` while
+    started; only argument-bound dims are seen (a dim bound by the return value alone is
+    not).
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[int, _Entry] = {}
+        self._original: Callable[..., CallState] | None = None
+
+    def start(self) -> None:
+        """Begin observing calls."""
+        from .decorator import TypedFunction
+
+        original: Callable[..., CallState] = TypedFunction._check_arguments
+        tally = self
+
+        def observed(
+            function: TypedFunction[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+        ) -> CallState:
+            state = original(function, args, kwargs)
+            tally.observe(function, args, state)
+            return state
+
+        self._original = original
+        TypedFunction._check_arguments = observed  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        """Stop observing calls (what was counted stays)."""
+        if self._original is not None:
+            from .decorator import TypedFunction
+
+            TypedFunction._check_arguments = self._original  # type: ignore[method-assign]
+            self._original = None
+
+    def observe(
+        self, function: TypedFunction[..., Any], args: tuple[Any, ...], state: CallState
+    ) -> None:
+        """Count one call whose arguments passed the check, with the dims they bound."""
+        device = state.device
+        if device is not None and device.type == "meta":
+            return
+        entry = self.entries.get(id(function))
+        if entry is None:
+            entry = self.entries[id(function)] = _Entry(function)
+        binding = tuple(state.sizes.items())
+        entry.calls[binding] = entry.calls.get(binding, 0) + 1
+        if args and function.contract.takes_self:
+            try:
+                entry.bound_to = weakref.ref(args[0])
+            except TypeError:  # an object without weak references: not kept alive
+                entry.bound_to = None
+
+    def rows(self) -> list[list[str]]:
+        """One row per function, in the order they first ran."""
+        self.stop()  # the dry runs below call decorated functions themselves
+        names = [entry.name for entry in self.entries.values()]
+        rows = []
+        for entry in self.entries.values():
+            name = entry.name
+            if names.count(name) > 1:
+                name = f"{entry.function.__module__}.{name}"
+            formula, total = _costs(entry)
+            rows.append([name, str(sum(entry.calls.values())), _dims_seen(entry.calls),
+                         formula, total])
+        return rows
+
+    def table(self) -> list[str]:
+        """The report as lines of text."""
+        rows = self.rows()
+        if not rows:
+            return ["no @typed_flops function ran with checks on"]
+        header = ["function", "calls", "dims seen", "formula", "FLOPs"]
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        right = {1, 4}
+        lines = []
+        for row in [header, *rows]:
+            cells = [c.rjust(w) if i in right else c.ljust(w)
+                     for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+            lines.append("  ".join(cells).rstrip())
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return lines
+
+
+def _size_text(size: Size) -> str:
+    if isinstance(size, int):
+        return str(size)
+    return "(" + ", ".join(map(str, size)) + ("," if len(size) == 1 else "") + ")"
+
+
+def _dims_seen(calls: Mapping[Binding, int]) -> str:
+    shown = [", ".join(f"{n}={_size_text(s)}" for n, s in b) or "-" for b in calls]
+    if len(shown) > _MAX_DIMS_SHOWN:
+        more = len(shown) - _MAX_DIMS_SHOWN
+        shown = [*shown[:_MAX_DIMS_SHOWN], f"+{more} more"]
+    return "; ".join(shown)
+
+
+def _costs(entry: _Entry) -> tuple[str, str]:
+    """The formula (at the last binding) and the total FLOPs of an entry, or ``?``."""
+    from .cost import format_count
+
+    bound = entry.bound_to() if entry.bound_to is not None else None
+    args = (bound,) if bound is not None else ()
+    total = 0
+    formula = "?"
+    for binding, count in entry.calls.items():
+        try:
+            cost = entry.function.estimate(*args, **dict(binding))
+        except Exception:  # a body that cannot dry-run at these sizes: say so, not 0
+            return formula, "?"
+        total += count * cost.flops
+        formula = str(cost.formula)
+    return formula, format_count(total)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    tally = config.stash.get(_tally_key, None)
+    if tally is None:
+        return
+    terminalreporter.write_sep("=", "typedflops report")
+    for line in tally.table():
+        terminalreporter.write_line(line)
