@@ -168,3 +168,22 @@ def test_symbolic_formula_of_a_matmul_in_a_decorated_function() -> None:
     expected = 2 * batch * d_in * d_hidden + batch * d_hidden + 2 * batch * d_hidden * d_out
     assert sympy.expand(cost.formula - expected) == 0
     assert cost.flops == 2 * B * D * D + B * D + 2 * B * D * K
+
+
+@pytest.mark.parametrize("grad_x", [False, True])
+def test_conv2d_agrees_with_flop_counter(grad_x: bool) -> None:
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 8, 3, padding=1)
+    x = torch.randn(2, 3, 16, 16, requires_grad=grad_x)
+    cost = _recorded(lambda: conv(x), backward=True)
+    [op] = [op for op in cost.ops if op.op == "conv2d"]
+    assert op.flops == _oracle(lambda: conv(x), backward=False)
+    assert op.flops + op.backward_flops == _oracle(lambda: conv(x), backward=True)
+
+
+def test_dropout_in_eval_mode_costs_nothing() -> None:
+    x = torch.randn(4, 4)
+    dropout = nn.Dropout()
+    assert _recorded(lambda: dropout(x)).flops == 16
+    dropout.eval()
+    assert _recorded(lambda: dropout(x)).flops == 0

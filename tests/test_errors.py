@@ -101,13 +101,13 @@ def test_one_exception_no_chain(linear: Linear) -> None:
 
 def test_return_error_is_one_exception(linear: Linear) -> None:
     @typed_flops
-    def wrong(x: Float[Tensor, "n"]) -> Float[Tensor, "n"]:
+    def wrong(x: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
         return torch.ones(4)
 
     error = _raised(wrong, torch.ones(3))
     assert error.__cause__ is None and error.__context__ is None
     assert str(error).splitlines()[0] == (
-        "wrong(): the return value has shape (4,) but its annotation \"n\" needs n=3"
+        'wrong(): the return value has shape (4,) but its annotation "n" needs n=3'
     )
     assert error.argument == "return"
     assert (error.dim, error.expected, error.actual) == ("n", 3, 4)
@@ -140,7 +140,10 @@ def test_rank_message_has_no_bound_line_when_nothing_is_bound() -> None:
 
     error = _raised(f, torch.ones(3))
     assert type(error) is ShapeError
-    assert str(error) == "f(): argument 'x' has shape (3,) but its annotation \"n m\" needs 2 dimensions"
+    assert (
+        str(error)
+        == "f(): argument 'x' has shape (3,) but its annotation \"n m\" needs 2 dimensions"
+    )
     assert (error.expected, error.actual, error.dim) == (2, 1, None)
 
 
@@ -165,8 +168,7 @@ def test_variadic_message() -> None:
     error = _raised(f, torch.ones(2, 3, 4), torch.ones(3, 3, 4))
     lines = str(error).splitlines()
     assert lines[0] == (
-        "f(): argument 'y' has shape (3, 3, 4) but its annotation \"*batch d\" "
-        "needs *batch=(2, 3)"
+        "f(): argument 'y' has shape (3, 3, 4) but its annotation \"*batch d\" needs *batch=(2, 3)"
     )
     assert lines[1] == "  batch=(2, 3) was bound by argument 'x' (shape (2, 3, 4), axis 0)"
     assert (error.dim, error.expected, error.actual) == ("batch", (2, 3), (3, 3))
@@ -174,12 +176,12 @@ def test_variadic_message() -> None:
 
 def test_symbolic_message() -> None:
     @typed_flops
-    def f(x: Float[Tensor, "h dh"]) -> Float[Tensor, "h*dh"]:
+    def f(x: Float[Tensor, "h dh"]) -> Float[Tensor, " h*dh"]:
         return torch.ones(5)
 
     error = _raised(f, torch.ones(2, 3))
     assert str(error).splitlines() == [
-        "f(): the return value has shape (5,) but its annotation \"h*dh\" needs h*dh=6 at axis 0",
+        'f(): the return value has shape (5,) but its annotation "h*dh" needs h*dh=6 at axis 0',
         "  dh=3 was bound by argument 'x' (shape (2, 3), axis 1)",
         "  h=2 was bound by argument 'x' (shape (2, 3), axis 0)",
         "  bound so far: h=2, dh=3",
@@ -189,7 +191,7 @@ def test_symbolic_message() -> None:
 
 def test_dtype_message() -> None:
     @typed_flops
-    def f(x: Int[Tensor, "n"]) -> None:
+    def f(x: Int[Tensor, " n"]) -> None:
         pass
 
     error = _raised(f, torch.ones(3))
@@ -204,7 +206,7 @@ def test_dtype_message() -> None:
 
 def test_long_dtype_lists_are_cut() -> None:
     @typed_flops
-    def f(x: Float[Tensor, "n"]) -> None:
+    def f(x: Float[Tensor, " n"]) -> None:
         pass
 
     message = str(_raised(f, torch.ones(3, dtype=torch.int64)))
@@ -214,7 +216,7 @@ def test_long_dtype_lists_are_cut() -> None:
 
 def test_device_message() -> None:
     @typed_flops
-    def f(x: Float[Tensor, "n"], y: Float[Tensor, "n"]) -> None:
+    def f(x: Float[Tensor, " n"], y: Float[Tensor, " n"]) -> None:
         pass
 
     error = _raised(f, torch.ones(3), torch.ones(3, device="meta"))
@@ -228,7 +230,7 @@ def test_device_message() -> None:
 
 def test_non_tensor_for_a_tensor() -> None:
     @typed_flops
-    def f(x: Float[Tensor, "n"]) -> None:
+    def f(x: Float[Tensor, " n"]) -> None:
         pass
 
     error = _raised(f, [1.0, 2.0])
@@ -240,7 +242,7 @@ def test_non_tensor_for_a_tensor() -> None:
 
 def test_non_tensor_hint_carries_beartypes_reason() -> None:
     @typed_flops
-    def f(x: Float[Tensor, "n"], k: int) -> None:
+    def f(x: Float[Tensor, " n"], k: int) -> None:
         pass
 
     error = _raised(f, torch.ones(3), "four")
@@ -299,11 +301,11 @@ def test_unbound_symbolic_name_at_decoration() -> None:
     with pytest.raises(SpecError) as info:
 
         @typed_flops
-        def f(x: Float[Tensor, "n"]) -> Float[Tensor, "m+1"]:
+        def f(x: Float[Tensor, " n"]) -> Float[Tensor, " m+1"]:
             return x
 
     assert str(info.value) == (
-        "f(): return annotation \"m+1\" uses m in \"m+1\" but no parameter's annotation binds it"
+        'f(): return annotation "m+1" uses m in "m+1" but no parameter\'s annotation binds it'
     )
 
 
@@ -324,5 +326,5 @@ def test_bad_flops_formula_at_decoration(formula: str, fragment: str) -> None:
     with pytest.raises(SpecError, match=re.escape(fragment)):
 
         @typed_flops(flops=formula)
-        def f(x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch"]:
+        def f(x: Float[Tensor, "batch d"]) -> Float[Tensor, " batch"]:
             return x.sum(-1)

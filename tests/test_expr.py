@@ -33,8 +33,9 @@ batch, d_in, d_out, n = sympy.symbols("batch d_in d_out n")
         ("7", sympy.Integer(7), {}, 7),
     ],
 )
-def test_parse_and_evaluate(text: str, formula: sympy.Expr, sizes: dict[str, int],
-                            value: int) -> None:
+def test_parse_and_evaluate(
+    text: str, formula: sympy.Expr, sizes: dict[str, int], value: int
+) -> None:
     expression = parse_expression(text)
     assert expression.text == text
     assert sympy.simplify(expression.sympy - formula) == 0

@@ -385,3 +385,22 @@ def test_symbolic_formulas_in_decorated_functions() -> None:
         + batch * seq * d_model
     )
     assert sympy.expand(cost.formula - expected) == 0
+
+
+def test_repeat_of_new_axes_is_a_broadcast_view() -> None:
+    # einops returns an expand() view when no reshape is needed: recorded as a view.
+    x = torch.ones(3, 4)
+    with record() as rec:
+        y = repeat(x, "h w -> h w c", c=5)
+    assert y.stride() == einops.repeat(x, "h w -> h w c", c=5).stride()
+    assert rec.total.ops[0].view is True and rec.total.bytes == 0
+
+
+def test_compiled_fullgraph_runs_valid_calls() -> None:
+    def body(x: Tensor, w: Tensor) -> Tensor:
+        h = einsum(x, w, "b i, i o -> b o")
+        return reduce(rearrange(h, "b (g d) -> b g d", g=2), "b g d -> b", "sum")
+
+    x, w = torch.randn(8, 16), torch.randn(16, 4)
+    compiled = torch.compile(body, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x, w), body(x, w))

@@ -64,8 +64,12 @@ F = Float[Tensor, "n"]
 CASES: list[Case] = [
     # named dims
     Case("named-ok", (Float[Tensor, "n m"], Float[Tensor, "m k"]), (t(2, 3), t(3, 4))),
-    Case("named-mismatch", (Float[Tensor, "n m"], Float[Tensor, "m k"]), (t(2, 3), t(4, 4)),
-         expect_pass=False),
+    Case(
+        "named-mismatch",
+        (Float[Tensor, "n m"], Float[Tensor, "m k"]),
+        (t(2, 3), t(4, 4)),
+        expect_pass=False,
+    ),
     Case("rank-low", (Float[Tensor, "n m"],), (t(2),), expect_pass=False),
     Case("rank-high", (Float[Tensor, "n"],), (t(2, 3),), expect_pass=False),
     Case("square-ok", (Float[Tensor, "n n"],), (t(3, 3),)),
@@ -79,61 +83,123 @@ CASES: list[Case] = [
     Case("named-fixed-bad", (Float[Tensor, "rows=3 n"],), (t(2, 5),), expect_pass=False),
     # anonymous dims
     Case("anon-ok", (Float[Tensor, "_ n"], Float[Tensor, "_ n"]), (t(2, 3), t(4, 3))),
-    Case("anon-bad", (Float[Tensor, "_ n"], Float[Tensor, "_ n"]), (t(2, 3), t(2, 4)),
-         expect_pass=False),
+    Case(
+        "anon-bad",
+        (Float[Tensor, "_ n"], Float[Tensor, "_ n"]),
+        (t(2, 3), t(2, 4)),
+        expect_pass=False,
+    ),
     Case("anon-named-ok", (Float[Tensor, "_a n"], Float[Tensor, "_a n"]), (t(2, 3), t(4, 3))),
     # broadcastable dims
     Case("bcast-one-first", (Float[Tensor, "#n"], Float[Tensor, "n"]), (t(1), t(5))),
     Case("bcast-one-second", (Float[Tensor, "n"], Float[Tensor, "#n"]), (t(5), t(1))),
-    Case("bcast-bad", (Float[Tensor, "#n"], Float[Tensor, "n"]), (t(2), t(5)),
-         expect_pass=False),
+    Case("bcast-bad", (Float[Tensor, "#n"], Float[Tensor, "n"]), (t(2), t(5)), expect_pass=False),
     Case("bcast-fixed-one", (Float[Tensor, "#3"],), (t(1),)),
     Case("bcast-fixed-bad", (Float[Tensor, "#3"],), (t(2),), expect_pass=False),
     # named variadic
     Case("var-ok", (Float[Tensor, "*b n"], Float[Tensor, "*b n"]), (t(2, 3, 4), t(2, 3, 4))),
     Case("var-empty", (Float[Tensor, "*b n"], Float[Tensor, "*b n"]), (t(4), t(4))),
-    Case("var-bad", (Float[Tensor, "*b n"], Float[Tensor, "*b n"]), (t(2, 3, 4), t(3, 3, 4)),
-         expect_pass=False),
-    Case("var-len-bad", (Float[Tensor, "*b n"], Float[Tensor, "*b n"]), (t(2, 4), t(4)),
-         expect_pass=False),
+    Case(
+        "var-bad",
+        (Float[Tensor, "*b n"], Float[Tensor, "*b n"]),
+        (t(2, 3, 4), t(3, 3, 4)),
+        expect_pass=False,
+    ),
+    Case(
+        "var-len-bad",
+        (Float[Tensor, "*b n"], Float[Tensor, "*b n"]),
+        (t(2, 4), t(4)),
+        expect_pass=False,
+    ),
     Case("var-too-few", (Float[Tensor, "*b n m"],), (t(4),), expect_pass=False),
     Case("var-middle", (Float[Tensor, "n *b m"], Float[Tensor, "*b"]), (t(1, 2, 3, 4), t(2, 3))),
-    Case("var-suffix-bad", (Float[Tensor, "*b n"], Float[Tensor, "n"]), (t(2, 4), t(5)),
-         expect_pass=False),
+    Case(
+        "var-suffix-bad",
+        (Float[Tensor, "*b n"], Float[Tensor, "n"]),
+        (t(2, 4), t(5)),
+        expect_pass=False,
+    ),
     # broadcastable variadic, in every order of broadcastable and plain
-    Case("bvar-plain-then-b", (Float[Tensor, "*b n"], Float[Tensor, "#*b n"]),
-         (t(2, 3, 4), t(1, 3, 4))),
-    Case("bvar-b-then-plain", (Float[Tensor, "#*b n"], Float[Tensor, "*b n"]),
-         (t(1, 3, 4), t(2, 3, 4))),
-    Case("bvar-b-then-b", (Float[Tensor, "#*b n"], Float[Tensor, "#*b n"]),
-         (t(1, 3, 4), t(2, 1, 4))),
-    Case("bvar-plain-one-then-b", (Float[Tensor, "*b n"], Float[Tensor, "#*b n"]),
-         (t(1, 3, 4), t(2, 3, 4)), expect_pass=False),
-    Case("bvar-incompatible", (Float[Tensor, "#*b n"], Float[Tensor, "#*b n"]),
-         (t(2, 3, 4), t(5, 3, 4)), expect_pass=False),
-    Case("bvar-b-then-plain-smaller", (Float[Tensor, "#*b n"], Float[Tensor, "*b n"]),
-         (t(2, 3, 4), t(1, 3, 4)), expect_pass=False),
+    Case(
+        "bvar-plain-then-b",
+        (Float[Tensor, "*b n"], Float[Tensor, "#*b n"]),
+        (t(2, 3, 4), t(1, 3, 4)),
+    ),
+    Case(
+        "bvar-b-then-plain",
+        (Float[Tensor, "#*b n"], Float[Tensor, "*b n"]),
+        (t(1, 3, 4), t(2, 3, 4)),
+    ),
+    Case(
+        "bvar-b-then-b", (Float[Tensor, "#*b n"], Float[Tensor, "#*b n"]), (t(1, 3, 4), t(2, 1, 4))
+    ),
+    Case(
+        "bvar-plain-one-then-b",
+        (Float[Tensor, "*b n"], Float[Tensor, "#*b n"]),
+        (t(1, 3, 4), t(2, 3, 4)),
+        expect_pass=False,
+    ),
+    Case(
+        "bvar-incompatible",
+        (Float[Tensor, "#*b n"], Float[Tensor, "#*b n"]),
+        (t(2, 3, 4), t(5, 3, 4)),
+        expect_pass=False,
+    ),
+    Case(
+        "bvar-b-then-plain-smaller",
+        (Float[Tensor, "#*b n"], Float[Tensor, "*b n"]),
+        (t(2, 3, 4), t(1, 3, 4)),
+        expect_pass=False,
+    ),
     # anonymous variadic
     Case("ellipsis-ok", (Float[Tensor, "... n"], Float[Tensor, "... n"]), (t(2, 3), t(5, 6, 3))),
-    Case("ellipsis-bad", (Float[Tensor, "... n"], Float[Tensor, "... n"]), (t(2, 3), t(2, 4)),
-         expect_pass=False),
+    Case(
+        "ellipsis-bad",
+        (Float[Tensor, "... n"], Float[Tensor, "... n"]),
+        (t(2, 3), t(2, 4)),
+        expect_pass=False,
+    ),
     Case("ellipsis-only", (Float[Tensor, "..."],), (t(2, 3, 4, 5),)),
     # return values and symbolic dims
-    Case("return-ok", (Float[Tensor, "b i"], Float[Tensor, "i o"]), (t(2, 3), t(3, 4)),
-         returns=Float[Tensor, "b o"], result=(2, 4)),
-    Case("return-bad", (Float[Tensor, "b i"], Float[Tensor, "i o"]), (t(2, 3), t(3, 4)),
-         returns=Float[Tensor, "b o"], result=(2, 3), expect_pass=False),
+    Case(
+        "return-ok",
+        (Float[Tensor, "b i"], Float[Tensor, "i o"]),
+        (t(2, 3), t(3, 4)),
+        returns=Float[Tensor, "b o"],
+        result=(2, 4),
+    ),
+    Case(
+        "return-bad",
+        (Float[Tensor, "b i"], Float[Tensor, "i o"]),
+        (t(2, 3), t(3, 4)),
+        returns=Float[Tensor, "b o"],
+        result=(2, 3),
+        expect_pass=False,
+    ),
     Case("return-not-tensor", (F,), (t(3),), returns=F, result=3, expect_pass=False),
     Case("sym-plus-ok", (F,), (t(3),), returns=Float[Tensor, "n+1"], result=(4,)),
-    Case("sym-plus-bad", (F,), (t(3),), returns=Float[Tensor, "n+1"], result=(3,),
-         expect_pass=False),
-    Case("sym-product-ok", (Float[Tensor, "h dh"],), (t(2, 3),), returns=Float[Tensor, "h*dh"],
-         result=(6,)),
-    Case("sym-product-bad", (Float[Tensor, "h dh"],), (t(2, 3),),
-         returns=Float[Tensor, "h*dh"], result=(5,), expect_pass=False),
+    Case(
+        "sym-plus-bad", (F,), (t(3),), returns=Float[Tensor, "n+1"], result=(3,), expect_pass=False
+    ),
+    Case(
+        "sym-product-ok",
+        (Float[Tensor, "h dh"],),
+        (t(2, 3),),
+        returns=Float[Tensor, "h*dh"],
+        result=(6,),
+    ),
+    Case(
+        "sym-product-bad",
+        (Float[Tensor, "h dh"],),
+        (t(2, 3),),
+        returns=Float[Tensor, "h*dh"],
+        result=(5,),
+        expect_pass=False,
+    ),
     Case("sym-floordiv-ok", (F,), (t(7),), returns=Float[Tensor, "n//2"], result=(3,)),
-    Case("sym-minus-bad", (F,), (t(7),), returns=Float[Tensor, "n-1"], result=(7,),
-         expect_pass=False),
+    Case(
+        "sym-minus-bad", (F,), (t(7),), returns=Float[Tensor, "n-1"], result=(7,), expect_pass=False
+    ),
     Case("sym-argument-ok", (F, Float[Tensor, "2*n"]), (t(3), t(6))),
     Case("sym-argument-bad", (F, Float[Tensor, "2*n"]), (t(3), t(5)), expect_pass=False),
     # dtype classes
@@ -160,10 +226,17 @@ CASES: list[Case] = [
     Case("real-bool", (Real[Tensor, "n"],), (t(3, dtype=torch.bool),), expect_pass=False),
     Case("num-complex", (Num[Tensor, "n"],), (t(3, dtype=torch.complex64),)),
     Case("complex64-f32", (Complex64[Tensor, "n"],), (t(3),), expect_pass=False),
-    Case("dtype-return-bad", (F,), (t(3),), returns=Int[Tensor, "n"], result=(3,),
-         expect_pass=False),
-    Case("dtype-return-ok", (F,), (t(3),), returns=Int[Tensor, "n"], result=(3,),
-         result_dtype=torch.int64),
+    Case(
+        "dtype-return-bad", (F,), (t(3),), returns=Int[Tensor, "n"], result=(3,), expect_pass=False
+    ),
+    Case(
+        "dtype-return-ok",
+        (F,),
+        (t(3),),
+        returns=Int[Tensor, "n"],
+        result=(3,),
+        result_dtype=torch.int64,
+    ),
     # not a tensor, optional tensors, non-tensor hints
     Case("list-for-tensor", (F,), ([1.0, 2.0],), expect_pass=False),
     Case("optional-none", (F, F | None), (t(3), None)),
@@ -180,10 +253,13 @@ CASES: list[Case] = [
     Case("dict-str-int-ok", (dict[str, int],), ({"a": 1},)),
     # a single-element container of tensors (the oracle samples one element)
     Case("list-tensor-ok", (list[Float[Tensor, "n d"]], F), ([t(2, 3)], t(2))),
-    Case("list-tensor-bad", (list[Float[Tensor, "n d"]], F), ([t(2, 3)], t(3)),
-         expect_pass=False),
-    Case("tuple-tensor-bad", (tuple[Float[Tensor, "n"], Int[Tensor, "n"]],),
-         ((t(3), t(3)),), expect_pass=False),
+    Case("list-tensor-bad", (list[Float[Tensor, "n d"]], F), ([t(2, 3)], t(3)), expect_pass=False),
+    Case(
+        "tuple-tensor-bad",
+        (tuple[Float[Tensor, " n"], Int[Tensor, " n"]],),
+        ((t(3), t(3)),),
+        expect_pass=False,
+    ),
 ]
 
 

@@ -28,7 +28,7 @@ from jaxtyping._array_types import (  # parsed-annotation classes; stable since 
 from .errors import SpecError
 from .expr import Expression, dim_symbol, parse_expression
 
-__all__ = ["Axis", "AxisKind", "TensorSpec", "ELLIPSIS", "is_tensor_annotation", "tensor_spec"]
+__all__ = ["ELLIPSIS", "Axis", "AxisKind", "TensorSpec", "is_tensor_annotation", "tensor_spec"]
 
 #: The symbol that an anonymous ``...`` stands for in formulas.
 ELLIPSIS = "ellipsis"
@@ -158,9 +158,7 @@ def _axis(item: Any, dim_str: str) -> Axis:
         return Axis(AxisKind.VARIADIC, name=item.name, broadcastable=item.broadcastable)
     if isinstance(item, _SymbolicDim):
         expression = parse_expression(str(item.elem), origin=f'symbolic axis in "{dim_str}":')
-        return Axis(
-            AxisKind.SYMBOLIC, expression=expression, broadcastable=item.broadcastable
-        )
+        return Axis(AxisKind.SYMBOLIC, expression=expression, broadcastable=item.broadcastable)
     raise SpecError(f'annotation "{dim_str}": unsupported axis {item!r}')
 
 
@@ -169,7 +167,7 @@ def is_tensor_annotation(hint: Any) -> bool:
     return isinstance(hint, type) and issubclass(hint, jaxtyping.AbstractArray)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tensor_spec(hint: Any) -> TensorSpec:
     """Parse a jaxtyping annotation once (cached) into a :class:`TensorSpec`.
 

@@ -20,8 +20,8 @@ from beartype.door import die_if_unbearable, is_bearable
 from beartype.roar import BeartypeDoorHintViolation
 
 from .annotation import AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
-from .expr import Expression
 from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
+from .expr import Expression
 
 __all__ = ["CallState", "Contract", "compile_contract", "display_name"]
 
@@ -36,7 +36,13 @@ class CallState:
     """
 
     __slots__ = (
-        "broadcast_variadic", "device", "device_where", "function", "origins", "pending", "sizes",
+        "broadcast_variadic",
+        "device",
+        "device_where",
+        "function",
+        "origins",
+        "pending",
+        "sizes",
     )
 
     def __init__(self, function: str) -> None:
@@ -132,18 +138,35 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
     rules_after = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in after)
     variadic_axis = None if variadic is None else axes[variadic]
 
-    def shape_error(state: CallState, where: str, shape: tuple[int, ...], needs: str,
-                    dim: str | None, expected: Any, actual: Any,
-                    origin_dims: Sequence[str] = ()) -> ContractError:
-        reason = (
-            f"has shape {_shape_text(shape)} but its annotation \"{spec.dim_str}\" needs {needs}"
+    def shape_error(
+        state: CallState,
+        where: str,
+        shape: tuple[int, ...],
+        needs: str,
+        dim: str | None,
+        expected: Any,
+        actual: Any,
+        origin_dims: Sequence[str] = (),
+    ) -> ContractError:
+        reason = f'has shape {_shape_text(shape)} but its annotation "{spec.dim_str}" needs {needs}'
+        return _violation(
+            ShapeError,
+            state,
+            where,
+            reason,
+            dim=dim,
+            expected=expected,
+            actual=actual,
+            origin_dims=origin_dims,
         )
-        return _violation(ShapeError, state, where, reason, dim=dim, expected=expected,
-                          actual=actual, origin_dims=origin_dims)
 
-    def check_axes(rules: tuple[tuple[AxisKind, str | None, int | None, bool,
-                                      Expression | None], ...],
-                   shape: tuple[int, ...], offset: int, state: CallState, where: str) -> None:
+    def check_axes(
+        rules: tuple[tuple[AxisKind, str | None, int | None, bool, Expression | None], ...],
+        shape: tuple[int, ...],
+        offset: int,
+        state: CallState,
+        where: str,
+    ) -> None:
         sizes = state.sizes
         for index, (kind, name, fixed, broadcastable, expression) in enumerate(rules):
             axis = offset + index
@@ -157,12 +180,21 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
                     sizes[name] = size
                     state.origins[name] = (where, shape, axis)
                 elif bound != size:
-                    raise shape_error(state, where, shape, f"{name}={bound}", name, bound, size,
-                                      origin_dims=(name,))
+                    raise shape_error(
+                        state,
+                        where,
+                        shape,
+                        f"{name}={bound}",
+                        name,
+                        bound,
+                        size,
+                        origin_dims=(name,),
+                    )
             elif kind is AxisKind.FIXED:
                 if size != fixed:
-                    raise shape_error(state, where, shape, f"size {fixed} at axis {axis}",
-                                      None, fixed, size)
+                    raise shape_error(
+                        state, where, shape, f"size {fixed} at axis {axis}", None, fixed, size
+                    )
             elif kind is AxisKind.SYMBOLIC:
                 assert expression is not None
                 state.pending.append((expression, spec.dim_str, axis, size, where, shape))
@@ -170,16 +202,22 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, torch.Tensor):
             raise _violation(
-                ContractError, state, where,
+                ContractError,
+                state,
+                where,
                 f"is {_type_name(value)} but its annotation {spec.label} needs a torch.Tensor",
-                expected=spec.label, actual=type(value).__name__,
+                expected=spec.label,
+                actual=type(value).__name__,
             )
         if dtypes is not None and value.dtype not in dtypes:
             actual = str(value.dtype).removeprefix("torch.")
             raise _violation(
-                DtypeError, state, where,
+                DtypeError,
+                state,
+                where,
                 f"has dtype {actual} but its annotation {spec.label} needs {spec.dtype_reason()}",
-                expected=spec.dtype_reason(), actual=value.dtype,
+                expected=spec.dtype_reason(),
+                actual=value.dtype,
             )
         device = value.device
         if state.device is None:
@@ -187,22 +225,27 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
             state.device_where = where
         elif device != state.device:
             raise _violation(
-                DeviceError, state, where,
+                DeviceError,
+                state,
+                where,
                 f"is on {device} but {state.device_where} is on {state.device}; "
                 "all tensors of one call must be on one device",
-                expected=state.device, actual=device,
+                expected=state.device,
+                actual=device,
             )
         shape: tuple[int, ...] = value.shape
         ndim = len(shape)
         if variadic is None:
             if ndim != rank:
-                raise shape_error(state, where, shape, f"{rank} dimension{'s' * (rank != 1)}",
-                                  None, rank, ndim)
+                raise shape_error(
+                    state, where, shape, f"{rank} dimension{'s' * (rank != 1)}", None, rank, ndim
+                )
             check_axes(rules_before, shape, 0, state, where)
             return
         if ndim < rank - 1:
-            raise shape_error(state, where, shape, f"at least {rank - 1} dimensions",
-                              None, rank - 1, ndim)
+            raise shape_error(
+                state, where, shape, f"at least {rank - 1} dimensions", None, rank - 1, ndim
+            )
         check_axes(rules_before, shape, 0, state, where)
         middle_end = ndim - len(rules_after)
         check_axes(rules_after, shape, middle_end, state, where)
@@ -218,11 +261,16 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
                 if variadic_axis.broadcastable:
                     state.broadcast_variadic |= {name}
             elif bound != group or state.broadcast_variadic:
-                bind_variadic(state, where, shape, name, typing.cast(tuple[int, ...], bound),
-                              group)
+                bind_variadic(state, where, shape, name, typing.cast(tuple[int, ...], bound), group)
 
-    def bind_variadic(state: CallState, where: str, shape: tuple[int, ...], name: str,
-                      bound: tuple[int, ...], group: tuple[int, ...]) -> None:
+    def bind_variadic(
+        state: CallState,
+        where: str,
+        shape: tuple[int, ...],
+        name: str,
+        bound: tuple[int, ...],
+        group: tuple[int, ...],
+    ) -> None:
         # jaxtyping's rules for ``#*name``: a broadcastable binding or use may differ from
         # the other by broadcasting; the dims bound are then the broadcast shape.
         assert variadic_axis is not None
@@ -245,8 +293,16 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
             return
         if bound == group:
             return
-        raise shape_error(state, where, shape, f"*{name}={_size_text(bound)}", name,
-                          bound, group, origin_dims=(name,))
+        raise shape_error(
+            state,
+            where,
+            shape,
+            f"*{name}={_size_text(bound)}",
+            name,
+            bound,
+            group,
+            origin_dims=(name,),
+        )
 
     return check
 
@@ -281,9 +337,14 @@ def _beartype_checker(hint: Any) -> Checker:
             reason = _beartype_reason(str(exc))
         else:  # pragma: no cover - beartype disagreed with itself
             return
-        raise _violation(ContractError, state, where,
-                         f"violates its hint {_hint_text(hint)}: {reason}",
-                         expected=_hint_text(hint), actual=type(value).__name__)
+        raise _violation(
+            ContractError,
+            state,
+            where,
+            f"violates its hint {_hint_text(hint)}: {reason}",
+            expected=_hint_text(hint),
+            actual=type(value).__name__,
+        )
 
     return check
 
@@ -330,19 +391,26 @@ def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
             state.broadcast_variadic = trial.broadcast_variadic
             state.pending.extend(trial.pending)
             return
-        if len(checkers) == 1 or (value is not None and sum(
-                o is not type(None) for o, _ in checkers) == 1):
+        if len(checkers) == 1 or (
+            value is not None and sum(o is not type(None) for o, _ in checkers) == 1
+        ):
             assert first_error is not None
             raise first_error
-        raise _violation(ContractError, state, where,
-                         f"is {_type_name(value)} which matches none of {_hint_text(hint)}",
-                         expected=_hint_text(hint), actual=type(value).__name__)
+        raise _violation(
+            ContractError,
+            state,
+            where,
+            f"is {_type_name(value)} which matches none of {_hint_text(hint)}",
+            expected=_hint_text(hint),
+            actual=type(value).__name__,
+        )
 
     return check
 
 
 def _item_where(where: str, key: str) -> str:
-    """``argument 'xs'`` -> ``argument 'xs[3]'``; ``the return value`` -> ``the return value[3]``."""
+    """Where an element is: ``argument 'xs'`` -> ``argument 'xs[3]'``,
+    ``the return value`` -> ``the return value[3]``."""
     if where.endswith("'"):
         return f"{where[:-1]}[{key}]'"
     return f"{where}[{key}]"
@@ -352,9 +420,14 @@ def _sequence_checker(container: type, item_checker: Checker) -> Checker:
     # Every element is checked: beartype samples one element of a container per call.
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, container):
-            raise _violation(ContractError, state, where,
-                             f"is {_type_name(value)} but its hint needs a {container.__name__}",
-                             expected=container.__name__, actual=type(value).__name__)
+            raise _violation(
+                ContractError,
+                state,
+                where,
+                f"is {_type_name(value)} but its hint needs a {container.__name__}",
+                expected=container.__name__,
+                actual=type(value).__name__,
+            )
         for index, item in enumerate(value):
             item_checker(item, state, _item_where(where, str(index)))
 
@@ -365,9 +438,13 @@ def _tuple_checker(item_checkers: list[Checker]) -> Checker:
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, tuple) or len(value) != len(item_checkers):
             raise _violation(
-                ContractError, state, where,
+                ContractError,
+                state,
+                where,
                 f"is {_type_name(value)} but its hint needs a tuple of {len(item_checkers)}",
-                expected=len(item_checkers), actual=type(value).__name__)
+                expected=len(item_checkers),
+                actual=type(value).__name__,
+            )
         for index, (item, item_checker) in enumerate(zip(value, item_checkers, strict=True)):
             item_checker(item, state, _item_where(where, str(index)))
 
@@ -377,13 +454,22 @@ def _tuple_checker(item_checkers: list[Checker]) -> Checker:
 def _mapping_checker(key_hint: Any, value_checker: Checker) -> Checker:
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, Mapping):
-            raise _violation(ContractError, state, where,
-                             f"is {_type_name(value)} but its hint needs a mapping",
-                             expected="Mapping", actual=type(value).__name__)
+            raise _violation(
+                ContractError,
+                state,
+                where,
+                f"is {_type_name(value)} but its hint needs a mapping",
+                expected="Mapping",
+                actual=type(value).__name__,
+            )
         for key, item in value.items():
             if not is_bearable(key, key_hint):
-                raise _violation(ContractError, state, where,
-                                 f"has key {key!r} that violates {_hint_text(key_hint)}")
+                raise _violation(
+                    ContractError,
+                    state,
+                    where,
+                    f"has key {key!r} that violates {_hint_text(key_hint)}",
+                )
             value_checker(item, state, _item_where(where, repr(key)))
 
     return check
@@ -400,8 +486,11 @@ def compile_hint(hint: Any) -> Checker:
     if origin in (typing.Union, types.UnionType):
         return _union_checker(hint, args)
     if origin in (list, Sequence, set, frozenset, typing.Iterable) and len(args) == 1:
-        container = origin if isinstance(origin, type) and origin is not Sequence else (
-            Sequence if origin is Sequence else object)
+        container = (
+            origin
+            if isinstance(origin, type) and origin is not Sequence
+            else (Sequence if origin is Sequence else object)
+        )
         return _sequence_checker(container, compile_hint(args[0]))  # type: ignore[arg-type]
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
@@ -440,7 +529,8 @@ class Contract:
             # A forward reference not defined yet: a NameError, so that the decorator
             # retries at the first call, and a SpecError if it is still undefined then.
             raise UnresolvedHintError(
-                f"{function_name}(): cannot resolve its type hints ({exc})") from None
+                f"{function_name}(): cannot resolve its type hints ({exc})"
+            ) from None
         except Exception as exc:
             raise SpecError(f"{function_name}(): cannot resolve its type hints ({exc})") from None
         signature = inspect.signature(fn)
@@ -472,7 +562,8 @@ class Contract:
         self.return_hint = hints.get("return")
         self.return_checker = (
             compile_hint(self.return_hint)
-            if "return" in hints and self.return_hint is not Any else None
+            if "return" in hints and self.return_hint is not Any
+            else None
         )
         if self.return_hint is not None:
             self.specs["return"] = _tensor_specs(self.return_hint)
@@ -485,8 +576,11 @@ class Contract:
 
     def _check_symbolic_names(self) -> None:
         argument_axes = [
-            axis for key, specs in self.specs.items() if key != "return"
-            for spec in specs for axis in spec.axes
+            axis
+            for key, specs in self.specs.items()
+            if key != "return"
+            for spec in specs
+            for axis in spec.axes
         ]
         bindable = {a.name for a in argument_axes if a.kind is AxisKind.NAMED and a.name}
         variadic = {a.name for a in argument_axes if a.kind is AxisKind.VARIADIC and a.name}
@@ -498,20 +592,23 @@ class Contract:
                         multi = sorted((axis.expression.names & variadic) - bindable)
                         if multi:
                             raise SpecError(
-                                f"{self.function}(): {where} annotation \"{spec.dim_str}\" "
-                                f"uses {', '.join(multi)} in \"{axis.expression.text}\", but "
+                                f'{self.function}(): {where} annotation "{spec.dim_str}" '
+                                f'uses {", ".join(multi)} in "{axis.expression.text}", but '
                                 f"{multi[0]} is a variadic dim (*{multi[0]}); a symbolic axis "
-                                "can only use single dims")
+                                "can only use single dims"
+                            )
                         missing = sorted(axis.expression.names - bindable - variadic)
                         if missing and not self.takes_self:
                             # (a module may bind dims that no argument names)
                             raise SpecError(
-                                f"{self.function}(): {where} annotation \"{spec.dim_str}\" "
-                                f"uses {', '.join(missing)} in \"{axis.expression.text}\" but "
-                                "no parameter's annotation binds it")
+                                f'{self.function}(): {where} annotation "{spec.dim_str}" '
+                                f'uses {", ".join(missing)} in "{axis.expression.text}" but '
+                                "no parameter's annotation binds it"
+                            )
 
-    def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                        state: CallState) -> None:
+    def check_arguments(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
+    ) -> None:
         """Check every argument of a call, binding dims in ``state``; raise on a violation."""
         count = len(args)
         for param in self.checked:
@@ -526,7 +623,7 @@ class Contract:
             param.checker(value, state, f"argument '{param.name}'")
         extra = self.var_positional
         if extra is not None and extra.checker is not None and count > len(self.positional):
-            for offset, value in enumerate(args[len(self.positional):]):
+            for offset, value in enumerate(args[len(self.positional) :]):
                 extra.checker(value, state, f"argument '{extra.name}[{offset}]'")
         extra = self.var_keyword
         if extra is not None and extra.checker is not None:
@@ -551,18 +648,29 @@ class Contract:
                 expected = expression.evaluate(typing.cast(Mapping[str, int], state.sizes))
             except KeyError as exc:
                 raise SpecError(
-                    f"{state.function}(): symbolic axis \"{expression.text}\" in \"{dim_str}\""
-                    f" uses {exc.args[0]}, which no argument bound") from None
+                    f'{state.function}(): symbolic axis "{expression.text}" in "{dim_str}"'
+                    f" uses {exc.args[0]}, which no argument bound"
+                ) from None
             except TypeError:  # a variadic dim (a tuple) in the expression
                 raise SpecError(
-                    f"{state.function}(): symbolic axis \"{expression.text}\" in \"{dim_str}\""
-                    " uses a variadic dim; a symbolic axis can only use single dims") from None
+                    f'{state.function}(): symbolic axis "{expression.text}" in "{dim_str}"'
+                    " uses a variadic dim; a symbolic axis can only use single dims"
+                ) from None
             if expected != size:
-                reason = (f"has shape {_shape_text(shape)} but its annotation \"{dim_str}\" "
-                          f"needs {expression.text}={expected} at axis {axis}")
-                raise _violation(ShapeError, state, where, reason, dim=expression.text,
-                                 expected=expected, actual=size,
-                                 origin_dims=sorted(expression.names))
+                reason = (
+                    f'has shape {_shape_text(shape)} but its annotation "{dim_str}" '
+                    f"needs {expression.text}={expected} at axis {axis}"
+                )
+                raise _violation(
+                    ShapeError,
+                    state,
+                    where,
+                    reason,
+                    dim=expression.text,
+                    expected=expected,
+                    actual=size,
+                    origin_dims=sorted(expression.names),
+                )
 
 
 def compile_contract(fn: Callable[..., Any], function_name: str | None = None) -> Contract:

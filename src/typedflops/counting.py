@@ -389,6 +389,8 @@ def _elementwise(
     out = _first_tensor(result)
     if out is None:
         raise Reason("no tensor result")
+    if name == "dropout" and not kwargs.get("training", args[2] if len(args) > 2 else True):
+        return  # dropout in eval mode returns its input untouched
     tensors = _tensors(args, kwargs)
     terms = _broadcast_terms(node, out, tensors)
     node.set_shape_symbols(out, terms)

@@ -50,6 +50,12 @@ class TypedFunction(Generic[P, R]):
     Calling it checks the call; ``formula``, ``estimate`` and ``benchmark`` give its cost.
     """
 
+    # Copied from the wrapped function by functools.update_wrapper.
+    __name__: str
+    __qualname__: str
+    __module__: str
+    __wrapped__: Callable[P, R]
+
     def __init__(self, fn: Callable[P, R], *, flops: str | None, name: str | None) -> None:
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
@@ -150,7 +156,7 @@ class TypedFunction(Generic[P, R]):
         # frame dynamo does not trace); the body is traced as usual. The return value is not
         # checked there: a second eager frame after the body would split the graph in two.
         _check_eagerly(self, args, kwargs)
-        return self._fn(*args, **kwargs)  # type: ignore[arg-type]
+        return self._fn(*args, **kwargs)
 
     def _call_recorded(self, parent: Node, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                        state: CallState) -> R:
@@ -199,17 +205,21 @@ class TypedFunction(Generic[P, R]):
         a keyword that names a non-tensor parameter is passed to it.
         Missing or unknown dim names raise :class:`SpecError`.
         """
+        return self._estimate(args, dims, dtype, tuple(grad))
+
+    def _estimate(self, args: tuple[Any, ...], dims: Mapping[str, int | tuple[int, ...]],
+                  dtype: torch.dtype | None, grad: tuple[str, ...]) -> Cost:
         contract = self.contract
         module_dims = _module_dims(args[0]) if contract.takes_self and args else {}
         sizes, passthrough = dims_for_estimate(self.name, contract, dims, module_dims)
         call_args, call_kwargs = meta_arguments(self.name, contract, args, sizes, passthrough,
-                                                dtype, tuple(grad))
+                                                dtype, grad)
         return self._dry_run(call_args, call_kwargs)
 
     def _dry_run(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
         session = Node("<estimate>", None, session=True)
         with config.disabled(False), recording(session):
-            self(*args, **kwargs)  # type: ignore[arg-type]
+            self(*args, **kwargs)
         (call,) = session.children
         return call.cost()
 
@@ -229,7 +239,7 @@ class TypedFunction(Generic[P, R]):
         key = tuple(sorted(sizes.items()))
         if key not in self._formula_cache:
             try:
-                cost = self.estimate(**sizes)
+                cost = self._estimate((), sizes, None, ())
             except Exception as exc:
                 if not probing:
                     raise
@@ -253,11 +263,16 @@ class TypedFunction(Generic[P, R]):
         return f"<typed_flops {self.name}{self.contract.signature}>"
 
 
-@torch.compiler.disable
-def _check_eagerly(function: TypedFunction[Any, Any], args: tuple[Any, ...],
-                   kwargs: Mapping[str, Any]) -> None:
+def _check_outside_graph(function: TypedFunction[Any, Any], args: tuple[Any, ...],
+                         kwargs: Mapping[str, Any]) -> None:
     if config.enabled():
         function._check_arguments(args, kwargs)
+
+
+# dynamo does not trace into this frame: under torch.compile the check runs eagerly.
+_check_eagerly: Callable[[TypedFunction[Any, Any], tuple[Any, ...], Mapping[str, Any]], None] = (
+    torch.compiler.disable(_check_outside_graph)  # type: ignore[no-untyped-call]
+)
 
 
 def _module_dims(obj: Any) -> Mapping[str, int]:

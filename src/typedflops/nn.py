@@ -139,7 +139,8 @@ class TwoLayerMLP(TypedModule):
     @typed_flops
     def forward(self, x: Float[Tensor, "*batch d_in"]) -> Float[Tensor, "*batch d_out"]:
         """Apply the model: ``x`` is ``(*batch, d_in)``, the result ``(*batch, d_out)``."""
-        h1 = self.fc1(x)
+        h1: Tensor = self.fc1(x)
         if self.activation is not None:
             h1 = self.activation(h1)
-        return self.fc2(h1)
+        h2: Tensor = self.fc2(h1)
+        return h2

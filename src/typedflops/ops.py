@@ -15,7 +15,8 @@ order, so bit for bit), and adds three things:
   whose count is the sum of its steps.
 
 Patterns are parsed once per (pattern, operand count or rank) and laid out once per shapes;
-nothing symbolic runs unless something is recording.
+nothing symbolic runs unless something is recording. Under ``torch.compile`` the traced code
+calls einops itself (no checks, no costs), so a compiled graph never raises on valid input.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, TypeVar, cast, overload
 
+import einops
 import torch
 
 from . import counting
@@ -162,6 +164,10 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
     >>> rec.total.flops  # 2 * 8 * 16 * 4
     1024
     """
+    if torch.compiler.is_compiling():
+        # Traced code runs einops itself, which registers its ops with dynamo; the checks
+        # and costs belong to eager calls (a compiled graph must not raise on valid input).
+        return einops.einsum(*tensors_and_pattern)
     if len(tensors_and_pattern) < 2:
         raise pattern_error(
             "einsum", "", [], "einsum takes the tensors (at least one), then the pattern"
@@ -206,6 +212,8 @@ def _transform(
     reduction: Reduction | str,
     axes_lengths: Mapping[str, int],
 ) -> torch.Tensor:
+    if torch.compiler.is_compiling():  # see einsum: traced code runs einops itself
+        return einops.reduce(tensor, pattern, reduction, **axes_lengths)  # type: ignore[arg-type]
     if not isinstance(tensor, torch.Tensor):
         tensor = torch.stack(list(tensor))  # as einops does with a list of tensors
     operation = "callable" if callable(reduction) else str(reduction)

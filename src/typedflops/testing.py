@@ -26,6 +26,7 @@ from . import config
 from .cost import Cost
 from .counting import MATMUL_OPS
 from .decorator import TypedFunction
+from .dry_run import dims_for_estimate, dry_run_call, meta_arguments
 from .errors import ContractError
 from .expr import parse_expression
 from .recording import record
@@ -65,6 +66,28 @@ def _typed_target(fn: Any) -> tuple[TypedFunction[..., Any], tuple[Any, ...]] | 
         if fn is None:
             return None
     return None
+
+
+def _estimate(
+    target: TypedFunction[..., Any], bound: tuple[Any, ...], dims: Mapping[str, Size],
+    grad: Sequence[str] = (),
+) -> Cost:
+    """``target.estimate(*bound, **dims)``; a module's own parameters are made ``meta`` too.
+
+    ``TypedFunction.estimate`` passes a bound module as it is, so a module with real
+    parameters would meet meta inputs; here its forward runs through ``dry_run_call``,
+    which swaps meta copies of the parameters in.
+    """
+    module = bound[0] if bound else None
+    if not isinstance(module, torch.nn.Module):
+        return target.estimate(*bound, grad=tuple(grad), **dims)
+    contract = target.contract
+    own_dims = getattr(module, "typedflops_dims", None)
+    module_dims: Mapping[str, int] = own_dims() if callable(own_dims) else {}
+    sizes, passthrough = dims_for_estimate(target.name, contract, dims, module_dims)
+    _, kwargs = meta_arguments(target.name, contract, bound, sizes, passthrough, None,
+                               tuple(grad))
+    return dry_run_call(types.MethodType(target, module), (), kwargs)
 
 
 def _name(fn: Any) -> str:
@@ -148,11 +171,12 @@ def assert_flops(
                 f"  expected: {want}\n  actual:   {actual}"
             )
         return actual
-    cost = target.estimate(*bound, grad=tuple(grad), **dims)
-    problems = _compare(want, cost.formula, cost.flops, dims, "forward")
+    cost = _estimate(target, bound, dims, grad)
+    sizes = {**cost.dims, **dims}  # a module's own sizes (d_in of a Linear) come in too
+    problems = _compare(want, cost.formula, cost.flops, sizes, "forward")
     if want_backward is not None:
         problems += _compare(
-            want_backward, cost.backward_formula, cost.backward_flops, dims, "backward"
+            want_backward, cost.backward_formula, cost.backward_flops, sizes, "backward"
         )
     if problems:
         raise AssertionError(

@@ -1,6 +1,8 @@
-"""Methods under each decorator kind, and an ``nn.Module``."""
+"""Methods under each decorator kind, and an ``nn.Module`` with sizes of its own."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
 
 import torch
 from jaxtyping import Float
@@ -8,19 +10,20 @@ from torch import Tensor, nn
 
 
 class Projection:
-    """A weight ``w`` of shape ``(d_in, d_out)`` and methods of every kind that use it."""
+    """A weight ``w`` of shape ``(d_in, d_out)`` and methods of every kind."""
 
     def __init__(self, w: Tensor) -> None:
         self.w = w
 
-    def apply(self, x: Float[Tensor, "batch d_in"]) -> Float[Tensor, "batch d_out"]:
-        """A plain method."""
-        return x @ self.w
+    def mix(self, x: Float[Tensor, "batch d"], y: Float[Tensor, "batch d"]
+            ) -> Float[Tensor, "batch d"]:
+        """A plain method: unchecked, ``(2, 3)`` and ``(1, 3)`` broadcast silently."""
+        return x + y
 
     @property
     def transposed(self) -> Float[Tensor, "d_out d_in"]:
-        """A property; its return value is checked (``d_out d_in`` must be 2-D)."""
-        return self.w.T
+        """A property; its return value is checked (a 3-D ``w`` breaks it)."""
+        return self.w.transpose(0, 1)
 
     @staticmethod
     def outer(a: Float[Tensor, " m"], b: Float[Tensor, " n"]) -> Float[Tensor, "m n"]:
@@ -29,9 +32,11 @@ class Projection:
 
     @classmethod
     def identity(cls, d: int, x: Float[Tensor, " d"]) -> Float[Tensor, " d"]:
-        """A classmethod (``d`` is a plain int; ``x`` must have ``d`` elements by hand)."""
-        assert cls is Projection or issubclass(cls, Projection)
+        """A classmethod; returns ``x`` and the class it was called on."""
+        cls.last_caller = cls
         return x.clone()
+
+    last_caller: type[Projection] | None = None
 
     def combine(self, other: Projection) -> Float[Tensor, "d_in d_in"]:
         """A forward reference to this module's own class (resolved when first called)."""
@@ -39,11 +44,18 @@ class Projection:
 
 
 class Layer(nn.Module):
-    """An ``nn.Module`` whose ``forward`` is annotated."""
+    """An ``nn.Module`` whose ``forward`` is annotated and whose sizes bind its dims."""
 
     def __init__(self, d_in: int, d_out: int) -> None:
         super().__init__()
+        self.d_in, self.d_out = d_in, d_out
         self.weight = nn.Parameter(torch.ones(d_in, d_out))
+
+    def typedflops_dims(self) -> Mapping[str, int]:
+        return {"d_in": self.d_in, "d_out": self.d_out}
+
+    def typedflops_tensors(self) -> Iterator[tuple[Tensor, str]]:
+        yield self.weight, "d_in d_out"
 
     def forward(self, x: Float[Tensor, "batch d_in"]) -> Float[Tensor, "batch d_out"]:
         return x @ self.weight

@@ -1,0 +1,49 @@
+"""The public surface: every name in ``typedflops.__all__`` imports and is what it says."""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+
+import typedflops
+
+
+@pytest.mark.parametrize("name", typedflops.__all__)
+def test_every_public_name_imports(name: str) -> None:
+    value = getattr(typedflops, name)
+    assert value is not None
+    assert getattr(typedflops, name) is value  # cached: one object per name
+    module = importlib.import_module(getattr(value, "__module__", None) or value.__name__)
+    assert module.__name__.startswith("typedflops")
+
+
+def test_all_is_sorted_unique_and_matches_dir() -> None:
+    assert list(typedflops.__all__) == sorted(set(typedflops.__all__))
+    assert dir(typedflops) == sorted(typedflops.__all__)
+
+
+def test_submodules_are_modules() -> None:
+    for name in ("devices", "memory", "nn"):
+        module = getattr(typedflops, name)
+        assert isinstance(module, types.ModuleType)
+        assert module is importlib.import_module(f"typedflops.{name}")
+
+
+def test_error_classes_are_exported_from_one_place() -> None:
+    from typedflops import errors
+
+    for name in errors.__all__:
+        assert getattr(typedflops, name) is getattr(errors, name)
+
+
+def test_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        _ = typedflops.nope  # type: ignore[attr-defined]
+
+
+def test_public_callables_have_docstrings() -> None:
+    for name in typedflops.__all__:
+        value = getattr(typedflops, name)
+        assert (value.__doc__ or "").strip(), f"typedflops.{name} has no docstring"
