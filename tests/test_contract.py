@@ -312,7 +312,7 @@ def test_sequence_and_variadic_tuple() -> None:
     with pytest.raises(ShapeError, match=re.escape("argument 'ys[2]'")):
         f([ones(2)], (ones(2), ones(2), ones(3)))
     with pytest.raises(ContractError, match=re.escape("is an int but its hint needs a")):
-        f(1, ())
+        f(1, ())  # type: ignore[arg-type]
 
 
 def test_fixed_tuple() -> None:
@@ -324,7 +324,7 @@ def test_fixed_tuple() -> None:
     with pytest.raises(DtypeError, match=re.escape("argument 'pair[1]' has dtype float32")):
         f((ones(3), ones(3)))
     with pytest.raises(ContractError, match=re.escape("needs a tuple of 2")):
-        f((ones(3),))
+        f((ones(3),))  # type: ignore[arg-type]
 
 
 def test_dict_values_and_keys() -> None:
@@ -336,9 +336,9 @@ def test_dict_values_and_keys() -> None:
     with pytest.raises(ShapeError, match=re.escape("argument 'named['b']' has shape (2,)")):
         f({"a": ones(3), "b": ones(2)})
     with pytest.raises(ContractError, match=re.escape("has key 1 that violates str")):
-        f({1: ones(3)})
+        f({1: ones(3)})  # type: ignore[dict-item]
     with pytest.raises(ContractError, match=re.escape("is a list but its hint needs a mapping")):
-        f([ones(3)])
+        f([ones(3)])  # type: ignore[arg-type]
 
 
 def test_optional_tensor() -> None:
@@ -352,7 +352,7 @@ def test_optional_tensor() -> None:
     with pytest.raises(ShapeError, match=re.escape("argument 'bias' has shape (4,)")):
         f(ones(3), ones(4))
     with pytest.raises(ContractError, match=re.escape("argument 'bias' is an int but")):
-        f(ones(3), 4)
+        f(ones(3), 4)  # type: ignore[arg-type]
 
 
 def test_optional_list() -> None:
@@ -375,7 +375,7 @@ def test_union_of_ranks_keeps_the_matching_bindings() -> None:
     with pytest.raises(ShapeError, match=re.escape("argument 'y' has shape (5,)")):
         f(ones(3, 4), ones(5))
     with pytest.raises(ContractError, match=re.escape("is a str which matches none of")):
-        f("x", ones(5))
+        f("x", ones(5))  # type: ignore[arg-type]
 
 
 def test_list_in_the_return_value() -> None:
@@ -441,12 +441,12 @@ def test_var_args_and_kwargs() -> None:
     with pytest.raises(ShapeError, match=re.escape("argument 'extra' has shape (4,)")):
         f(ones(3), extra=ones(4))
     with pytest.raises(ContractError, match=re.escape("argument 'scale' violates its hint int")):
-        f(ones(3), scale="2")
+        f(ones(3), scale="2")  # type: ignore[arg-type]
 
 
 def test_keyword_arguments_are_checked(linear: Linear) -> None:
     with pytest.raises(ShapeError, match=re.escape("argument 'w' has shape (4, 5)")):
-        linear(w=ones(4, 5), x=ones(2, 3))
+        linear(w=ones(4, 5), x=ones(2, 3))  # type: ignore[call-arg]
 
 
 _FIVE = torch.ones(5)
@@ -481,7 +481,7 @@ class Node:
 def test_forward_reference_to_the_enclosing_class() -> None:
     assert Node().link(Node(), ones(2)).shape == (2,)
     with pytest.raises(ContractError, match=re.escape("argument 'other' violates its hint")):
-        Node().link(1, ones(2))  # type: ignore[arg-type]
+        Node().link(1, ones(2))
 
 
 def test_still_undefined_forward_reference_is_a_spec_error() -> None:

@@ -40,7 +40,7 @@ def test_error_classes_are_exported_from_one_place() -> None:
 
 def test_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
-        _ = typedflops.nope  # type: ignore[attr-defined]
+        _ = typedflops.nope
 
 
 def test_public_callables_have_docstrings() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -281,7 +281,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
         merged: tuple[int, ...] | None = None
         if was_broadcastable or broadcastable:
             try:
-                merged = tuple(torch.broadcast_shapes(bound, group))
+                merged = tuple(torch.broadcast_shapes(bound, group))  # type: ignore[no-untyped-call]
             except RuntimeError:
                 merged = None
         if was_broadcastable and merged is not None and (broadcastable or merged == group):
@@ -428,7 +428,7 @@ def _sequence_checker(container: type, item_checker: Checker) -> Checker:
                 expected=container.__name__,
                 actual=type(value).__name__,
             )
-        for index, item in enumerate(value):
+        for index, item in enumerate(typing.cast(Iterable[Any], value)):
             item_checker(item, state, _item_where(where, str(index)))
 
     return check
@@ -491,7 +491,7 @@ def compile_hint(hint: Any) -> Checker:
             if isinstance(origin, type) and origin is not Sequence
             else (Sequence if origin is Sequence else object)
         )
-        return _sequence_checker(container, compile_hint(args[0]))  # type: ignore[arg-type]
+        return _sequence_checker(container, compile_hint(args[0]))
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             return _sequence_checker(tuple, compile_hint(args[0]))

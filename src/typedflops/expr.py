@@ -24,7 +24,7 @@ _BINARY: dict[type[ast.operator], Callable[[int, int], int]] = {
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
     ast.FloorDiv: operator.floordiv,
-    ast.Div: operator.truediv,  # type: ignore[dict-item]
+    ast.Div: operator.truediv,
     ast.Pow: operator.pow,
 }
 

@@ -276,6 +276,7 @@ def _dims_seen(calls: Mapping[Binding, int]) -> str:
 def _costs(entry: _Entry) -> tuple[str, str]:
     """The formula (at the last binding) and the total FLOPs of an entry, or ``?``."""
     from .cost import format_count
+    from .testing import _estimate
 
     bound = entry.bound_to() if entry.bound_to is not None else None
     args = (bound,) if bound is not None else ()
@@ -283,7 +284,7 @@ def _costs(entry: _Entry) -> tuple[str, str]:
     formula = "?"
     for binding, count in entry.calls.items():
         try:
-            cost = entry.function.estimate(*args, **dict(binding))
+            cost = _estimate(entry.function, args, dict(binding))
         except Exception:  # a body that cannot dry-run at these sizes: say so, not 0
             return formula, "?"
         total += count * cost.flops

@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 _node: ContextVar[Node | None] = ContextVar("typedflops_node", default=None)
+_counting: ContextVar[bool] = ContextVar("typedflops_counting", default=False)
 
 
 def current_node() -> Node | None:
@@ -223,9 +224,15 @@ def recording(node: Node) -> Iterator[Node]:
 
     token = _node.set(node)
     try:
-        if node.parent is None:
-            with counting_mode():
-                yield node
+        # One counting mode per thread: a dry run inside a record() block must not stack a
+        # second mode, or every torch call would be counted twice.
+        if node.parent is None and not _counting.get():
+            counting = _counting.set(True)
+            try:
+                with counting_mode():
+                    yield node
+            finally:
+                _counting.reset(counting)
         else:
             yield node
     finally:
