@@ -113,7 +113,7 @@ randint_like tensor as_tensor as_strided from_numpy new_zeros new_ones new_empty
 new_tensor fill zero copy share_memory pin_memory is_pinned record_stream is_view requires_grad
 backward register_hook retain_grad unfold repeat repeat_interleave tile scatter nonzero
 masked_select is_same_size is_set_to is_nonzero is_shared is_signed is_inference
-has_names align_to refine_names rename names
+has_names align_to refine_names rename names device
 """)
 
 _ARITHMETIC_DUNDERS = _names("add sub mul truediv floordiv mod pow matmul and or xor lshift rshift")

@@ -22,6 +22,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def fixture_files() -> list[Path]:
     """The fixture modules (conftest.py there only keeps pytest from importing them)."""
     return sorted(path for path in FIXTURES.glob("*.py") if path.name != "conftest.py")
+
+
 EXPECTATION = re.compile(r"#\s*E:\s*(?P<code>[\w-]+)(?:\s+(?P<fragment>.*?))?\s*$")
 DIAGNOSTIC = re.compile(
     r"^(?P<path>[^:]+):(?P<line>\d+): error: (?P<message>.*)  \[(?P<code>[\w-]+)\]$"
