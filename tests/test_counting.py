@@ -21,7 +21,7 @@ def _recorded(fn: Callable[[], Tensor], backward: bool = False) -> Cost:
     with record() as rec:
         out = fn()
         if backward:
-            out.sum().backward()  # type: ignore[no-untyped-call]
+            out.sum().backward()
     return rec.total
 
 
@@ -35,7 +35,7 @@ def _oracle(fn: Callable[[], Tensor], backward: bool) -> int:
     with FlopCounterMode(display=False) as counter:
         out = fn()
         if backward:
-            out.sum().backward()  # type: ignore[no-untyped-call]
+            out.sum().backward()
     return int(counter.get_total_flops())
 
 

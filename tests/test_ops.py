@@ -115,11 +115,11 @@ def test_three_operand_einsum_matches_einops_numerically() -> None:
 
 PATTERN_ERRORS: list[tuple[Callable[[], object], list[str]]] = [
     (
-        lambda: einsum(torch.ones(2, 3), "i j, j k -> i k"),
+        lambda: einsum(torch.ones(2, 3), "i j, j k -> i k"),  # type: ignore[pattern]
         ["2 operands but 1 tensor was given", "input shapes: (2, 3)"],
     ),
     (
-        lambda: einsum(torch.ones(2, 3), torch.ones(3, 4), "i j, j k -> i l"),
+        lambda: einsum(torch.ones(2, 3), torch.ones(3, 4), "i j, j k -> i l"),  # type: ignore[pattern]
         ["axis 'l' is on the right but in no operand", "offending axis: l"],
     ),
     (
@@ -133,23 +133,23 @@ PATTERN_ERRORS: list[tuple[Callable[[], object], list[str]]] = [
             "offending axis: j",
         ],
     ),
-    (lambda: einsum(torch.ones(2, 3), "i j"), ["needs '->'"]),
+    (lambda: einsum(torch.ones(2, 3), "i j"), ["needs '->'"]),  # type: ignore[pattern]
     (
         lambda: rearrange(torch.ones(2, 10), "b (h d) -> b h d", h=3),
         ["cannot be split into (h d): 10 is not divisible by 3", "offending axis: d"],
     ),
     (
-        lambda: rearrange(torch.ones(2, 10), "b c -> b c d"),
+        lambda: rearrange(torch.ones(2, 10), "b c -> b c d"),  # type: ignore[pattern]
         ["axis 'd' is on one side only", "input shapes: (2, 10)"],
     ),
-    (lambda: rearrange(torch.ones(2, 10), "b, c -> c b"), ["not commas"]),
+    (lambda: rearrange(torch.ones(2, 10), "b, c -> c b"), ["not commas"]),  # type: ignore[pattern]
     (lambda: rearrange(torch.ones(2, 10, 3), "b c -> c b"), ["needs 2 dimensions but has 3"]),
-    (lambda: repeat(torch.ones(2, 3), "h w -> h w c"), ["new axis 'c' needs a length"]),
+    (lambda: repeat(torch.ones(2, 3), "h w -> h w c"), ["new axis 'c' needs a length"]),  # type: ignore[pattern]
     (
         lambda: reduce(torch.ones(2, 3), "a b -> a", "meen"),  # type: ignore[arg-type]
         ["unknown reduction 'meen'"],
     ),
-    (lambda: reduce(torch.ones(2, 3), "a b -> a c", "sum"), ["axis 'c' is on the right"]),
+    (lambda: reduce(torch.ones(2, 3), "a b -> a c", "sum"), ["axis 'c' is on the right"]),  # type: ignore[pattern]
 ]
 
 
@@ -262,7 +262,7 @@ def _flop_counter(fn: Callable[[], Tensor], backward: bool) -> int:
     with FlopCounterMode(display=False) as counter:
         out = fn()
         if backward:
-            out.sum().backward()  # type: ignore[no-untyped-call]
+            out.sum().backward()
     return int(counter.get_total_flops())
 
 

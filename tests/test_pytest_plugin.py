@@ -12,6 +12,13 @@ import textwrap
 
 import pytest
 
+# Imported here so that in-process runs find them loaded (pytester drops the modules a
+# run imports when it ends; importing them again in each run would be slow).
+import typedflops.import_hook
+import typedflops.nn
+import typedflops.pytest_plugin
+import typedflops.testing  # noqa: F401
+
 pytest_plugins = ["pytester"]
 
 DEMO_PKG = '''
@@ -95,8 +102,12 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+# Other plugins stay out of the inner runs (hypothesis' summary alone costs a second).
+QUIET_ARGS = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+
+
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "no:cacheprovider", *PLUGIN_ARGS, *args)
+    return pytester.runpytest(*QUIET_ARGS, *PLUGIN_ARGS, *args)
 
 
 def _section(result: pytest.RunResult, title: str) -> list[str]:
@@ -170,7 +181,7 @@ def test_contract_error_is_reported_compactly(project: pytest.Pytester) -> None:
     result = run(project, "--typedflops=demo_pkg")
     result.assert_outcomes(failed=1)
     assert _section(result, "test_bad_call") == [
-        "test_bad.py:9: in test_bad_call",
+        "test_bad.py:8: in test_bad_call",
         "    demo_pkg.linear(x, w)",
         "E   typedflops.errors.ShapeError: linear(): argument 'w' has shape (600, 10) but its "
         "annotation \"d_in d_out\" needs d_in=784",
@@ -257,7 +268,7 @@ def test_report_of_a_module_forward(pytester: pytest.Pytester) -> None:
 
 def test_entry_point_loads_the_plugin_in_a_fresh_process(project: pytest.Pytester) -> None:
     project.makepyfile(test_bad=TEST_BAD_CALL)
-    result = project.runpytest_subprocess("-p", "no:cacheprovider", *PLUGIN_ARGS,
+    result = project.runpytest_subprocess(*QUIET_ARGS, *PLUGIN_ARGS,
                                           "--typedflops=demo_pkg", "--typedflops-report")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([

@@ -29,6 +29,9 @@ Origin = tuple[str, tuple[int, ...], int]  # (where, shape, axis) that bound a d
 Size = int | tuple[int, ...]  # a named dim's size, or a variadic dim's sizes
 
 
+_NO_NAMES: frozenset[str] = frozenset()
+
+
 class CallState:
     """The dims bound by one call, where each was bound, and the call's device.
 
@@ -56,7 +59,7 @@ class CallState:
         self.pending: list[tuple[Expression, str, int, int, str, tuple[int, ...]]] = []
         # Variadic dims last bound by a broadcastable ``#*name`` (jaxtyping's rule: such a
         # binding may still grow by broadcasting against a later argument).
-        self.broadcast_variadic: frozenset[str] = frozenset()
+        self.broadcast_variadic: frozenset[str] = _NO_NAMES
 
     def bind(self, name: str, size: Size, origin: Origin | str) -> None:
         """Bind ``name`` before any argument is seen (e.g. from a module's own sizes)."""

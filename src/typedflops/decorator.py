@@ -21,7 +21,7 @@ import torch
 from jaxtyping import Shaped
 
 from . import config
-from .annotation import TensorSpec, is_tensor_annotation, tensor_spec
+from .annotation import ELLIPSIS, AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
 from .contract import CallState, Contract, compile_contract, display_name
 from .cost import Cost
 from .dry_run import dims_for_estimate, meta_arguments, probe_sizes
@@ -75,13 +75,17 @@ class TypedFunction(Generic[P, R]):
 
     def _check_formula_names(self, contract: Contract) -> None:
         assert self._flops is not None
-        unknown = sorted(self._flops.names - contract.dim_names())
+        known = contract.dim_names()
+        if any(axis.kind is AxisKind.ANONYMOUS_VARIADIC
+               for specs in contract.specs.values() for spec in specs for axis in spec.axes):
+            known.add(ELLIPSIS)  # an anonymous "..." is the symbol `ellipsis` in formulas
+        unknown = sorted(self._flops.names - known)
         if unknown and not contract.takes_self:
-            known = ", ".join(sorted(contract.dim_names())) or "none"
+            shown = ", ".join(sorted(known)) or "none"
             raise SpecError(
                 f"{self.name}(): flops={self._flops.text!r} names "
                 f"{', '.join(unknown)}, which no annotation of {self.name} binds "
-                f"(its dims: {known})"
+                f"(its dims: {shown})"
             )
 
     @property
