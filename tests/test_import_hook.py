@@ -43,11 +43,15 @@ def load() -> Iterator[Loader]:
     def load_sample(hooked: bool) -> tuple[ModuleType, ModuleType]:
         _forget_sample()
         if not hooked:
-            return (importlib.import_module(f"{SAMPLE}.functions"),
-                    importlib.import_module(f"{SAMPLE}.models"))
+            return (
+                importlib.import_module(f"{SAMPLE}.functions"),
+                importlib.import_module(f"{SAMPLE}.models"),
+            )
         with install_import_hook(SAMPLE):
-            return (importlib.import_module(f"{SAMPLE}.functions"),
-                    importlib.import_module(f"{SAMPLE}.models"))
+            return (
+                importlib.import_module(f"{SAMPLE}.functions"),
+                importlib.import_module(f"{SAMPLE}.models"),
+            )
 
     yield load_sample
     _forget_sample()
@@ -70,8 +74,9 @@ UNDECORATED = ["unchecked", "add", "make_inner", "logged"]
 
 
 @pytest.mark.parametrize("name", DECORATED)
-def test_annotated_functions_are_decorated(hooked: tuple[ModuleType, ModuleType],
-                                           name: str) -> None:
+def test_annotated_functions_are_decorated(
+    hooked: tuple[ModuleType, ModuleType], name: str
+) -> None:
     functions, _ = hooked
     assert isinstance(getattr(functions, name), TypedFunction)
 
@@ -172,7 +177,7 @@ def test_method(load: Loader) -> None:
     _, models = load(False)
     assert models.Projection(torch.ones(3, 3)).mix(x, y).shape == (2, 3)  # broadcasts
     _, models = load(True)
-    with pytest.raises(ShapeError, match="argument 'y' has shape \\(1, 3\\).*needs batch=2"):
+    with pytest.raises(ShapeError, match=r"argument 'y' has shape \(1, 3\).*needs batch=2"):
         models.Projection(torch.ones(3, 3)).mix(x, y)
 
 
@@ -191,7 +196,7 @@ def test_staticmethod(hooked: tuple[ModuleType, ModuleType]) -> None:
     assert isinstance(vars(projection)["outer"], staticmethod)
     assert projection.outer(torch.ones(2), torch.ones(3)).shape == (2, 3)
     assert projection(torch.ones(1, 1)).outer(torch.ones(2), torch.ones(3)).shape == (2, 3)
-    with pytest.raises(ShapeError, match="Projection.outer\\(\\): argument 'a'"):
+    with pytest.raises(ShapeError, match=r"Projection.outer\(\): argument 'a'"):
         projection.outer(torch.ones(2, 2), torch.ones(3))
 
 
@@ -274,10 +279,14 @@ def test_uninstall_method(load: Loader) -> None:
     assert not isinstance(functions.linear, TypedFunction)
 
 
-def test_already_imported_modules_are_named_in_a_warning(plain: tuple[ModuleType, ModuleType]
-                                                         ) -> None:
-    with pytest.warns(UserWarning, match="sample_pkg, sample_pkg.functions, sample_pkg.models "
-                                         "already imported; they are not instrumented"):
+def test_already_imported_modules_are_named_in_a_warning(
+    plain: tuple[ModuleType, ModuleType],
+) -> None:
+    with pytest.warns(
+        UserWarning,
+        match="sample_pkg, sample_pkg.functions, sample_pkg.models "
+        "already imported; they are not instrumented",
+    ):
         install_import_hook(SAMPLE).uninstall()
 
 
@@ -296,10 +305,12 @@ def _instrumented(source: str) -> str:
 
 
 def test_import_goes_after_docstring_and_future_imports() -> None:
-    source = '"""Doc."""\nfrom __future__ import annotations\nimport os\ndef f(x: int) -> int: ...\n'
+    source = (
+        '"""Doc."""\nfrom __future__ import annotations\nimport os\ndef f(x: int) -> int: ...\n'
+    )
     lines = _instrumented(source).splitlines()
     assert lines[:4] == [
-        "\"\"\"Doc.\"\"\"",
+        '"""Doc."""',
         "from __future__ import annotations",
         "from typedflops.import_hook import instrumenting as __typedflops_instrument__",
         "import os",
@@ -312,9 +323,17 @@ def test_module_without_annotations_is_unchanged() -> None:
     assert _instrumented(source) == source
 
 
-@pytest.mark.parametrize("skipped", ["@no_type_check", "@typing.no_type_check",
-                                     "@typed_flops", "@typed_flops(flops='n')",
-                                     "@typedflops.typed_flops", "@overload"])
+@pytest.mark.parametrize(
+    "skipped",
+    [
+        "@no_type_check",
+        "@typing.no_type_check",
+        "@typed_flops",
+        "@typed_flops(flops='n')",
+        "@typedflops.typed_flops",
+        "@overload",
+    ],
+)
 def test_skipping_decorators(skipped: str) -> None:
     source = f"{skipped}\ndef f(x: Float[Tensor, 'n']) -> None:\n    ..."
     assert "__typedflops_instrument__" not in _instrumented(source)

@@ -21,7 +21,7 @@ import typedflops.testing  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
-DEMO_PKG = '''
+DEMO_PKG = """
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -46,9 +46,9 @@ def block(x: Float[Tensor, "batch d"], w: Float[Tensor, "d d"]) -> Float[Tensor,
 
 def helper(n: int) -> torch.Tensor:
     return torch.ones(n)
-'''
+"""
 
-TEST_CALLS = '''
+TEST_CALLS = """
 import torch
 import demo_pkg
 
@@ -59,9 +59,9 @@ def test_calls():
     demo_pkg.linear(torch.ones(2, 4), torch.ones(4, 3))
     demo_pkg.linear.estimate(batch=1000, d_in=10, d_out=10) if hasattr(
         demo_pkg.linear, "estimate") else None
-'''
+"""
 
-TEST_BAD_CALL = '''
+TEST_BAD_CALL = """
 import torch
 import demo_pkg
 
@@ -70,24 +70,26 @@ def test_bad_call():
     x = torch.ones(8, 784)
     w = torch.ones(600, 10)
     demo_pkg.linear(x, w)
-'''
+"""
 
-IS_CHECKED = '''
+IS_CHECKED = """
 import demo_pkg
 from typedflops.decorator import TypedFunction
 
 
 def test_is_checked():
     assert isinstance(demo_pkg.linear, TypedFunction)
-'''
+"""
 
 
 def _autoloaded() -> bool:
     """Whether pytest will load the plugin from its entry point (an installed checkout)."""
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return False
-    return any(ep.value == "typedflops.pytest_plugin"
-               for ep in importlib.metadata.entry_points(group="pytest11"))
+    return any(
+        ep.value == "typedflops.pytest_plugin"
+        for ep in importlib.metadata.entry_points(group="pytest11")
+    )
 
 
 # `-p` registers the plugin when its entry point is not installed; both at once would
@@ -114,7 +116,7 @@ def _section(result: pytest.RunResult, title: str) -> list[str]:
     lines = result.outlines
     start = next(i for i, line in enumerate(lines) if f" {title} " in line and line[0] in "=_")
     end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] in "=_"), len(lines))
-    return lines[start + 1:end]
+    return lines[start + 1 : end]
 
 
 def test_entry_point_is_declared() -> None:
@@ -124,11 +126,13 @@ def test_entry_point_is_declared() -> None:
 
 def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
     result = run(pytester, "--help")
-    result.stdout.fnmatch_lines([
-        "typedflops: shape contracts and FLOP counts:",
-        "  --typedflops=PKG[,PKG...]",
-        "  --typedflops-report*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "typedflops: shape contracts and FLOP counts:",
+            "  --typedflops=PKG[,PKG...]",
+            "  --typedflops-report*",
+        ]
+    )
 
 
 def test_without_options_nothing_changes(project: pytest.Pytester) -> None:
@@ -146,31 +150,46 @@ def test_option_checks_the_package(project: pytest.Pytester) -> None:
     run(project).assert_outcomes(failed=1)
 
 
-@pytest.mark.parametrize("args", [["--typedflops=demo_pkg,other_pkg"],
-                                  ["--typedflops", "other_pkg", "--typedflops", "demo_pkg"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--typedflops=demo_pkg,other_pkg"],
+        ["--typedflops", "other_pkg", "--typedflops", "demo_pkg"],
+    ],
+)
 def test_several_packages(project: pytest.Pytester, args: list[str]) -> None:
     project.mkpydir("other_pkg").joinpath("__init__.py").write_text(
         "from jaxtyping import Float\nfrom torch import Tensor\n\n"
-        "def f(x: Float[Tensor, ' n']) -> Float[Tensor, ' n']:\n    return x\n")
-    project.makepyfile(test_both=IS_CHECKED + (
-        "\n\ndef test_other():\n    import other_pkg\n"
-        "    assert isinstance(other_pkg.f, TypedFunction)\n"))
+        "def f(x: Float[Tensor, ' n']) -> Float[Tensor, ' n']:\n    return x\n"
+    )
+    project.makepyfile(
+        test_both=IS_CHECKED
+        + (
+            "\n\ndef test_other():\n    import other_pkg\n"
+            "    assert isinstance(other_pkg.f, TypedFunction)\n"
+        )
+    )
     run(project, *args).assert_outcomes(passed=2)
 
 
 def test_conftest_imports_get_the_checked_package(project: pytest.Pytester) -> None:
     """The hook is installed before conftest files are imported."""
     project.makeconftest("import demo_pkg\n\nLINEAR = demo_pkg.linear\n")
-    project.makepyfile(test_conftest=(
-        "from conftest import LINEAR\nfrom typedflops.decorator import TypedFunction\n\n"
-        "def test_it():\n    assert isinstance(LINEAR, TypedFunction)\n"))
+    project.makepyfile(
+        test_conftest=(
+            "from conftest import LINEAR\nfrom typedflops.decorator import TypedFunction\n\n"
+            "def test_it():\n    assert isinstance(LINEAR, TypedFunction)\n"
+        )
+    )
     run(project, "--typedflops=demo_pkg").assert_outcomes(passed=1)
 
 
 def test_assertion_rewriting_still_applies_to_tests_inside_the_package(
-        project: pytest.Pytester) -> None:
+    project: pytest.Pytester,
+) -> None:
     project.path.joinpath("demo_pkg", "test_inside.py").write_text(
-        "def test_inside():\n    value = 1\n    assert value == 2\n")
+        "def test_inside():\n    value = 1\n    assert value == 2\n"
+    )
     result = run(project, "--typedflops=demo_pkg", "demo_pkg/test_inside.py")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["E       assert 1 == 2"])
@@ -184,25 +203,29 @@ def test_contract_error_is_reported_compactly(project: pytest.Pytester) -> None:
         "test_bad.py:8: in test_bad_call",
         "    demo_pkg.linear(x, w)",
         "E   typedflops.errors.ShapeError: linear(): argument 'w' has shape (600, 10) but its "
-        "annotation \"d_in d_out\" needs d_in=784",
+        'annotation "d_in d_out" needs d_in=784',
         "E     d_in=784 was bound by argument 'x' (shape (8, 784), axis 1)",
         "E     bound so far: batch=8, d_in=784",
     ]
-    result.stdout.fnmatch_lines([
-        "FAILED test_bad.py::test_bad_call - typedflops.errors.ShapeError: linear(): *"])
+    result.stdout.fnmatch_lines(
+        ["FAILED test_bad.py::test_bad_call - typedflops.errors.ShapeError: linear(): *"]
+    )
 
 
 def test_compact_report_shows_the_call_inside_the_package(project: pytest.Pytester) -> None:
-    project.makepyfile(test_deep=(
-        "import torch\nimport demo_pkg\n\n\ndef test_deep():\n"
-        "    demo_pkg.block(torch.ones(2, 3), torch.ones(4, 4))\n"))
+    project.makepyfile(
+        test_deep=(
+            "import torch\nimport demo_pkg\n\n\ndef test_deep():\n"
+            "    demo_pkg.block(torch.ones(2, 3), torch.ones(4, 4))\n"
+        )
+    )
     result = run(project, "--typedflops=demo_pkg")
     section = _section(result, "test_deep")
     assert section[:4] == [
         "test_deep.py:6: in test_deep",
         "    demo_pkg.block(torch.ones(2, 3), torch.ones(4, 4))",
         "E   typedflops.errors.ShapeError: block(): argument 'w' has shape (4, 4) but its "
-        "annotation \"d d\" needs d=3",
+        'annotation "d d" needs d=3',
         "E     d=3 was bound by argument 'x' (shape (2, 3), axis 1)",
     ]
     assert not any("decorator.py" in line for line in section)
@@ -240,42 +263,51 @@ def test_report_lists_every_function_that_ran(project: pytest.Pytester) -> None:
     ]
 
 
-def test_report_without_the_hook_counts_hand_decorated_functions(
-        project: pytest.Pytester) -> None:
-    project.makepyfile(test_relu=(
-        "import torch\nimport demo_pkg\n\n\ndef test_relu():\n"
-        "    for n in (1, 2, 3, 4, 5):\n        demo_pkg.relu(torch.ones(n, 2))\n"))
+def test_report_without_the_hook_counts_hand_decorated_functions(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_relu=(
+            "import torch\nimport demo_pkg\n\n\ndef test_relu():\n"
+            "    for n in (1, 2, 3, 4, 5):\n        demo_pkg.relu(torch.ones(n, 2))\n"
+        )
+    )
     result = run(project, "--typedflops-report")
     assert _section(result, "typedflops report")[2] == (
-        "relu          5  batch=1, d=2; batch=2, d=2; batch=3, d=2; +2 more  batch*d     30")
+        "relu          5  batch=1, d=2; batch=2, d=2; batch=3, d=2; +2 more  batch*d     30"
+    )
 
 
 def test_report_with_nothing_run(project: pytest.Pytester) -> None:
     project.makepyfile(test_nothing="def test_nothing():\n    pass\n")
     result = run(project, "--typedflops-report")
-    assert _section(result, "typedflops report") == [
-        "no @typed_flops function ran with checks on"]
+    assert _section(result, "typedflops report") == ["no @typed_flops function ran with checks on"]
 
 
 def test_report_of_a_module_forward(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_module=(
-        "import torch\nfrom typedflops.nn import Linear\n\n\ndef test_module():\n"
-        "    Linear(4, 3)(torch.ones(2, 4))\n"))
+    pytester.makepyfile(
+        test_module=(
+            "import torch\nfrom typedflops.nn import Linear\n\n\ndef test_module():\n"
+            "    Linear(4, 3)(torch.ones(2, 4))\n"
+        )
+    )
     result = run(pytester, "--typedflops-report")
     assert _section(result, "typedflops report")[2] == (
-        "Linear.forward      1  d_in=4, d_out=3, batch=(2,)  2*batch*d_in*d_out     48")
+        "Linear.forward      1  d_in=4, d_out=3, batch=(2,)  2*batch*d_in*d_out     48"
+    )
 
 
 def test_entry_point_loads_the_plugin_in_a_fresh_process(project: pytest.Pytester) -> None:
     project.makepyfile(test_bad=TEST_BAD_CALL)
-    result = project.runpytest_subprocess(*QUIET_ARGS, *PLUGIN_ARGS,
-                                          "--typedflops=demo_pkg", "--typedflops-report")
+    result = project.runpytest_subprocess(
+        *QUIET_ARGS, *PLUGIN_ARGS, "--typedflops=demo_pkg", "--typedflops-report"
+    )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "E   typedflops.errors.ShapeError: linear(): argument 'w' has shape (600, 10)*",
-        "*= typedflops report =*",
-        "no @typed_flops function ran with checks on",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "E   typedflops.errors.ShapeError: linear(): argument 'w' has shape (600, 10)*",
+            "*= typedflops report =*",
+            "no @typed_flops function ran with checks on",
+        ]
+    )
 
 
 def test_plugin_module_does_not_import_torch(pytester: pytest.Pytester) -> None:

@@ -57,8 +57,7 @@ def test_assert_flops_symbolic() -> None:
 
 
 def test_assert_flops_at_dims() -> None:
-    assert_flops(two_layer, "2*batch*d_hidden*(d_in + d_out)", batch=8, d_in=4, d_hidden=5,
-                 d_out=3)
+    assert_flops(two_layer, "2*batch*d_hidden*(d_in + d_out)", batch=8, d_in=4, d_hidden=5, d_out=3)
 
 
 def test_assert_flops_wrong_formula_message() -> None:
@@ -88,12 +87,20 @@ def test_assert_flops_names_a_dim_not_given() -> None:
 
 def test_assert_flops_backward() -> None:
     # x needs no grad: only the weights' gradients (and h's, to reach w1) are computed.
-    assert_flops(two_layer, "2*batch*d_hidden*(d_in + d_out)",
-                 backward="2*batch*d_hidden*(d_in + 2*d_out)", grad=("w1", "w2"),
-                 batch=8, d_in=4, d_hidden=5, d_out=3)
+    assert_flops(
+        two_layer,
+        "2*batch*d_hidden*(d_in + d_out)",
+        backward="2*batch*d_hidden*(d_in + 2*d_out)",
+        grad=("w1", "w2"),
+        batch=8,
+        d_in=4,
+        d_hidden=5,
+        d_out=3,
+    )
     with pytest.raises(AssertionError, match="backward at these sizes: expected 0, actual 240"):
-        assert_flops(linear, "2*batch*d_in*d_out", backward="0", grad=("w",),
-                     batch=8, d_in=5, d_out=3)
+        assert_flops(
+            linear, "2*batch*d_in*d_out", backward="0", grad=("w",), batch=8, d_in=5, d_out=3
+        )
 
 
 def test_assert_flops_backward_needs_dims() -> None:
@@ -123,11 +130,15 @@ def test_assert_flops_never_evaluates_the_expected_text() -> None:
 
 
 def test_assert_contract_error_returns_the_error() -> None:
-    error = assert_contract_error(linear, torch.ones(8, 784), torch.ones(600, 10), dim="d_in",
-                                  error=ShapeError)
+    error = assert_contract_error(
+        linear, torch.ones(8, 784), torch.ones(600, 10), dim="d_in", error=ShapeError
+    )
     assert isinstance(error, ShapeError)
     assert (error.function, error.argument, error.bindings) == (
-        "linear", "w", {"batch": 8, "d_in": 784})
+        "linear",
+        "w",
+        {"batch": 8, "d_in": 784},
+    )
 
 
 def test_assert_contract_error_keyword_arguments() -> None:
@@ -139,7 +150,8 @@ def test_assert_contract_error_wrong_dim() -> None:
     with pytest.raises(AssertionError) as info:
         assert_contract_error(linear, torch.ones(8, 4), torch.ones(5, 3), dim="batch")
     assert str(info.value).splitlines()[0] == (
-        "linear() raised ShapeError at dim 'd_in', not 'batch':")
+        "linear() raised ShapeError at dim 'd_in', not 'batch':"
+    )
 
 
 def test_assert_contract_error_wrong_class() -> None:
@@ -168,7 +180,8 @@ def test_assert_contract_error_other_exception_of_an_unchecked_function() -> Non
     message = str(info.value)
     assert message.startswith("plain_linear() raised RuntimeError, not ContractError: mat1")
     assert message.endswith(
-        "(plain_linear is not a @typed_flops function; is the import hook installed?)")
+        "(plain_linear is not a @typed_flops function; is the import hook installed?)"
+    )
     assert isinstance(info.value.__cause__, RuntimeError)
 
 
@@ -192,8 +205,9 @@ def test_matches_flop_counter_backward_two_layer() -> None:
     batch, d, k = 16, 8, 4
     w1 = torch.randn(d, d, requires_grad=True)
     w2 = torch.randn(d, k, requires_grad=True)
-    compared = assert_matches_flop_counter(two_layer, torch.randn(batch, d), w1, w2,
-                                           loss=lambda out: out.sum())
+    compared = assert_matches_flop_counter(
+        two_layer, torch.randn(batch, d), w1, w2, loss=lambda out: out.sum()
+    )
     # SPEC §3: backward 2*batch*d_in*(d_in + 2*d_out) with d_hidden = d_in
     assert compared.backward == compared.torch_backward == 2 * batch * d * (d + 2 * k)
     assert w1.grad is None and w2.grad is None  # gradients were taken, not accumulated

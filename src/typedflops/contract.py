@@ -520,6 +520,11 @@ class Parameter:
     checker: Checker | None
     hint: Any
 
+    @property
+    def where(self) -> str:
+        """How messages name it: ``argument 'x'``."""
+        return f"argument '{self.name}'"
+
 
 class Contract:
     """The compiled contract of one function: its parameters' checkers and its return's."""
@@ -571,6 +576,9 @@ class Contract:
         if self.return_hint is not None:
             self.specs["return"] = _tensor_specs(self.return_hint)
         self.checked = [p for p in self.parameters if p.checker is not None]
+        self._plan: list[tuple[int | None, str, Checker, str]] = [
+            (p.index, p.name, p.checker, p.where) for p in self.checked if p.checker is not None
+        ]
         self._check_symbolic_names()
 
     def dim_names(self) -> set[str]:
@@ -614,16 +622,15 @@ class Contract:
     ) -> None:
         """Check every argument of a call, binding dims in ``state``; raise on a violation."""
         count = len(args)
-        for param in self.checked:
-            index = param.index
+        # (index, name, checker, where) tuples built once: no attribute or string work here.
+        for index, name, checker, where in self._plan:
             if index is not None and index < count:
                 value = args[index]
-            elif param.name in kwargs:
-                value = kwargs[param.name]
+            elif name in kwargs:
+                value = kwargs[name]
             else:
                 continue  # a default: not the caller's to check
-            assert param.checker is not None
-            param.checker(value, state, f"argument '{param.name}'")
+            checker(value, state, where)
         extra = self.var_positional
         if extra is not None and extra.checker is not None and count > len(self.positional):
             for offset, value in enumerate(args[len(self.positional) :]):

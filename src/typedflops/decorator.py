@@ -36,7 +36,8 @@ R = TypeVar("R")
 
 _call: ContextVar[CallState | None] = ContextVar("typedflops_call", default=None)
 _checks_off = config._disabled
-_is_compiling = torch.compiler.is_compiling
+# Dynamo folds this to True while it traces; eagerly it is a plain `return False` (25 ns).
+_is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 def current_call() -> CallState | None:
@@ -62,6 +63,8 @@ class TypedFunction(Generic[P, R]):
         self._fn = fn
         self.name = name or display_name(fn)
         self._is_async = inspect.iscoroutinefunction(fn)
+        if self._is_async:
+            _mark_coroutine_function(self)
         self._contract: Contract | None = None
         self._last_sizes: dict[str, int | tuple[int, ...]] | None = None
         self._formula_cache: dict[tuple[tuple[str, Any], ...], sympy.Expr] = {}
@@ -277,6 +280,17 @@ def _check_outside_graph(function: TypedFunction[Any, Any], args: tuple[Any, ...
 _check_eagerly: Callable[[TypedFunction[Any, Any], tuple[Any, ...], Mapping[str, Any]], None] = (
     torch.compiler.disable(_check_outside_graph)  # type: ignore[no-untyped-call]
 )
+
+
+def _mark_coroutine_function(function: TypedFunction[Any, Any]) -> None:
+    """Let ``inspect``/``asyncio.iscoroutinefunction`` see that calling it gives a coroutine."""
+    mark = getattr(inspect, "markcoroutinefunction", None)  # Python >= 3.12
+    if mark is not None:
+        mark(function)
+    else:
+        import asyncio.coroutines
+
+        function._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
 
 
 def _module_dims(obj: Any) -> Mapping[str, int]:

@@ -20,8 +20,7 @@ does not use the options pays nothing.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .contract import CallState
+    from .cost import Cost
     from .decorator import TypedFunction
     from .import_hook import ImportHook
 
@@ -37,6 +37,7 @@ __all__ = [
     "pytest_configure",
     "pytest_load_initial_conftests",
     "pytest_runtest_makereport",
+    "pytest_runtest_teardown",
     "pytest_terminal_summary",
     "pytest_unconfigure",
 ]
@@ -82,9 +83,9 @@ def packages_from_option(values: Sequence[str]) -> list[str]:
     return found
 
 
-_hook_key = pytest.StashKey["ImportHook"]()
-_tally_key = pytest.StashKey["CallTally"]()
-_active_key = pytest.StashKey[bool]()
+_hook_key: pytest.StashKey[ImportHook] = pytest.StashKey()
+_tally_key: pytest.StashKey[CallTally] = pytest.StashKey()
+_active_key: pytest.StashKey[bool] = pytest.StashKey()
 
 
 def _install_hook(config: pytest.Config, values: Sequence[str]) -> None:
@@ -127,15 +128,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # -- compact contract errors ------------------------------------------------------------
 
 
-def _inside_typedflops(entry: pytest.TracebackEntry) -> bool:
+def _inside_typedflops(entry: Any) -> bool:  # a pytest TracebackEntry
     return Path(entry.path).resolve().is_relative_to(_PACKAGE_DIR)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Iterator[None]:
-    report: pytest.TestReport = yield
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     excinfo = call.excinfo
     if (
         excinfo is None
@@ -145,40 +146,42 @@ def pytest_runtest_makereport(
         or item.config.getoption("tbstyle") not in ("auto", "short")
         or item.config.getoption("fulltrace")
     ):
-        return report  # type: ignore[return-value]
+        return report
     from .errors import ContractError
 
     if isinstance(excinfo.value, ContractError):
         traceback = excinfo.traceback.cut(path=item.path).filter(excinfo)
         excinfo.traceback = traceback.filter(lambda entry: not _inside_typedflops(entry))
         report.longrepr = excinfo.getrepr(style="short", chain=False, funcargs=False)
-    return report  # type: ignore[return-value]
+    return report
 
 
 # -- the report -------------------------------------------------------------------------
 
 
 class _Entry:
-    """What the tally knows of one function: its calls, per binding of its dims."""
+    """What the tally knows of one function: its calls and costs, per binding of its dims."""
 
-    __slots__ = ("bound_to", "calls", "function", "name")
+    __slots__ = ("calls", "costs", "function", "name", "pending")
 
     def __init__(self, function: TypedFunction[..., Any]) -> None:
         self.function = function
         self.name = function.name
         self.calls: dict[Binding, int] = {}
-        # A method's object (a module's own sizes and weights are part of its cost).
-        self.bound_to: Callable[[], Any] | None = None
+        self.costs: dict[Binding, Cost | None] = {}  # None: it could not be estimated
+        # Bindings not costed yet, with the object a method was called on (a module's own
+        # sizes and weights are part of its cost): held until the test ends, no longer.
+        self.pending: dict[Binding, tuple[Any, ...]] = {}
 
 
 class CallTally:
     """Counts the checked calls of every ``@typed_flops`` function and the dims they bound.
 
-    Cheap per call (a dict update): costs are estimated once per distinct binding, when
-    the report is written. Calls on ``meta`` tensors (dry runs, ``estimate``) are not
-    counted. It observes calls by wrapping ``TypedFunction._check_arguments`` while
-    started; only argument-bound dims are seen (a dim bound by the return value alone is
-    not).
+    Cheap per call (a dict update). Each distinct binding of a function's dims is costed
+    once, by a dry run, when the test that made it ends (:meth:`settle`). Calls on
+    ``meta`` tensors (dry runs, ``estimate``) are not counted. It observes calls by
+    wrapping ``TypedFunction._check_arguments`` while started, so it sees the dims bound
+    by the arguments (a dim bound by the return value alone is not shown).
     """
 
     def __init__(self) -> None:
@@ -200,7 +203,7 @@ class CallTally:
             return state
 
         self._original = original
-        TypedFunction._check_arguments = observed  # type: ignore[method-assign]
+        TypedFunction._check_arguments = observed  # type: ignore[method-assign, assignment]
 
     def stop(self) -> None:
         """Stop observing calls (what was counted stays)."""
@@ -221,25 +224,56 @@ class CallTally:
         if entry is None:
             entry = self.entries[id(function)] = _Entry(function)
         binding = tuple(state.sizes.items())
-        entry.calls[binding] = entry.calls.get(binding, 0) + 1
-        if args and function.contract.takes_self:
-            try:
-                entry.bound_to = weakref.ref(args[0])
-            except TypeError:  # an object without weak references: not kept alive
-                entry.bound_to = None
+        count = entry.calls.get(binding, 0)
+        entry.calls[binding] = count + 1
+        if not count:
+            bound = args[:1] if args and function.contract.takes_self else ()
+            entry.pending[binding] = bound
+
+    def settle(self) -> None:
+        """Cost the bindings seen since the last call (one dry run each), then let go."""
+        from .testing import _estimate
+
+        observing = self._original is not None
+        self.stop()  # the dry runs call decorated functions themselves
+        try:
+            for entry in self.entries.values():
+                for binding, bound in entry.pending.items():
+                    try:
+                        entry.costs[binding] = _estimate(entry.function, bound, dict(binding))
+                    except Exception:  # a body that cannot dry-run: "?" in the report, not 0
+                        entry.costs[binding] = None
+                entry.pending.clear()
+        finally:
+            if observing:
+                self.start()
 
     def rows(self) -> list[list[str]]:
-        """One row per function, in the order they first ran."""
-        self.stop()  # the dry runs below call decorated functions themselves
+        """One row per function, in the order they first ran: name, calls, dims, cost."""
+        from .cost import format_count
+
+        self.settle()
         names = [entry.name for entry in self.entries.values()]
         rows = []
         for entry in self.entries.values():
             name = entry.name
             if names.count(name) > 1:
                 name = f"{entry.function.__module__}.{name}"
-            formula, total = _costs(entry)
-            rows.append([name, str(sum(entry.calls.values())), _dims_seen(entry.calls),
-                         formula, total])
+            costs = [entry.costs.get(binding) for binding in entry.calls]
+            last = costs[-1]
+            formula = "?" if last is None else str(last.formula)
+            total = "?"
+            if all(cost is not None for cost in costs):
+                total = format_count(
+                    sum(
+                        count * cost.flops
+                        for count, cost in zip(entry.calls.values(), costs, strict=True)
+                        if cost is not None
+                    )
+                )
+            rows.append(
+                [name, str(sum(entry.calls.values())), _dims_seen(entry.calls), formula, total]
+            )
         return rows
 
     def table(self) -> list[str]:
@@ -252,8 +286,10 @@ class CallTally:
         right = {1, 4}
         lines = []
         for row in [header, *rows]:
-            cells = [c.rjust(w) if i in right else c.ljust(w)
-                     for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+            cells = [
+                c.rjust(w) if i in right else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ]
             lines.append("  ".join(cells).rstrip())
         lines.insert(1, "  ".join("-" * w for w in widths))
         return lines
@@ -273,23 +309,14 @@ def _dims_seen(calls: Mapping[Binding, int]) -> str:
     return "; ".join(shown)
 
 
-def _costs(entry: _Entry) -> tuple[str, str]:
-    """The formula (at the last binding) and the total FLOPs of an entry, or ``?``."""
-    from .cost import format_count
-    from .testing import _estimate
-
-    bound = entry.bound_to() if entry.bound_to is not None else None
-    args = (bound,) if bound is not None else ()
-    total = 0
-    formula = "?"
-    for binding, count in entry.calls.items():
-        try:
-            cost = _estimate(entry.function, args, dict(binding))
-        except Exception:  # a body that cannot dry-run at these sizes: say so, not 0
-            return formula, "?"
-        total += count * cost.flops
-        formula = str(cost.formula)
-    return formula, format_count(total)
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        tally = item.config.stash.get(_tally_key, None)
+        if tally is not None:
+            tally.settle()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

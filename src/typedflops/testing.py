@@ -69,7 +69,9 @@ def _typed_target(fn: Any) -> tuple[TypedFunction[..., Any], tuple[Any, ...]] | 
 
 
 def _estimate(
-    target: TypedFunction[..., Any], bound: tuple[Any, ...], dims: Mapping[str, Size],
+    target: TypedFunction[..., Any],
+    bound: tuple[Any, ...],
+    dims: Mapping[str, Size],
     grad: Sequence[str] = (),
 ) -> Cost:
     """``target.estimate(*bound, **dims)``; a module's own parameters are made ``meta`` too.
@@ -80,13 +82,13 @@ def _estimate(
     """
     module = bound[0] if bound else None
     if not isinstance(module, torch.nn.Module):
-        return target.estimate(*bound, grad=tuple(grad), **dims)
+        estimate: Callable[..., Cost] = target.estimate  # dims are keywords, like dtype=
+        return estimate(*bound, grad=tuple(grad), **dims)
     contract = target.contract
     own_dims = getattr(module, "typedflops_dims", None)
     module_dims: Mapping[str, int] = own_dims() if callable(own_dims) else {}
     sizes, passthrough = dims_for_estimate(target.name, contract, dims, module_dims)
-    _, kwargs = meta_arguments(target.name, contract, bound, sizes, passthrough, None,
-                               tuple(grad))
+    _, kwargs = meta_arguments(target.name, contract, bound, sizes, passthrough, None, tuple(grad))
     return dry_run_call(types.MethodType(target, module), (), kwargs)
 
 
@@ -110,7 +112,7 @@ def _value_at(formula: sympy.Expr, dims: Mapping[str, Size]) -> sympy.Expr:
 
 def _same(actual: sympy.Expr, expected: sympy.Expr) -> bool:
     difference = sympy.expand(actual - expected)
-    return difference == 0 or sympy.simplify(difference) == 0
+    return bool(difference == 0 or sympy.simplify(difference) == 0)
 
 
 def _dims_text(dims: Mapping[str, Size]) -> str:
@@ -242,8 +244,7 @@ def assert_contract_error(
         return exc
     except Exception as exc:
         raise AssertionError(
-            f"{name}() raised {type(exc).__name__}, not {error.__name__}: {exc}"
-            f"{_why_unchecked(fn)}"
+            f"{name}() raised {type(exc).__name__}, not {error.__name__}: {exc}{_why_unchecked(fn)}"
         ) from exc
     raise AssertionError(f"{name}() did not raise {error.__name__}{_why_unchecked(fn)}")
 

@@ -15,8 +15,9 @@ class Projection:
     def __init__(self, w: Tensor) -> None:
         self.w = w
 
-    def mix(self, x: Float[Tensor, "batch d"], y: Float[Tensor, "batch d"]
-            ) -> Float[Tensor, "batch d"]:
+    def mix(
+        self, x: Float[Tensor, "batch d"], y: Float[Tensor, "batch d"]
+    ) -> Float[Tensor, "batch d"]:
         """A plain method: unchecked, ``(2, 3)`` and ``(1, 3)`` broadcast silently."""
         return x + y
 
