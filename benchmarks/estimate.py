@@ -26,10 +26,14 @@ def main(rounds: int = 30) -> None:
         cost = model.estimate(batch=16384)
         times.append(time.perf_counter() - start)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"TwoLayerMLP(32768, 32768, 8192).estimate(batch=16384): {cost.flops:.4g} FLOPs "
-          f"forward, {cost.backward_flops:.4g} backward, formula {cost.formula}")
-    print(f"median {statistics.median(times) * 1e3:.2f} ms, min {min(times) * 1e3:.2f} ms "
-          f"over {rounds} runs (target < 20 ms)")
+    print(
+        f"TwoLayerMLP(32768, 32768, 8192).estimate(batch=16384): {cost.flops:.4g} FLOPs "
+        f"forward, {cost.backward_flops:.4g} backward, formula {cost.formula}"
+    )
+    print(
+        f"median {statistics.median(times) * 1e3:.2f} ms, min {min(times) * 1e3:.2f} ms "
+        f"over {rounds} runs (target < 20 ms)"
+    )
     print(f"peak resident memory {before / 1024:.0f} MiB before, {after / 1024:.0f} MiB after")
 
 

@@ -27,19 +27,20 @@ def plain(x: Tensor, w: Tensor) -> Tensor:
 
 
 @jaxtyped(typechecker=beartype)
-def anchor(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
-           ) -> Float[Tensor, "batch d_out"]:
+def anchor(
+    x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
+) -> Float[Tensor, "batch d_out"]:
     return x @ w
 
 
 @typedflops.typed_flops
-def ours(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
-         ) -> Float[Tensor, "batch d_out"]:
+def ours(
+    x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
+) -> Float[Tensor, "batch d_out"]:
     return x @ w
 
 
-def _per_call_us(fn: Callable[[Tensor, Tensor], Tensor], x: Tensor, w: Tensor,
-                 calls: int) -> float:
+def _per_call_us(fn: Callable[[Tensor, Tensor], Tensor], x: Tensor, w: Tensor, calls: int) -> float:
     start = time.perf_counter()
     for _ in range(calls):
         fn(x, w)

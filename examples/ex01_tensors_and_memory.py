@@ -21,11 +21,14 @@ def main() -> None:
     x = torch.arange(6.0).reshape(2, 3)
     views = {"x[0]": x[0], "x.T": x.T, "x.view(3, 2)": x.view(3, 2)}
     for label, view in views.items():
-        print(f"{label:<14} shares storage with x: {same_storage(x, view)}, "
-              f"contiguous: {view.is_contiguous()}")
+        print(
+            f"{label:<14} shares storage with x: {same_storage(x, view)}, "
+            f"contiguous: {view.is_contiguous()}"
+        )
     copy = x.T.contiguous()
-    print(f"x.T.contiguous() shares storage: {same_storage(x, copy)} "
-          f"(a copy of {nbytes(copy)} bytes)")
+    print(
+        f"x.T.contiguous() shares storage: {same_storage(x, copy)} (a copy of {nbytes(copy)} bytes)"
+    )
 
     model = torch.nn.Linear(1024, 1024, bias=False)
     print("training a 1024x1024 linear layer with Adam needs", model_memory(model, "adam"))

@@ -41,8 +41,7 @@ def main() -> None:
         scores = attention_scores(q, k)
         heads = split_heads(q, heads=4)
         pooled = mean_pool(q)
-    print("scores", tuple(scores.shape), "heads", tuple(heads.shape), "pooled",
-          tuple(pooled.shape))
+    print("scores", tuple(scores.shape), "heads", tuple(heads.shape), "pooled", tuple(pooled.shape))
     print(rec.table())
     try:
         attention_scores(q, torch.randn(2, 7, 8))

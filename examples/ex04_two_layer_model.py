@@ -21,8 +21,10 @@ def main(quick: bool = False) -> None:
     print(f"backward {cost.backward_formula} = {cost.backward_flops:,}  (x needs no grad)")
     total = cost.flops + cost.backward_flops
     rule = 6 * batch * model.param_count
-    print(f"forward + backward = {total:,}; 6 x tokens x params = {rule:,} "
-          f"(ratio {total / rule:.3f}: the input's gradient is not needed)")
+    print(
+        f"forward + backward = {total:,}; 6 x tokens x params = {rule:,} "
+        f"(ratio {total / rule:.3f}: the input's gradient is not needed)"
+    )
 
     # The same count from torch's own counter, on a real forward and backward pass.
     from torch.utils.flop_counter import FlopCounterMode

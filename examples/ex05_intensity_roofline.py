@@ -29,13 +29,13 @@ def gelu(x: Float[Tensor, "n m"]) -> Float[Tensor, "n m"]:
 
 
 @typed_flops
-def dot(x: Float[Tensor, "n"], y: Float[Tensor, "n"]) -> Float[Tensor, ""]:
+def dot(x: Float[Tensor, " n"], y: Float[Tensor, " n"]) -> Float[Tensor, ""]:
     """``sum_i x_i y_i``: 2n FLOPs over 2n elements read."""
     return einsum(x, y, "n, n ->")
 
 
 @typed_flops
-def matvec(a: Float[Tensor, "n m"], x: Float[Tensor, "m"]) -> Float[Tensor, "n"]:
+def matvec(a: Float[Tensor, "n m"], x: Float[Tensor, " m"]) -> Float[Tensor, " n"]:
     """``A x``: about 2 FLOPs per element of ``A`` read."""
     return einsum(a, x, "n m, m -> n")
 
@@ -64,11 +64,13 @@ def main(quick: bool = False) -> None:
     if roof is None:
         print("no roofline for this device (see `typedflops devices`)")
     else:
-        print(f"float32 roofline: peak {roof.peak_flop_per_sec:.3g} FLOP/s, bandwidth "
-              f"{roof.bandwidth:.3g} B/s, ridge {roof.ridge:.3g} FLOP/B")
+        print(
+            f"float32 roofline: peak {roof.peak_flop_per_sec:.3g} FLOP/s, bandwidth "
+            f"{roof.bandwidth:.3g} B/s, ridge {roof.ridge:.3g} FLOP/B"
+        )
     for name, cost in costs(n).items():
         bound = "" if roof is None else f"{roof.bound(cost.intensity)}-bound"
-        print(f"{name:<7} {cost.intensity:8.3g} FLOP/B  {str(cost.formula):<22} {bound}")
+        print(f"{name:<7} {cost.intensity:8.3g} FLOP/B  {cost.formula!s:<22} {bound}")
 
 
 if __name__ == "__main__":

@@ -38,8 +38,13 @@ def test_devices_lists_the_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_console_script_runs() -> None:
-    result = subprocess.run([sys.executable, "-m", "typedflops.cli", "demo", "--quick"],
-                            capture_output=True, text=True, check=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "typedflops.cli", "demo", "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     assert "TwoLayerMLP(D, D, K)" in result.stdout
 
 

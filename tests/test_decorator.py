@@ -349,6 +349,11 @@ def test_async_checks_arguments_before_and_return_after_await() -> None:
     assert info.value.argument == "return"
 
 
+def test_async_function_stays_a_coroutine_function() -> None:
+    # Frameworks (pytest-asyncio, FastAPI) decide how to call a function by asking this.
+    assert asyncio.iscoroutinefunction(async_scale)
+
+
 def test_async_tasks_interleave_without_cross_talk() -> None:
     async def main() -> list[tuple[int, ...]]:
         sizes = [1, 2, 3, 4, 5, 6, 7, 8] * 4

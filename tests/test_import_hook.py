@@ -38,7 +38,14 @@ def _forget_sample() -> None:
 
 @pytest.fixture
 def load() -> Iterator[Loader]:
-    """Import ``sample_pkg.functions`` and ``sample_pkg.models`` anew, hooked or not."""
+    """Import ``sample_pkg.functions`` and ``sample_pkg.models`` anew, hooked or not.
+
+    Hooks installed outside the test (``pytest --typedflops=sample_pkg``) are set aside
+    meanwhile, so "not hooked" means not hooked.
+    """
+    outside = [finder for finder in sys.meta_path if isinstance(finder, ImportHook)]
+    for finder in outside:
+        sys.meta_path.remove(finder)
 
     def load_sample(hooked: bool) -> tuple[ModuleType, ModuleType]:
         _forget_sample()
@@ -55,6 +62,7 @@ def load() -> Iterator[Loader]:
 
     yield load_sample
     _forget_sample()
+    sys.meta_path[:0] = outside
 
 
 @pytest.fixture

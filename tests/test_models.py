@@ -67,8 +67,12 @@ def test_memory_helpers() -> None:
     assert same_storage(x, x[1:]) and not same_storage(x, x.clone())
     sizes = model_memory(TwoLayerMLP(16, 16, 4), optimizer="adamw")
     params = (16 * 16 + 16 * 4) * 4
-    assert sizes == {"parameters": params, "gradients": params, "optimizer": 2 * params,
-                     "total": 4 * params}
+    assert sizes == {
+        "parameters": params,
+        "gradients": params,
+        "optimizer": 2 * params,
+        "total": 4 * params,
+    }
     assert model_memory(Linear(4, 4), optimizer=None)["optimizer"] == 0
     with pytest.raises(ValueError, match="unknown optimizer 'adamax'"):
         model_memory(Linear(4, 4), optimizer="adamax")

@@ -24,20 +24,25 @@ B, D, K = 1024, 256, 64
 
 
 @typed_flops
-def linear(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
-           ) -> Float[Tensor, "batch d_out"]:
+def linear(
+    x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
+) -> Float[Tensor, "batch d_out"]:
     return x @ w
 
 
 @typed_flops
-def linear_einsum(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
-                  ) -> Float[Tensor, "batch d_out"]:
+def linear_einsum(
+    x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
+) -> Float[Tensor, "batch d_out"]:
     return einsum(x, w, "batch d_in, d_in d_out -> batch d_out")
 
 
 @typed_flops
-def two_layer(x: Float[Tensor, "batch d_in"], w1: Float[Tensor, "d_in d_hidden"],
-              w2: Float[Tensor, "d_hidden d_out"]) -> Float[Tensor, "batch d_out"]:
+def two_layer(
+    x: Float[Tensor, "batch d_in"],
+    w1: Float[Tensor, "d_in d_hidden"],
+    w2: Float[Tensor, "d_hidden d_out"],
+) -> Float[Tensor, "batch d_out"]:
     return (x @ w1) @ w2
 
 
@@ -47,20 +52,23 @@ def proj(h: Float[Tensor, "n d_in"], w: Float[Tensor, "d_in d_out"]) -> Float[Te
 
 
 @typed_flops
-def block(x: Float[Tensor, "batch d"], w1: Float[Tensor, "d d"], w2: Float[Tensor, "d k"]
-          ) -> Float[Tensor, "batch k"]:
+def block(
+    x: Float[Tensor, "batch d"], w1: Float[Tensor, "d d"], w2: Float[Tensor, "d k"]
+) -> Float[Tensor, "batch k"]:
     return proj(proj(x, w1), w2)
 
 
 @typed_flops
-def scores(q: Float[Tensor, "... seq_q d"], k: Float[Tensor, "... seq_k d"]
-           ) -> Float[Tensor, "... seq_q seq_k"]:
+def scores(
+    q: Float[Tensor, "... seq_q d"], k: Float[Tensor, "... seq_k d"]
+) -> Float[Tensor, "... seq_q seq_k"]:
     return einsum(q, k, "... seq_q d, ... seq_k d -> ... seq_q seq_k")
 
 
 @typed_flops
-def heads_attention(x: Float[Tensor, "batch seq d_model"], w: Float[Tensor, "d_model d_model"]
-                    ) -> Float[Tensor, "batch seq d_model"]:
+def heads_attention(
+    x: Float[Tensor, "batch seq d_model"], w: Float[Tensor, "d_model d_model"]
+) -> Float[Tensor, "batch seq d_model"]:
     h = einsum(x, w, "batch seq d_in, d_in d_out -> batch seq d_out")
     q = rearrange(h, "batch seq (heads d_head) -> batch heads seq d_head", heads=4)
     s = einsum(q, q, "batch heads s1 d_head, batch heads s2 d_head -> batch heads s1 s2")
@@ -69,18 +77,19 @@ def heads_attention(x: Float[Tensor, "batch seq d_model"], w: Float[Tensor, "d_m
 
 
 @typed_flops
-def chain(a: Float[Tensor, "i j"], b: Float[Tensor, "j k"], c: Float[Tensor, "k l"]
-          ) -> Float[Tensor, "i l"]:
+def chain(
+    a: Float[Tensor, "i j"], b: Float[Tensor, "j k"], c: Float[Tensor, "k l"]
+) -> Float[Tensor, "i l"]:
     return einsum(a, b, c, "i j, j k, k l -> i l")
 
 
 @typed_flops
-def row_sums(x: Float[Tensor, "n m"]) -> Float[Tensor, "n"]:
+def row_sums(x: Float[Tensor, "n m"]) -> Float[Tensor, " n"]:
     return reduce(x, "n m -> n", "sum")
 
 
 @typed_flops
-def row_means(x: Float[Tensor, "n m"]) -> Float[Tensor, "n"]:
+def row_means(x: Float[Tensor, "n m"]) -> Float[Tensor, " n"]:
     return reduce(x, "n m -> n", "mean")
 
 
@@ -202,8 +211,11 @@ def test_typed_linear_module_on_meta_and_real_agree() -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(
-    batch=st.integers(1, 64), d_in=st.integers(1, 64), d_hidden=st.integers(1, 64),
-    d_out=st.integers(1, 64), input_grad=st.booleans(),
+    batch=st.integers(1, 64),
+    d_in=st.integers(1, 64),
+    d_hidden=st.integers(1, 64),
+    d_out=st.integers(1, 64),
+    input_grad=st.booleans(),
 )
 def test_random_sizes_formula_count_and_oracle_agree(
     batch: int, d_in: int, d_hidden: int, d_out: int, input_grad: bool

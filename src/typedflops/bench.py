@@ -27,8 +27,8 @@ import torch
 
 from . import config, devices
 from .contract import display_name
-from .recording import current_node, log_measured, paused
 from .errors import SpecError
+from .recording import current_node, log_measured, paused
 from .roofline import Bound, attainable, bound, ridge_point
 
 __all__ = [
@@ -465,6 +465,5 @@ def benchmark(
         peak_source=source,
     )
     if parent is not None:
-        log_measured(parent, getattr(cost, "function", None) or display_name(fn), cost,
-                     measurement)
+        log_measured(parent, getattr(cost, "function", None) or display_name(fn), cost, measurement)
     return measurement

@@ -41,14 +41,14 @@ def _shape_error_demo() -> list[str]:
     from .ops import einsum
 
     @typed_flops
-    def linear(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
-               ) -> Float[Tensor, "batch d_out"]:
+    def linear(
+        x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
+    ) -> Float[Tensor, "batch d_out"]:
         return einsum(x, w, "batch d_in, d_in d_out -> batch d_out")
 
     lines = ["A checked call, and a call with a wrong shape (caught before any kernel ran):"]
     y = linear(torch.ones(8, 784), torch.ones(784, 10))
-    lines.append(f"  linear(x (8, 784), w (784, 10)) -> {tuple(y.shape)};"
-                 f" formula {linear.formula}")
+    lines.append(f"  linear(x (8, 784), w (784, 10)) -> {tuple(y.shape)}; formula {linear.formula}")
     try:
         linear(torch.ones(8, 784), torch.ones(600, 10))
     except ShapeError as exc:
@@ -58,8 +58,10 @@ def _shape_error_demo() -> list[str]:
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-           for row in [header, *rows]]
+    out = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
     out.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(out)
 
@@ -76,13 +78,16 @@ def demo(device: str | None = None, plot: str | None = None, quick: bool = False
     torch.manual_seed(0)
     lines = _shape_error_demo()
     lines.append("")
-    lines.append(f"The lecture's models on {target} ({sizes.dtype}), B={sizes.batch}, "
-                 f"D={sizes.d}, K={sizes.k}:")
+    lines.append(
+        f"The lecture's models on {target} ({sizes.dtype}), B={sizes.batch}, "
+        f"D={sizes.d}, K={sizes.k}:"
+    )
     x = torch.randn(sizes.batch, sizes.d, device=target, dtype=sizes.dtype)
     models = {
         "Linear(D, K)": Linear(sizes.d, sizes.k, device=target, dtype=sizes.dtype),
-        "TwoLayerMLP(D, D, K)": TwoLayerMLP(sizes.d, sizes.d, sizes.k, device=target,
-                                            dtype=sizes.dtype),
+        "TwoLayerMLP(D, D, K)": TwoLayerMLP(
+            sizes.d, sizes.d, sizes.k, device=target, dtype=sizes.dtype
+        ),
     }
     header = ["model", "formula (forward)", "FLOPs", "time", "FLOP/s", "MFU", "FLOP/B", "bound"]
     rows: list[list[str]] = []
@@ -92,36 +97,52 @@ def demo(device: str | None = None, plot: str | None = None, quick: bool = False
         cost = model.estimate(batch=sizes.batch)
         _progress(f"timing {label}")
         with torch.no_grad():
-            measured = benchmark(model, x, repeat=5 if quick else 20, min_time=0.0 if quick
-                                 else 0.2)
+            measured = benchmark(
+                model, x, repeat=5 if quick else 20, min_time=0.0 if quick else 0.2
+            )
         measurements.append((label, measured))
-        rows.append([
-            label,
-            str(cost.formula),
-            format_count(cost.flops),
-            f"{measured.median * 1e3:.3g} ms",
-            format_count(measured.flop_per_sec),
-            "n/a" if measured.mfu is None else f"{measured.mfu:.1%}",
-            f"{cost.intensity:.3g}",
-            measured.bound or "n/a",
-        ])
-        rows.append([
-            "  backward (x needs no grad)",
-            str(cost.backward_formula),
-            format_count(cost.backward_flops),
-            "", "", "", "", "",
-        ])
+        rows.append(
+            [
+                label,
+                str(cost.formula),
+                format_count(cost.flops),
+                f"{measured.median * 1e3:.3g} ms",
+                format_count(measured.flop_per_sec),
+                "n/a" if measured.mfu is None else f"{measured.mfu:.1%}",
+                f"{cost.intensity:.3g}",
+                measured.bound or "n/a",
+            ]
+        )
+        rows.append(
+            [
+                "  backward (x needs no grad)",
+                str(cost.backward_formula),
+                format_count(cost.backward_flops),
+                "",
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
         rule = 6 * sizes.batch * model.param_count
-        notes.append(f"{label}: forward+backward {format_count(cost.flops + cost.backward_flops)}"
-                     f" FLOPs = {(cost.flops + cost.backward_flops) / rule:.3f} x the "
-                     f"6 x tokens x params rule ({format_count(rule)}); the input needs no grad")
+        notes.append(
+            f"{label}: forward+backward {format_count(cost.flops + cost.backward_flops)}"
+            f" FLOPs = {(cost.flops + cost.backward_flops) / rule:.3f} x the "
+            f"6 x tokens x params rule ({format_count(rule)}); the input needs no grad"
+        )
     lines.append(_table(header, rows))
     lines += notes
     peak = measurements[0][1].peak_flop_per_sec
     lines.append("")
-    lines.append("MFU = measured FLOP/s / promised peak FLOP/s "
-                 + (f"({format_count(peak)}FLOP/s for {sizes.dtype} on this device)"
-                    if peak else "(no peak known for this device: see `typedflops devices`)"))
+    lines.append(
+        "MFU = measured FLOP/s / promised peak FLOP/s "
+        + (
+            f"({format_count(peak)}FLOP/s for {sizes.dtype} on this device)"
+            if peak
+            else "(no peak known for this device: see `typedflops devices`)"
+        )
+    )
     if plot:
         from .plot import roofline_plot
 
@@ -138,10 +159,15 @@ def devices_report() -> str:
     rates = ["float64", "float32", "tf32", "bfloat16", "float16", "float8"]
     header = ["device", *rates, "TB/s", "source"]
     rows = [
-        [record.sku,
-         *("-" if record.tflops.get(rate) is None else f"{record.tflops[rate]:g}"
-           for rate in rates),
-         f"{record.bandwidth_tbs:g}", record.source]
+        [
+            record.sku,
+            *(
+                "-" if record.tflops.get(rate) is None else f"{record.tflops[rate]:g}"
+                for rate in rates
+            ),
+            f"{record.bandwidth_tbs:g}",
+            record.source,
+        ]
         for record in GPU_TABLE
     ]
     lines = ["Promised dense peaks (TFLOP/s) and memory bandwidth:", _table(header, rows), ""]
@@ -149,8 +175,10 @@ def devices_report() -> str:
     if spec is None:
         lines.append("this machine's device: unknown (no peak figures)")
     else:
-        peaks = ", ".join(f"{str(dtype).removeprefix('torch.')} {format_count(value)}FLOP/s"
-                          for dtype, value in spec.peak_flops.items())
+        peaks = ", ".join(
+            f"{str(dtype).removeprefix('torch.')} {format_count(value)}FLOP/s"
+            for dtype, value in spec.peak_flops.items()
+        )
         kind = "an estimate" if spec.estimate else "promised"
         lines.append(f"this machine's device: {spec.name} ({kind}): {peaks}")
         if spec.bandwidth:

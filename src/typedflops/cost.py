@@ -149,7 +149,9 @@ class Cost:
             ("intensity", f"{self.intensity:.3g} FLOP/B", ""),
         ]
         lines = [head]
-        lines += [f"  {label:<15} {value:>12}  {formula}".rstrip() for label, value, formula in rows]
+        lines += [
+            f"  {label:<15} {value:>12}  {formula}".rstrip() for label, value, formula in rows
+        ]
         for op in self.ops:
             where = "/".join(op.path)
             pattern = f' "{op.pattern}"' if op.pattern else ""

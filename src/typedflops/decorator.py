@@ -8,6 +8,7 @@ few microseconds over a plain one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import types
@@ -17,7 +18,6 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import sympy
 import torch
-
 from jaxtyping import Shaped
 
 from . import config
@@ -69,18 +69,21 @@ class TypedFunction(Generic[P, R]):
         self._last_sizes: dict[str, int | tuple[int, ...]] | None = None
         self._formula_cache: dict[tuple[tuple[str, Any], ...], sympy.Expr] = {}
         self._flops = None if flops is None else parse_expression(flops, origin="flops=")
-        try:
+        # A forward reference not defined yet (NameError): compile at the first call.
+        with contextlib.suppress(NameError):
             self._contract = compile_contract(fn, self.name)
-        except NameError:
-            pass  # a forward reference not defined yet: compile at the first call
         if self._flops is not None and self._contract is not None:
             self._check_formula_names(self._contract)
 
     def _check_formula_names(self, contract: Contract) -> None:
         assert self._flops is not None
         known = contract.dim_names()
-        if any(axis.kind is AxisKind.ANONYMOUS_VARIADIC
-               for specs in contract.specs.values() for spec in specs for axis in spec.axes):
+        if any(
+            axis.kind is AxisKind.ANONYMOUS_VARIADIC
+            for specs in contract.specs.values()
+            for spec in specs
+            for axis in spec.axes
+        ):
             known.add(ELLIPSIS)  # an anonymous "..." is the symbol `ellipsis` in formulas
         unknown = sorted(self._flops.names - known)
         if unknown and not contract.takes_self:
@@ -146,8 +149,9 @@ class TypedFunction(Generic[P, R]):
         except ContractError as exc:
             raise exc.with_traceback(None) from None
 
-    async def _call_async(self, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                          state: CallState) -> Any:
+    async def _call_async(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
+    ) -> Any:
         # The coroutine runs in its task's own context: the call's scope does not leak.
         token = _call.set(state)
         try:
@@ -165,8 +169,9 @@ class TypedFunction(Generic[P, R]):
         _check_eagerly(self, args, kwargs)
         return self._fn(*args, **kwargs)
 
-    def _call_recorded(self, parent: Node, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                       state: CallState) -> R:
+    def _call_recorded(
+        self, parent: Node, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
+    ) -> R:
         node = Node(self.name, parent)
         node.bind_dims(state.sizes)
         passed = self._tensor_arguments(args, kwargs)
@@ -186,8 +191,9 @@ class TypedFunction(Generic[P, R]):
             parent.set_shape_symbols(result, (sympy.sympify(t).xreplace(mapping) for t in own))
         return result
 
-    def _tensor_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-                          ) -> list[tuple[torch.Tensor, TensorSpec]]:
+    def _tensor_arguments(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> list[tuple[torch.Tensor, TensorSpec]]:
         found = []
         for param in self.contract.parameters:
             if not is_tensor_annotation(param.hint):
@@ -202,8 +208,13 @@ class TypedFunction(Generic[P, R]):
 
     # -- costs --------------------------------------------------------------------------
 
-    def estimate(self, *args: Any, dtype: torch.dtype | None = None,
-                 grad: tuple[str, ...] | list[str] = (), **dims: int | tuple[int, ...]) -> Cost:
+    def estimate(
+        self,
+        *args: Any,
+        dtype: torch.dtype | None = None,
+        grad: tuple[str, ...] | list[str] = (),
+        **dims: int | tuple[int, ...],
+    ) -> Cost:
         """The cost of one call at the given dim sizes, from a dry run on ``meta`` tensors.
 
         Tensors are built from the annotations (nothing is allocated); ``grad`` names the
@@ -214,13 +225,19 @@ class TypedFunction(Generic[P, R]):
         """
         return self._estimate(args, dims, dtype, tuple(grad))
 
-    def _estimate(self, args: tuple[Any, ...], dims: Mapping[str, int | tuple[int, ...]],
-                  dtype: torch.dtype | None, grad: tuple[str, ...]) -> Cost:
+    def _estimate(
+        self,
+        args: tuple[Any, ...],
+        dims: Mapping[str, int | tuple[int, ...]],
+        dtype: torch.dtype | None,
+        grad: tuple[str, ...],
+    ) -> Cost:
         contract = self.contract
         module_dims = _module_dims(args[0]) if contract.takes_self and args else {}
         sizes, passthrough = dims_for_estimate(self.name, contract, dims, module_dims)
-        call_args, call_kwargs = meta_arguments(self.name, contract, args, sizes, passthrough,
-                                                dtype, grad)
+        call_args, call_kwargs = meta_arguments(
+            self.name, contract, args, sizes, passthrough, dtype, grad
+        )
         return self._dry_run(call_args, call_kwargs)
 
     def _dry_run(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
@@ -270,8 +287,9 @@ class TypedFunction(Generic[P, R]):
         return f"<typed_flops {self.name}{self.contract.signature}>"
 
 
-def _check_outside_graph(function: TypedFunction[Any, Any], args: tuple[Any, ...],
-                         kwargs: Mapping[str, Any]) -> None:
+def _check_outside_graph(
+    function: TypedFunction[Any, Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> None:
     if config.enabled():
         function._check_arguments(args, kwargs)
 

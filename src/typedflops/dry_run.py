@@ -57,8 +57,9 @@ def _bindable(contract: Contract) -> dict[str, AxisKind]:
 def probe_sizes(contract: Contract) -> Sizes:
     """Distinct prime sizes for every dim the parameters bind (a variadic dim gets one axis)."""
     sizes: Sizes = {}
-    for (name, kind), size in zip(_bindable(contract).items(), itertools.cycle(_PROBES),
-                                  strict=False):
+    for (name, kind), size in zip(
+        _bindable(contract).items(), itertools.cycle(_PROBES), strict=False
+    ):
         sizes[name] = (size,) if kind is AxisKind.VARIADIC else size
     return sizes
 
@@ -72,7 +73,8 @@ def dims_for_estimate(
     """Split ``estimate``'s keywords into dim sizes and non-tensor arguments; check names."""
     tensor_params = _parameter_specs(contract)
     passthrough = {
-        key: value for key, value in dims.items()
+        key: value
+        for key, value in dims.items()
         if key in contract.keyword and key not in tensor_params
     }
     given = {key: value for key, value in dims.items() if key not in passthrough}
@@ -148,7 +150,8 @@ def meta_arguments(
     if unknown_grad:
         raise SpecError(
             f"{function}.estimate(): grad names {', '.join(unknown_grad)}, which "
-            f"{'is not a tensor parameter' if len(unknown_grad) == 1 else 'are not tensor parameters'}"
+            f"{'is not a tensor parameter' if len(unknown_grad) == 1 else 'are not tensor '}"
+            f"{'' if len(unknown_grad) == 1 else 'parameters'}"
             f" (tensor parameters: {', '.join(specs) or 'none'})"
         )
     kwargs: dict[str, Any] = {}
@@ -195,8 +198,12 @@ def _single_call(session: Node) -> Cost:
     return session.cost()
 
 
-def dry_run_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                 dtype: torch.dtype | None = None) -> Cost:
+def dry_run_call(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    dtype: torch.dtype | None = None,
+) -> Cost:
     """Count ``fn(*args, **kwargs)`` on meta copies (module parameters included).
 
     ``dtype``, when given, casts every floating tensor of the dry run (inputs, parameters).
@@ -205,10 +212,13 @@ def dry_run_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[
     arguments instead, still recorded.
     """
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
-    if isinstance(module, torch.nn.Module) and module is not fn:
-        if getattr(fn, "__func__", None) is not getattr(type(module).forward, "__func__", type(
-                module).forward):
-            module = None  # another method than forward: run it as it is
+    forward = getattr(type(module), "forward", None)
+    if (
+        isinstance(module, torch.nn.Module)
+        and module is not fn
+        and getattr(fn, "__func__", None) is not forward
+    ):
+        module = None  # another method than forward: run it as it is
     meta_args, meta_kwargs = _to_meta(args, dtype), _to_meta(kwargs, dtype)
     session = Node("<dry run>", None, session=True)
     try:
@@ -217,7 +227,8 @@ def dry_run_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[
                 state = {
                     name: _to_meta(tensor, dtype)
                     for name, tensor in itertools.chain(
-                        module.named_parameters(), module.named_buffers())
+                        module.named_parameters(), module.named_buffers()
+                    )
                 }
                 # module(...) runs forward with the meta parameters in place of the real ones.
                 torch.func.functional_call(module, state, meta_args, meta_kwargs)

@@ -52,8 +52,9 @@ class TypedModule(torch.nn.Module):
         return dry_run_call(self, (x,), {}, dtype=dtype)
 
 
-def _init_weight(d_in: int, d_out: int, device: torch.device | str | None,
-                 dtype: torch.dtype | None) -> torch.nn.Parameter:
+def _init_weight(
+    d_in: int, d_out: int, device: torch.device | str | None, dtype: torch.dtype | None
+) -> torch.nn.Parameter:
     # Scaled by 1/sqrt(d_in) so activations keep unit scale (CS336 lecture 2).
     weight = torch.empty(d_in, d_out, device=device, dtype=dtype)
     if weight.device.type != "meta":
@@ -73,9 +74,15 @@ class Linear(TypedModule):
     2*batch*d_in*d_out
     """
 
-    def __init__(self, d_in: int, d_out: int, *, bias: bool = False,
-                 device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        *,
+        bias: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.d_in, self.d_out = d_in, d_out
         self.weight = _init_weight(d_in, d_out, device, dtype)
@@ -116,10 +123,17 @@ class TwoLayerMLP(TypedModule):
     (2*batch*d_hidden*(d_in + d_out), 2*batch*d_hidden*(d_in + 2*d_out))
     """
 
-    def __init__(self, d_in: int, d_hidden: int, d_out: int, *,
-                 activation: Callable[[Tensor], Tensor] | None = None, bias: bool = False,
-                 device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        d_in: int,
+        d_hidden: int,
+        d_out: int,
+        *,
+        activation: Callable[[Tensor], Tensor] | None = None,
+        bias: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.d_in, self.d_hidden, self.d_out = d_in, d_hidden, d_out
         self.fc1 = Linear(d_in, d_hidden, bias=bias, device=device, dtype=dtype)

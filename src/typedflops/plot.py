@@ -1,4 +1,7 @@
-"""A roofline plot of measurements (needs the optional ``matplotlib``: ``pip install typedflops[plot]``)."""
+"""A roofline plot of measurements.
+
+Needs the optional ``matplotlib`` (``pip install typedflops[plot]``).
+"""
 
 from __future__ import annotations
 
@@ -35,8 +38,12 @@ def roofline_plot(measurements: Sequence[Measurement], labels: Sequence[str], pa
         low = min([*intensities, first.ridge]) / 10
         high = max([*intensities, first.ridge]) * 10
         xs = [low * (high / low) ** (i / 200) for i in range(201)]
-        axes.plot(xs, [min(peak, x * bandwidth) for x in xs], color="black",
-                  label=f"roofline (ridge {first.ridge:.3g} FLOP/B)")
+        axes.plot(
+            xs,
+            [min(peak, x * bandwidth) for x in xs],
+            color="black",
+            label=f"roofline (ridge {first.ridge:.3g} FLOP/B)",
+        )
     for measurement, label in zip(measurements, labels, strict=True):
         if measurement.intensity:
             axes.scatter([measurement.intensity], [measurement.flop_per_sec], label=label)

@@ -44,6 +44,7 @@ __all__ = [
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _MAX_DIMS_SHOWN = 3
+_MAX_DIMS_WIDTH = 60
 
 Size = int | tuple[int, ...]
 Binding = tuple[tuple[str, Size], ...]
@@ -254,11 +255,14 @@ class CallTally:
 
         self.settle()
         names = [entry.name for entry in self.entries.values()]
+        qualified = [_qualified_name(entry) for entry in self.entries.values()]
         rows = []
         for entry in self.entries.values():
             name = entry.name
-            if names.count(name) > 1:
-                name = f"{entry.function.__module__}.{name}"
+            if names.count(name) > 1:  # same name, other modules (or other definitions)
+                name = _qualified_name(entry)
+                if qualified.count(name) > 1:
+                    name += f":{_first_line(entry)}"
             costs = [entry.costs.get(binding) for binding in entry.calls]
             last = costs[-1]
             formula = "?" if last is None else str(last.formula)
@@ -271,9 +275,8 @@ class CallTally:
                         if cost is not None
                     )
                 )
-            rows.append(
-                [name, str(sum(entry.calls.values())), _dims_seen(entry.calls), formula, total]
-            )
+            dims = _shortened(_dims_seen(entry.calls), _MAX_DIMS_WIDTH)
+            rows.append([name, str(sum(entry.calls.values())), dims, formula, total])
         return rows
 
     def table(self) -> list[str]:
@@ -293,6 +296,24 @@ class CallTally:
             lines.append("  ".join(cells).rstrip())
         lines.insert(1, "  ".join("-" * w for w in widths))
         return lines
+
+
+def _qualified_name(entry: _Entry) -> str:
+    return f"{entry.function.__module__}.{entry.name}"
+
+
+def _first_line(entry: _Entry) -> int | str:
+    code = getattr(entry.function.__wrapped__, "__code__", None)
+    return code.co_firstlineno if code is not None else "?"
+
+
+def _shortened(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, with ``...`` saying so.
+
+    >>> _shortened("batch=8, d_in=4, d_out=3", 16)
+    'batch=8, d_in...'
+    """
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _size_text(size: Size) -> str:

@@ -160,8 +160,9 @@ class Node:
                 group = tensor.shape[spec.variadic_index : tensor.dim() - after]
                 self.dims[ELLIPSIS] = math.prod(group)
 
-    def renaming(self, caller: Node, passed: Iterable[tuple[torch.Tensor, TensorSpec]]
-                 ) -> dict[sympy.Symbol, sympy.Expr]:
+    def renaming(
+        self, caller: Node, passed: Iterable[tuple[torch.Tensor, TensorSpec]]
+    ) -> dict[sympy.Symbol, sympy.Expr]:
         """How this call's dim symbols read in ``caller``'s names, through the tensors passed.
 
         A dim that no passed tensor determines becomes its size, as a number.
@@ -182,8 +183,9 @@ class Node:
         return mapping
 
     @staticmethod
-    def _group_terms(spec: TensorSpec, index: int, theirs: tuple[sympy.Expr, ...]
-                     ) -> sympy.Expr | None:
+    def _group_terms(
+        spec: TensorSpec, index: int, theirs: tuple[sympy.Expr, ...]
+    ) -> sympy.Expr | None:
         cut = spec.variadic_index
         if cut is None or index < cut:
             return theirs[index] if index < len(theirs) else None
@@ -319,12 +321,22 @@ class Recorder:
                 ]
             body.append(cells)
         total = self.total
-        body.append(["total", "", str(total.formula), format_count(total.flops),
-                     format_count(total.bytes), f"{total.intensity:.3g}"]
-                    + [""] * (len(header) - 6))
+        body.append(
+            [
+                "total",
+                "",
+                str(total.formula),
+                format_count(total.flops),
+                format_count(total.bytes),
+                f"{total.intensity:.3g}",
+            ]
+            + [""] * (len(header) - 6)
+        )
         widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                 for r in [header, *body]]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in [header, *body]
+        ]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
