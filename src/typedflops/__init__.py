@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from . import devices as devices
     from . import memory as memory
     from . import nn as nn
+    from . import testing as testing
     from .bench import Measurement as Measurement
     from .bench import benchmark as benchmark
     from .config import disabled as disabled
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from .errors import PatternError as PatternError
     from .errors import ShapeError as ShapeError
     from .errors import SpecError as SpecError
+    from .import_hook import install_import_hook as install_import_hook
     from .ops import einsum as einsum
     from .ops import rearrange as rearrange
     from .ops import reduce as reduce
@@ -49,12 +51,14 @@ __all__ = [
     "devices",
     "disabled",
     "einsum",
+    "install_import_hook",
     "memory",
     "nn",
     "rearrange",
     "record",
     "reduce",
     "repeat",
+    "testing",
     "typed_flops",
 ]
 
@@ -73,13 +77,14 @@ _WHERE = {
     "benchmark": "bench",
     "disabled": "config",
     "einsum": "ops",
+    "install_import_hook": "import_hook",
     "rearrange": "ops",
     "record": "recording",
     "reduce": "ops",
     "repeat": "ops",
     "typed_flops": "decorator",
 }
-_SUBMODULES = {"devices", "memory", "nn"}
+_SUBMODULES = {"devices", "memory", "nn", "testing"}
 
 
 def __getattr__(name: str) -> Any:

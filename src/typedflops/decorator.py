@@ -29,7 +29,7 @@ from .errors import ContractError, SpecError
 from .expr import parse_expression
 from .recording import Node, current_node, recording, spec_symbols
 
-__all__ = ["TypedFunction", "call_cost", "current_call", "typed_flops"]
+__all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "typed_flops"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -38,6 +38,27 @@ _call: ContextVar[CallState | None] = ContextVar("typedflops_call", default=None
 _checks_off = config._disabled
 # Dynamo folds this to True while it traces; eagerly it is a plain `return False` (25 ns).
 _is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
+
+
+# Called after every checked call that passed (arguments and return): the pytest plugin's
+# report counts calls this way. Empty on the hot path unless someone observes.
+CallObserver = Callable[["TypedFunction[Any, Any]", tuple[Any, ...], CallState], None]
+_observers: list[CallObserver] = []
+
+
+def add_call_observer(observer: CallObserver) -> Callable[[], None]:
+    """Call ``observer(function, args, state)`` after each checked call that passed.
+
+    ``state.sizes`` holds the dims the call bound (arguments and return). Returns a
+    function that removes the observer.
+    """
+    _observers.append(observer)
+    return lambda: _observers.remove(observer)
+
+
+def _notify(function: TypedFunction[Any, Any], args: tuple[Any, ...], state: CallState) -> None:
+    for observer in tuple(_observers):
+        observer(function, args, state)
 
 
 def current_call() -> CallState | None:
@@ -130,6 +151,8 @@ class TypedFunction(Generic[P, R]):
         finally:
             _call.reset(token)
         self._last_sizes = state.sizes
+        if _observers:
+            _notify(self, args, state)
         return result
 
     def _check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> CallState:
@@ -160,6 +183,8 @@ class TypedFunction(Generic[P, R]):
         finally:
             _call.reset(token)
         self._check_return(result, state)
+        if _observers:
+            _notify(self, args, state)
         return result
 
     def _call_compiled(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> R:
@@ -238,6 +263,11 @@ class TypedFunction(Generic[P, R]):
         call_args, call_kwargs = meta_arguments(
             self.name, contract, args, sizes, passthrough, dtype, grad
         )
+        if args and isinstance(args[0], torch.nn.Module):
+            # A module's own parameters get meta copies too (they may be real tensors).
+            from .dry_run import dry_run_call
+
+            return dry_run_call(types.MethodType(self, args[0]), call_args[1:], call_kwargs)
         return self._dry_run(call_args, call_kwargs)
 
     def _dry_run(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:

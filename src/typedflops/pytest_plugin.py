@@ -170,9 +170,10 @@ class _Entry:
         self.name = function.name
         self.calls: dict[Binding, int] = {}
         self.costs: dict[Binding, Cost | None] = {}  # None: it could not be estimated
-        # Bindings not costed yet, with the object a method was called on (a module's own
-        # sizes and weights are part of its cost): held until the test ends, no longer.
-        self.pending: dict[Binding, tuple[Any, ...]] = {}
+        # Bindings not costed yet, with the function object called and the object a method
+        # was called on (a module's own sizes and weights are part of its cost): held
+        # until the test ends, no longer.
+        self.pending: dict[Binding, tuple[TypedFunction[..., Any], tuple[Any, ...]]] = {}
 
 
 class CallTally:
@@ -180,39 +181,27 @@ class CallTally:
 
     Cheap per call (a dict update). Each distinct binding of a function's dims is costed
     once, by a dry run, when the test that made it ends (:meth:`settle`). Calls on
-    ``meta`` tensors (dry runs, ``estimate``) are not counted. It observes calls by
-    wrapping ``TypedFunction._check_arguments`` while started, so it sees the dims bound
-    by the arguments (a dim bound by the return value alone is not shown).
+    ``meta`` tensors (dry runs, ``estimate``) are not counted. It observes calls through
+    ``typedflops.decorator.add_call_observer``: every call whose arguments and return passed.
     """
 
     def __init__(self) -> None:
-        self.entries: dict[int, _Entry] = {}
-        self._original: Callable[..., CallState] | None = None
+        # One entry per function definition: a function decorated anew in each test (or
+        # each iteration of a loop) is one row.
+        self.entries: dict[tuple[str, str, int], _Entry] = {}
+        self._remove: Callable[[], None] | None = None
 
     def start(self) -> None:
         """Begin observing calls."""
-        from .decorator import TypedFunction
+        from .decorator import add_call_observer
 
-        original: Callable[..., CallState] = TypedFunction._check_arguments
-        tally = self
-
-        def observed(
-            function: TypedFunction[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
-        ) -> CallState:
-            state = original(function, args, kwargs)
-            tally.observe(function, args, state)
-            return state
-
-        self._original = original
-        TypedFunction._check_arguments = observed  # type: ignore[method-assign, assignment]
+        self._remove = add_call_observer(self.observe)
 
     def stop(self) -> None:
         """Stop observing calls (what was counted stays)."""
-        if self._original is not None:
-            from .decorator import TypedFunction
-
-            TypedFunction._check_arguments = self._original  # type: ignore[method-assign]
-            self._original = None
+        if self._remove is not None:
+            self._remove()
+            self._remove = None
 
     def observe(
         self, function: TypedFunction[..., Any], args: tuple[Any, ...], state: CallState
@@ -221,27 +210,28 @@ class CallTally:
         device = state.device
         if device is not None and device.type == "meta":
             return
-        entry = self.entries.get(id(function))
+        key = (function.__module__, function.name, _first_line(function))
+        entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[id(function)] = _Entry(function)
+            entry = self.entries[key] = _Entry(function)
         binding = tuple(state.sizes.items())
         count = entry.calls.get(binding, 0)
         entry.calls[binding] = count + 1
         if not count:
             bound = args[:1] if args and function.contract.takes_self else ()
-            entry.pending[binding] = bound
+            entry.pending[binding] = (function, bound)
 
     def settle(self) -> None:
         """Cost the bindings seen since the last call (one dry run each), then let go."""
         from .testing import _estimate
 
-        observing = self._original is not None
+        observing = self._remove is not None
         self.stop()  # the dry runs call decorated functions themselves
         try:
             for entry in self.entries.values():
-                for binding, bound in entry.pending.items():
+                for binding, (function, bound) in entry.pending.items():
                     try:
-                        entry.costs[binding] = _estimate(entry.function, bound, dict(binding))
+                        entry.costs[binding] = _estimate(function, bound, dict(binding))
                     except Exception:  # a body that cannot dry-run: "?" in the report, not 0
                         entry.costs[binding] = None
                 entry.pending.clear()
@@ -250,19 +240,20 @@ class CallTally:
                 self.start()
 
     def rows(self) -> list[list[str]]:
-        """One row per function, in the order they first ran: name, calls, dims, cost."""
+        """One row per function, sorted by name: name, calls, dims, cost."""
         from .cost import format_count
 
         self.settle()
-        names = [entry.name for entry in self.entries.values()]
-        qualified = [_qualified_name(entry) for entry in self.entries.values()]
+        entries = sorted(self.entries.values(), key=lambda entry: entry.name)
+        names = [entry.name for entry in entries]
+        qualified = [_qualified_name(entry) for entry in entries]
         rows = []
-        for entry in self.entries.values():
+        for entry in entries:
             name = entry.name
             if names.count(name) > 1:  # same name, other modules (or other definitions)
                 name = _qualified_name(entry)
                 if qualified.count(name) > 1:
-                    name += f":{_first_line(entry)}"
+                    name += f":{_first_line(entry.function)}"
             costs = [entry.costs.get(binding) for binding in entry.calls]
             last = costs[-1]
             formula = "?" if last is None else str(last.formula)
@@ -302,9 +293,9 @@ def _qualified_name(entry: _Entry) -> str:
     return f"{entry.function.__module__}.{entry.name}"
 
 
-def _first_line(entry: _Entry) -> int | str:
-    code = getattr(entry.function.__wrapped__, "__code__", None)
-    return code.co_firstlineno if code is not None else "?"
+def _first_line(function: TypedFunction[..., Any]) -> int:
+    code = getattr(function.__wrapped__, "__code__", None)
+    return code.co_firstlineno if code is not None else 0
 
 
 def _shortened(text: str, width: int) -> str:

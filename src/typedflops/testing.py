@@ -26,7 +26,6 @@ from . import config
 from .cost import Cost
 from .counting import MATMUL_OPS
 from .decorator import TypedFunction
-from .dry_run import dims_for_estimate, dry_run_call, meta_arguments
 from .errors import ContractError
 from .expr import parse_expression
 from .recording import record
@@ -74,22 +73,9 @@ def _estimate(
     dims: Mapping[str, Size],
     grad: Sequence[str] = (),
 ) -> Cost:
-    """``target.estimate(*bound, **dims)``; a module's own parameters are made ``meta`` too.
-
-    ``TypedFunction.estimate`` passes a bound module as it is, so a module with real
-    parameters would meet meta inputs; here its forward runs through ``dry_run_call``,
-    which swaps meta copies of the parameters in.
-    """
-    module = bound[0] if bound else None
-    if not isinstance(module, torch.nn.Module):
-        estimate: Callable[..., Cost] = target.estimate  # dims are keywords, like dtype=
-        return estimate(*bound, grad=tuple(grad), **dims)
-    contract = target.contract
-    own_dims = getattr(module, "typedflops_dims", None)
-    module_dims: Mapping[str, int] = own_dims() if callable(own_dims) else {}
-    sizes, passthrough = dims_for_estimate(target.name, contract, dims, module_dims)
-    _, kwargs = meta_arguments(target.name, contract, bound, sizes, passthrough, None, tuple(grad))
-    return dry_run_call(types.MethodType(target, module), (), kwargs)
+    """``target.estimate(*bound, **dims)`` (a bound module's parameters become meta too)."""
+    estimate: Callable[..., Cost] = target.estimate  # dims are keywords, like dtype=
+    return estimate(*bound, grad=tuple(grad), **dims)
 
 
 def _name(fn: Any) -> str:
