@@ -26,7 +26,8 @@ from typedflops import (
     typed_flops,
 )
 from typedflops.annotation import AxisKind, tensor_spec
-from typedflops.contract import CallState, compile_contract
+from typedflops.contract import compile_contract
+from typedflops.scope import CallState
 
 Linear = TypedFunction[[Tensor, Tensor], Tensor]
 

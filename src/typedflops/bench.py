@@ -26,10 +26,10 @@ from typing import Any, Protocol
 import torch
 
 from . import config, devices
-from .contract import display_name
 from .errors import SpecError
 from .recording import current_node, log_measured, paused
 from .roofline import Bound, attainable, bound, ridge_point
+from .scope import display_name
 
 __all__ = [
     "Clock",

@@ -22,12 +22,13 @@ from jaxtyping import Shaped
 
 from . import config
 from .annotation import ELLIPSIS, AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
-from .contract import CallState, Contract, compile_contract, display_name
+from .contract import Contract, compile_contract
 from .cost import Cost
 from .dry_run import dims_for_estimate, meta_arguments, probe_sizes
 from .errors import ContractError, SpecError
 from .expr import parse_expression
 from .recording import Node, current_node, recording, spec_symbols
+from .scope import CallState, display_name
 
 __all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "typed_flops"]
 

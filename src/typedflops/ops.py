@@ -28,7 +28,6 @@ import einops
 import torch
 
 from . import counting
-from .contract import CallState
 from .errors import ShapeError
 from .op_costs import einsum_cost, transform_cost
 from .patterns import (
@@ -43,6 +42,7 @@ from .patterns import (
     transform_plan,
 )
 from .recording import current_node
+from .scope import CallState
 
 __all__ = ["Reduction", "einsum", "rearrange", "reduce", "repeat"]
 

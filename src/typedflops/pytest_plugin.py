@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .contract import CallState
     from .cost import Cost
     from .decorator import TypedFunction
     from .import_hook import ImportHook
+    from .scope import CallState
 
 __all__ = [
     "pytest_addoption",
@@ -307,14 +307,10 @@ def _shortened(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _size_text(size: Size) -> str:
-    if isinstance(size, int):
-        return str(size)
-    return "(" + ", ".join(map(str, size)) + ("," if len(size) == 1 else "") + ")"
-
-
 def _dims_seen(calls: Mapping[Binding, int]) -> str:
-    shown = [", ".join(f"{n}={_size_text(s)}" for n, s in b) or "-" for b in calls]
+    from .scope import size_text  # here, not at import: the plugin must not import torch
+
+    shown = [", ".join(f"{n}={size_text(s)}" for n, s in b) or "-" for b in calls]
     if len(shown) > _MAX_DIMS_SHOWN:
         more = len(shown) - _MAX_DIMS_SHOWN
         shown = [*shown[:_MAX_DIMS_SHOWN], f"+{more} more"]

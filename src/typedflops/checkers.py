@@ -1,0 +1,410 @@
+"""Type hints compiled into checkers: closures that inspect one value of a call.
+
+Tensor annotations become a short loop over the shape with no string work; containers of
+tensors check every element; other hints follow beartype's semantics.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from beartype.door import die_if_unbearable, is_bearable
+from beartype.roar import BeartypeDoorHintViolation
+
+from .annotation import AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
+from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
+from .expr import Expression
+from .scope import CallState, shape_text, size_text, violation
+
+__all__ = ["Checker", "UnresolvedHintError", "compile_hint", "hint_text", "tensor_specs"]
+
+
+# A checker inspects one value at a place ("argument 'x'", "argument 'xs[2]'", "the return
+# value") and binds dims in the state, raising a ContractError subclass on a violation.
+Checker = Callable[[Any, CallState, str], None]
+
+
+def _tensor_checker(spec: TensorSpec) -> Checker:
+    """The checker for one ``Dtype[Tensor, "dims"]`` annotation (the hot path)."""
+    dtypes = spec.dtypes
+    axes = spec.axes
+    variadic = spec.variadic_index
+    rank = len(axes)
+    before = axes if variadic is None else axes[:variadic]
+    after = () if variadic is None else axes[variadic + 1 :]
+    # Flatten the rules to tuples so the per-call loop touches no attributes.
+    rules_before = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in before)
+    rules_after = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in after)
+    variadic_axis = None if variadic is None else axes[variadic]
+
+    def shape_error(
+        state: CallState,
+        where: str,
+        shape: tuple[int, ...],
+        needs: str,
+        dim: str | None,
+        expected: Any,
+        actual: Any,
+        origin_dims: Sequence[str] = (),
+    ) -> ContractError:
+        reason = f'has shape {shape_text(shape)} but its annotation "{spec.dim_str}" needs {needs}'
+        return violation(
+            ShapeError,
+            state,
+            where,
+            reason,
+            dim=dim,
+            expected=expected,
+            actual=actual,
+            origin_dims=origin_dims,
+        )
+
+    def check_axes(
+        rules: tuple[tuple[AxisKind, str | None, int | None, bool, Expression | None], ...],
+        shape: tuple[int, ...],
+        offset: int,
+        state: CallState,
+        where: str,
+    ) -> None:
+        sizes = state.sizes
+        for index, (kind, name, fixed, broadcastable, expression) in enumerate(rules):
+            axis = offset + index
+            size = shape[axis]
+            if broadcastable and size == 1:
+                continue
+            if kind is AxisKind.NAMED:
+                assert name is not None
+                bound = sizes.get(name)
+                if bound is None:
+                    sizes[name] = size
+                    state.origins[name] = (where, shape, axis)
+                elif bound != size:
+                    raise shape_error(
+                        state,
+                        where,
+                        shape,
+                        f"{name}={bound}",
+                        name,
+                        bound,
+                        size,
+                        origin_dims=(name,),
+                    )
+            elif kind is AxisKind.FIXED:
+                if size != fixed:
+                    raise shape_error(
+                        state, where, shape, f"size {fixed} at axis {axis}", None, fixed, size
+                    )
+            elif kind is AxisKind.SYMBOLIC:
+                assert expression is not None
+                state.pending.append((expression, spec.dim_str, axis, size, where, shape))
+
+    def check(value: Any, state: CallState, where: str) -> None:
+        if not isinstance(value, torch.Tensor):
+            raise violation(
+                ContractError,
+                state,
+                where,
+                f"is {_type_name(value)} but its annotation {spec.label} needs a torch.Tensor",
+                expected=spec.label,
+                actual=type(value).__name__,
+            )
+        if dtypes is not None and value.dtype not in dtypes:
+            actual = str(value.dtype).removeprefix("torch.")
+            raise violation(
+                DtypeError,
+                state,
+                where,
+                f"has dtype {actual} but its annotation {spec.label} needs {spec.dtype_reason()}",
+                expected=spec.dtype_reason(),
+                actual=value.dtype,
+            )
+        device = value.device
+        if state.device is None:
+            state.device = device
+            state.device_where = where
+        elif device != state.device:
+            raise violation(
+                DeviceError,
+                state,
+                where,
+                f"is on {device} but {state.device_where} is on {state.device}; "
+                "all tensors of one call must be on one device",
+                expected=state.device,
+                actual=device,
+            )
+        shape: tuple[int, ...] = value.shape
+        ndim = len(shape)
+        if variadic is None:
+            if ndim != rank:
+                raise shape_error(
+                    state, where, shape, f"{rank} dimension{'s' * (rank != 1)}", None, rank, ndim
+                )
+            check_axes(rules_before, shape, 0, state, where)
+            return
+        if ndim < rank - 1:
+            raise shape_error(
+                state, where, shape, f"at least {rank - 1} dimensions", None, rank - 1, ndim
+            )
+        check_axes(rules_before, shape, 0, state, where)
+        middle_end = ndim - len(rules_after)
+        check_axes(rules_after, shape, middle_end, state, where)
+        assert variadic_axis is not None
+        if variadic_axis.kind is AxisKind.VARIADIC:
+            name = variadic_axis.name
+            assert name is not None
+            group = tuple(shape[len(rules_before) : middle_end])
+            bound = state.sizes.get(name)
+            if bound is None:
+                state.sizes[name] = group
+                state.origins[name] = (where, shape, len(rules_before))
+                if variadic_axis.broadcastable:
+                    state.broadcast_variadic |= {name}
+            elif bound != group or state.broadcast_variadic:
+                bind_variadic(state, where, shape, name, typing.cast(tuple[int, ...], bound), group)
+
+    def bind_variadic(
+        state: CallState,
+        where: str,
+        shape: tuple[int, ...],
+        name: str,
+        bound: tuple[int, ...],
+        group: tuple[int, ...],
+    ) -> None:
+        # jaxtyping's rules for ``#*name``: a broadcastable binding or use may differ from
+        # the other by broadcasting; the dims bound are then the broadcast shape.
+        assert variadic_axis is not None
+        broadcastable = variadic_axis.broadcastable
+        was_broadcastable = name in state.broadcast_variadic
+        if bound == group and not was_broadcastable:
+            return
+        merged: tuple[int, ...] | None = None
+        if was_broadcastable or broadcastable:
+            try:
+                merged = tuple(torch.broadcast_shapes(bound, group))  # type: ignore[no-untyped-call]
+            except RuntimeError:
+                merged = None
+        if was_broadcastable and merged is not None and (broadcastable or merged == group):
+            state.sizes[name] = merged
+            if not broadcastable:
+                state.broadcast_variadic -= {name}
+            return
+        if not was_broadcastable and broadcastable and merged == bound:
+            return
+        if bound == group:
+            return
+        raise shape_error(
+            state,
+            where,
+            shape,
+            f"*{name}={size_text(bound)}",
+            name,
+            bound,
+            group,
+            origin_dims=(name,),
+        )
+
+    return check
+
+
+class UnresolvedHintError(SpecError, NameError):
+    """A type hint names something that is not defined (yet)."""
+
+
+def _type_name(value: Any) -> str:
+    name = type(value).__name__
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+def _contains_tensor_annotation(hint: Any) -> bool:
+    if is_tensor_annotation(hint):
+        return True
+    return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))
+
+
+def _beartype_checker(hint: Any) -> Checker:
+    """Non-tensor hints follow beartype's semantics; plain classes take a fast isinstance."""
+    fast_class = hint if isinstance(hint, type) and hint not in (float, complex) else None
+
+    def check(value: Any, state: CallState, where: str) -> None:
+        if fast_class is not None and isinstance(value, fast_class):
+            return
+        if is_bearable(value, hint):
+            return
+        try:
+            die_if_unbearable(value, hint)
+        except BeartypeDoorHintViolation as exc:
+            reason = _beartype_reason(str(exc))
+        else:  # pragma: no cover - beartype disagreed with itself
+            return
+        raise violation(
+            ContractError,
+            state,
+            where,
+            f"violates its hint {hint_text(hint)}: {reason}",
+            expected=hint_text(hint),
+            actual=type(value).__name__,
+        )
+
+    return check
+
+
+def _beartype_reason(text: str) -> str:
+    """beartype's reason without its preamble: ``Die_if_unbearable() value 'a' violates
+    type hint <class 'int'>, as str 'a' not instance of int.`` -> ``str 'a' not instance
+    of int``."""
+    first = text.splitlines()[0] if text else text
+    _, found, tail = first.partition(" violates type hint ")
+    if found:
+        _, found, reason = tail.partition(", as ")
+        if found:
+            return reason.rstrip(".")
+    return first.removeprefix("Die_if_unbearable() ")
+
+
+def hint_text(hint: Any) -> str:
+    if is_tensor_annotation(hint):
+        return tensor_spec(hint).label
+    if isinstance(hint, type):
+        return hint.__name__
+    return repr(hint).replace("typing.", "")
+
+
+def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
+    checkers = [(option, compile_hint(option)) for option in options]
+
+    def check(value: Any, state: CallState, where: str) -> None:
+        first_error: ContractError | None = None
+        for _option, checker in checkers:
+            trial = CallState(state.function)
+            trial.sizes = dict(state.sizes)
+            trial.origins = dict(state.origins)
+            trial.device, trial.device_where = state.device, state.device_where
+            trial.broadcast_variadic = state.broadcast_variadic
+            try:
+                checker(value, trial, where)
+            except ContractError as exc:
+                first_error = first_error or exc
+                continue
+            state.sizes, state.origins = trial.sizes, trial.origins
+            state.device, state.device_where = trial.device, trial.device_where
+            state.broadcast_variadic = trial.broadcast_variadic
+            state.pending.extend(trial.pending)
+            return
+        if len(checkers) == 1 or (
+            value is not None and sum(o is not type(None) for o, _ in checkers) == 1
+        ):
+            assert first_error is not None
+            raise first_error
+        raise violation(
+            ContractError,
+            state,
+            where,
+            f"is {_type_name(value)} which matches none of {hint_text(hint)}",
+            expected=hint_text(hint),
+            actual=type(value).__name__,
+        )
+
+    return check
+
+
+def _item_where(where: str, key: str) -> str:
+    """Where an element is: ``argument 'xs'`` -> ``argument 'xs[3]'``,
+    ``the return value`` -> ``the return value[3]``."""
+    if where.endswith("'"):
+        return f"{where[:-1]}[{key}]'"
+    return f"{where}[{key}]"
+
+
+def _sequence_checker(container: type, item_checker: Checker) -> Checker:
+    # Every element is checked: beartype samples one element of a container per call.
+    def check(value: Any, state: CallState, where: str) -> None:
+        if not isinstance(value, container):
+            raise violation(
+                ContractError,
+                state,
+                where,
+                f"is {_type_name(value)} but its hint needs a {container.__name__}",
+                expected=container.__name__,
+                actual=type(value).__name__,
+            )
+        for index, item in enumerate(typing.cast(Iterable[Any], value)):
+            item_checker(item, state, _item_where(where, str(index)))
+
+    return check
+
+
+def _tuple_checker(item_checkers: list[Checker]) -> Checker:
+    def check(value: Any, state: CallState, where: str) -> None:
+        if not isinstance(value, tuple) or len(value) != len(item_checkers):
+            raise violation(
+                ContractError,
+                state,
+                where,
+                f"is {_type_name(value)} but its hint needs a tuple of {len(item_checkers)}",
+                expected=len(item_checkers),
+                actual=type(value).__name__,
+            )
+        for index, (item, item_checker) in enumerate(zip(value, item_checkers, strict=True)):
+            item_checker(item, state, _item_where(where, str(index)))
+
+    return check
+
+
+def _mapping_checker(key_hint: Any, value_checker: Checker) -> Checker:
+    def check(value: Any, state: CallState, where: str) -> None:
+        if not isinstance(value, Mapping):
+            raise violation(
+                ContractError,
+                state,
+                where,
+                f"is {_type_name(value)} but its hint needs a mapping",
+                expected="Mapping",
+                actual=type(value).__name__,
+            )
+        for key, item in value.items():
+            if not is_bearable(key, key_hint):
+                raise violation(
+                    ContractError,
+                    state,
+                    where,
+                    f"has key {key!r} that violates {hint_text(key_hint)}",
+                )
+            value_checker(item, state, _item_where(where, repr(key)))
+
+    return check
+
+
+def compile_hint(hint: Any) -> Checker:
+    """Compile one type hint into a checker (tensor annotations, containers of them, others)."""
+    if is_tensor_annotation(hint):
+        return _tensor_checker(tensor_spec(hint))
+    if not _contains_tensor_annotation(hint):
+        return _beartype_checker(hint)
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return _union_checker(hint, args)
+    if origin in (list, Sequence, set, frozenset, typing.Iterable) and len(args) == 1:
+        container = (
+            origin
+            if isinstance(origin, type) and origin is not Sequence
+            else (Sequence if origin is Sequence else object)
+        )
+        return _sequence_checker(container, compile_hint(args[0]))
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return _sequence_checker(tuple, compile_hint(args[0]))
+        return _tuple_checker([compile_hint(arg) for arg in args])
+    if origin in (dict, Mapping) and len(args) == 2:
+        return _mapping_checker(args[0], compile_hint(args[1]))
+    raise SpecError(f"hint {hint_text(hint)}: typedflops cannot check tensors inside {origin}")
+
+
+def tensor_specs(hint: Any) -> list[TensorSpec]:
+    if is_tensor_annotation(hint):
+        return [tensor_spec(hint)]
+    return [spec for arg in typing.get_args(hint) for spec in tensor_specs(arg)]

@@ -1,0 +1,115 @@
+"""The scope of one checked call: the dims it bound, where each was bound, its device.
+
+A :class:`CallState` is made per call of a ``@typed_flops`` function; wrapped ops look the
+innermost one up (``typedflops.decorator.current_call()``) to check their axes against it.
+Messages about a violation are built here, with the bindings that explain them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .errors import ContractError
+from .expr import Expression
+
+__all__ = ["CallState", "Origin", "Size", "display_name", "shape_text", "size_text", "violation"]
+
+Origin = tuple[str, tuple[int, ...], int]  # (where, shape, axis) that bound a dim
+Size = int | tuple[int, ...]  # a named dim's size, or a variadic dim's sizes
+
+
+_NO_NAMES: frozenset[str] = frozenset()
+
+
+class CallState:
+    """The dims bound by one call, where each was bound, and the call's device.
+
+    Wrapped ops look the enclosing call's state up to check their axes against it.
+    """
+
+    __slots__ = (
+        "broadcast_variadic",
+        "device",
+        "device_where",
+        "function",
+        "origins",
+        "pending",
+        "sizes",
+    )
+
+    def __init__(self, function: str) -> None:
+        self.function = function
+        self.sizes: dict[str, Size] = {}
+        self.origins: dict[str, Origin | str] = {}
+        self.device: torch.device | None = None
+        self.device_where = ""
+        # Symbolic axes wait until every argument has bound its dims:
+        # (expression, dim string, axis, size, where, shape).
+        self.pending: list[tuple[Expression, str, int, int, str, tuple[int, ...]]] = []
+        # Variadic dims last bound by a broadcastable ``#*name`` (jaxtyping's rule: such a
+        # binding may still grow by broadcasting against a later argument).
+        self.broadcast_variadic: frozenset[str] = _NO_NAMES
+
+    def bind(self, name: str, size: Size, origin: Origin | str) -> None:
+        """Bind ``name`` before any argument is seen (e.g. from a module's own sizes)."""
+        self.sizes[name] = size
+        self.origins[name] = origin
+
+    def bound_so_far(self) -> str:
+        """``batch=8, d_in=784``: the bindings, for the last line of an error."""
+        return ", ".join(f"{name}={size_text(size)}" for name, size in self.sizes.items())
+
+    def origin_line(self, name: str) -> str:
+        """Where ``name`` was bound, in words, or an empty string if it is not bound."""
+        origin = self.origins.get(name)
+        if origin is None:
+            return ""
+        size = size_text(self.sizes[name])
+        if isinstance(origin, str):
+            return f"{name}={size} was bound by {origin}"
+        where, shape, axis = origin
+        return f"{name}={size} was bound by {where} (shape {shape_text(shape)}, axis {axis})"
+
+
+def size_text(size: Size) -> str:
+    return str(size) if isinstance(size, int) else shape_text(size)
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def display_name(fn: Callable[..., Any]) -> str:
+    """The name used in messages: the qualified name without ``<locals>`` noise."""
+    qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    return str(qualname).rsplit("<locals>.", 1)[-1]
+
+
+def violation(
+    cls: type[ContractError],
+    state: CallState,
+    where: str,
+    reason: str,
+    *,
+    dim: str | None = None,
+    expected: Any = None,
+    actual: Any = None,
+    origin_dims: Sequence[str] = (),
+) -> ContractError:
+    lines = [f"{state.function}(): {where} {reason}"]
+    lines.extend(line for name in origin_dims if (line := state.origin_line(name)))
+    if state.sizes:
+        lines.append(f"bound so far: {state.bound_so_far()}")
+    argument = where.removeprefix("argument ").strip("'") if where.startswith("arg") else "return"
+    return cls(
+        "\n  ".join(lines),
+        function=state.function,
+        argument=argument,
+        dim=dim,
+        expected=expected,
+        actual=actual,
+        bindings=state.sizes,
+    )
