@@ -11,7 +11,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .cost import format_count
+from .text import format_count, text_table
 
 __all__ = ["main"]
 
@@ -54,16 +54,6 @@ def _shape_error_demo() -> list[str]:
     except ShapeError as exc:
         lines += ["  " + line for line in f"ShapeError: {exc}".splitlines()]
     return lines
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    out = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(out)
 
 
 def demo(device: str | None = None, plot: str | None = None, quick: bool = False) -> str:
@@ -131,7 +121,7 @@ def demo(device: str | None = None, plot: str | None = None, quick: bool = False
             f" FLOPs = {(cost.flops + cost.backward_flops) / rule:.3f} x the "
             f"6 x tokens x params rule ({format_count(rule)}); the input needs no grad"
         )
-    lines.append(_table(header, rows))
+    lines.append(text_table(header, rows))
     lines += notes
     peak = measurements[0][1].peak_flop_per_sec
     lines.append("")
@@ -170,7 +160,7 @@ def devices_report() -> str:
         ]
         for record in GPU_TABLE
     ]
-    lines = ["Promised dense peaks (TFLOP/s) and memory bandwidth:", _table(header, rows), ""]
+    lines = ["Promised dense peaks (TFLOP/s) and memory bandwidth:", text_table(header, rows), ""]
     spec = devices.device_spec()
     if spec is None:
         lines.append("this machine's device: unknown (no peak figures)")

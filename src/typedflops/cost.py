@@ -21,7 +21,9 @@ from typing import Any
 
 import sympy
 
-__all__ = ["Cost", "OpCost", "format_count"]
+from .text import format_count
+
+__all__ = ["Cost", "OpCost"]
 
 ZERO = sympy.Integer(0)
 
@@ -162,15 +164,3 @@ class Cost:
         if self.uncounted:
             lines.append(f"  uncounted ops: {', '.join(self.uncounted)}")
         return "\n".join(lines)
-
-
-def format_count(value: float) -> str:
-    """A count in engineering notation: ``33554432`` -> ``33.55M``.
-
-    >>> format_count(33554432), format_count(4.398e13), format_count(12)
-    ('33.55M', '43.98T', '12')
-    """
-    for scale, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f}{suffix}"
-    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -42,7 +42,7 @@ from .patterns import (
     transform_plan,
 )
 from .recording import current_node
-from .scope import CallState
+from .scope import CallState, violation
 
 __all__ = ["Reduction", "einsum", "rearrange", "reduce", "repeat"]
 
@@ -77,17 +77,15 @@ def _bound_error(
     detail: str,
 ) -> ShapeError:
     origin = call.origin_line(name) or f"{name}={bound} is bound in this call"
-    lines = [f'{call.function}(): {op} "{pattern}": {where} has {name}={size}{detail} but {origin}']
-    if call.sizes:
-        lines.append(f"bound so far: {call.bound_so_far()}")
-    return ShapeError(
-        "\n  ".join(lines),
-        function=call.function,
-        argument=where,
+    return violation(
+        ShapeError,
+        call,
+        f'{op} "{pattern}": {where}',
+        f"has {name}={size}{detail} but {origin}",
         dim=name,
         expected=bound,
         actual=size,
-        bindings=call.sizes,
+        argument=where,
     )
 
 

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .text import text_table
+
 if TYPE_CHECKING:
     from .cost import Cost
     from .decorator import TypedFunction
@@ -241,7 +243,7 @@ class CallTally:
 
     def rows(self) -> list[list[str]]:
         """One row per function, sorted by name: name, calls, dims, cost."""
-        from .cost import format_count
+        from .text import format_count
 
         self.settle()
         entries = sorted(self.entries.values(), key=lambda entry: entry.name)
@@ -276,17 +278,7 @@ class CallTally:
         if not rows:
             return ["no @typed_flops function ran with checks on"]
         header = ["function", "calls", "dims seen", "formula", "FLOPs"]
-        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-        right = {1, 4}
-        lines = []
-        for row in [header, *rows]:
-            cells = [
-                c.rjust(w) if i in right else c.ljust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            ]
-            lines.append("  ".join(cells).rstrip())
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return lines
+        return text_table(header, rows, right={1, 4}).splitlines()
 
 
 def _qualified_name(entry: _Entry) -> str:

@@ -21,7 +21,8 @@ import sympy
 import torch
 
 from .annotation import ELLIPSIS, AxisKind, TensorSpec
-from .cost import Cost, OpCost, format_count
+from .cost import Cost, OpCost
+from .text import format_count, text_table
 
 if TYPE_CHECKING:
     from .bench import Measurement
@@ -332,13 +333,7 @@ class Recorder:
             ]
             + [""] * (len(header) - 6)
         )
-        widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-        lines = [
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in [header, *body]
-        ]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        return text_table(header, body)
 
     def to_json(self) -> str:
         """Everything recorded as JSON: the calls (depth-first) and the total."""

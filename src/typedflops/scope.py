@@ -8,12 +8,14 @@ Messages about a violation are built here, with the bindings that explain them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from .errors import ContractError
 from .expr import Expression
+
+E = TypeVar("E", bound=ContractError)
 
 __all__ = ["CallState", "Origin", "Size", "display_name", "shape_text", "size_text", "violation"]
 
@@ -89,7 +91,7 @@ def display_name(fn: Callable[..., Any]) -> str:
 
 
 def violation(
-    cls: type[ContractError],
+    cls: type[E],
     state: CallState,
     where: str,
     reason: str,
@@ -98,12 +100,16 @@ def violation(
     expected: Any = None,
     actual: Any = None,
     origin_dims: Sequence[str] = (),
-) -> ContractError:
+    argument: str | None = None,
+) -> E:
     lines = [f"{state.function}(): {where} {reason}"]
     lines.extend(line for name in origin_dims if (line := state.origin_line(name)))
     if state.sizes:
         lines.append(f"bound so far: {state.bound_so_far()}")
-    argument = where.removeprefix("argument ").strip("'") if where.startswith("arg") else "return"
+    if argument is None:
+        argument = (
+            where.removeprefix("argument ").strip("'") if where.startswith("arg") else "return"
+        )
     return cls(
         "\n  ".join(lines),
         function=state.function,
