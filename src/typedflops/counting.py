@@ -233,19 +233,7 @@ def _broadcast_terms(
     node: Node, out: torch.Tensor, sources: Sequence[torch.Tensor]
 ) -> list[sympy.Expr]:
     """Output terms under broadcasting: each axis from the first input of the same size."""
-    terms: list[sympy.Expr] = []
-    rank = out.dim()
-    symbols = [(s.shape, node.shape_symbols(s)) for s in sources]
-    for axis in range(rank):
-        size = out.shape[axis]
-        term: sympy.Expr = sympy.Integer(size)
-        for shape, sym in symbols:
-            aligned = axis - (rank - len(shape))
-            if aligned >= 0 and shape[aligned] == size:
-                term = sym[aligned]
-                break
-        terms.append(term)
-    return terms
+    return _broadcast_terms_of(out.shape, [(s.shape, node.shape_symbols(s)) for s in sources])
 
 
 def _add(
