@@ -51,9 +51,6 @@ def main(rounds: int = 30, calls: int = 2000) -> None:
     torch.set_num_threads(1)
     x, w = torch.randn(8, 16), torch.randn(16, 4)
 
-    def disabled_call(x: Tensor, w: Tensor) -> Tensor:
-        return ours(x, w)
-
     variants: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
         "plain": plain,
         "jaxtyped(beartype)": anchor,
@@ -66,12 +63,8 @@ def main(rounds: int = 30, calls: int = 2000) -> None:
         for name, fn in variants.items():
             samples[name].append(_per_call_us(fn, x, w, calls))
         with typedflops.disabled():
-            samples["@typed_flops off"].append(_per_call_us(disabled_call, x, w, calls))
-    # The "off" variant goes through one extra Python frame (disabled_call); measure that
-    # frame alone and take it out, so "off" shows the decorator's own cost.
-    frame = [_per_call_us(lambda a, b: plain(a, b), x, w, calls) for _ in range(rounds)]
+            samples["@typed_flops off"].append(_per_call_us(ours, x, w, calls))
     medians = {name: statistics.median(values) for name, values in samples.items()}
-    medians["@typed_flops off"] -= statistics.median(frame) - medians["plain"]
     base = medians["plain"]
     print(f"per call, x @ w on 8x16 and 16x4 float32 ({rounds} interleaved rounds of {calls})")
     for name, value in medians.items():

@@ -516,14 +516,30 @@ def test_torch_compile(backend: str) -> None:
     for compiled in (direct, model):
         with pytest.raises(ShapeError, match=re.escape("argument 'w' has shape (4, 4)")):
             compiled(x, torch.randn(4, 4))
-    # Documented: under torch.compile the return value is not checked.
+
+
+@typed_flops
+def wrong_return(x: Float[Tensor, "b i"], w: Float[Tensor, "i o"]) -> Float[Tensor, "b i"]:
+    return x @ w
 
 
 @pytest.mark.usefixtures("fresh_dynamo")
-def test_torch_compile_respects_disabled() -> None:
-    model = torch.compile(_model, backend="eager")
-    x, w = torch.randn(2, 3), torch.randn(3, 4)
-    assert model(x, w).shape == ()
-    with typedflops.disabled(), pytest.raises(RuntimeError) as info:
-        model(x, torch.randn(4, 4))
-    assert not isinstance(info.value, ContractError)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_torch_compile_checks_the_return_value_too(dynamic: bool) -> None:
+    compiled = torch.compile(wrong_return, backend="aot_eager", dynamic=dynamic)
+    with pytest.raises(ShapeError, match=re.escape("wrong_return(): the return value has shape")):
+        compiled(torch.randn(2, 3), torch.randn(3, 4))
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_torch_compile_checks_cost_no_graph_break() -> None:
+    # The checks become dynamo guards: one graph, no break, and fullgraph=True compiles.
+    explained = torch._dynamo.explain(_model)(torch.randn(2, 3), torch.randn(3, 4))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    full = torch.compile(_model, backend="eager", fullgraph=True)
+    assert full(torch.randn(2, 3), torch.randn(3, 4)).shape == ()
+    assert full(torch.randn(5, 3), torch.randn(3, 4)).shape == ()
+    # fullgraph=True lets no exception leave the graph: a violation still fails the call,
+    # as dynamo's own error (it cannot be our ShapeError there).
+    with pytest.raises(Exception, match="has shape"):
+        full(torch.randn(2, 3), torch.randn(4, 4))

@@ -9,11 +9,17 @@ from contextvars import ContextVar
 
 __all__ = ["disabled", "enabled"]
 
-_ENV_DISABLED = os.environ.get("TYPEDFLOPS_DISABLE", "").strip().lower() in {"1", "true", "yes"}
+#: ``TYPEDFLOPS_DISABLE=1`` at import: the default of every context, and the only switch
+#: that compiled code sees (dynamo cannot read a ContextVar).
+DISABLED_BY_ENVIRONMENT = os.environ.get("TYPEDFLOPS_DISABLE", "").strip().lower() in {
+    "1",
+    "true",
+    "yes",
+}
 
 # A ContextVar, not a global: `disabled()` in one thread or asyncio task must not switch
 # checks off in another.
-_disabled: ContextVar[bool] = ContextVar("typedflops_disabled", default=_ENV_DISABLED)
+_disabled: ContextVar[bool] = ContextVar("typedflops_disabled", default=DISABLED_BY_ENVIRONMENT)
 
 
 def enabled() -> bool:

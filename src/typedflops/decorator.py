@@ -189,11 +189,18 @@ class TypedFunction(Generic[P, R]):
         return result
 
     def _call_compiled(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> R:
-        # Under torch.compile the arguments are checked eagerly, outside the graph (in a
-        # frame dynamo does not trace); the body is traced as usual. The return value is not
-        # checked there: a second eager frame after the body would split the graph in two.
-        _check_eagerly(self, args, kwargs)
-        return self._fn(*args, **kwargs)
+        # dynamo traces the checks: they read only shapes, dtypes and devices, which it
+        # turns into guards, so a compiled call pays nothing for them, the graph does not
+        # break (fullgraph=True works), and a call that breaks the contract raises while
+        # dynamo traces it. `disabled()` lives in a ContextVar, which dynamo cannot read;
+        # only TYPEDFLOPS_DISABLE=1 (read at import) switches checks off in compiled code.
+        # Nothing is recorded while compiling.
+        if config.DISABLED_BY_ENVIRONMENT:
+            return self._fn(*args, **kwargs)
+        state = self._check_arguments(args, kwargs)
+        result = self._fn(*args, **kwargs)
+        self._check_return(result, state)
+        return result
 
     def _call_recorded(
         self, parent: Node, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
@@ -316,19 +323,6 @@ class TypedFunction(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<typed_flops {self.name}{self.contract.signature}>"
-
-
-def _check_outside_graph(
-    function: TypedFunction[Any, Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> None:
-    if config.enabled():
-        function._check_arguments(args, kwargs)
-
-
-# dynamo does not trace into this frame: under torch.compile the check runs eagerly.
-_check_eagerly: Callable[[TypedFunction[Any, Any], tuple[Any, ...], Mapping[str, Any]], None] = (
-    torch.compiler.disable(_check_outside_graph)  # type: ignore[no-untyped-call]
-)
 
 
 def _mark_coroutine_function(function: TypedFunction[Any, Any]) -> None:
