@@ -301,10 +301,11 @@ class Recorder:
         """A text table: function, dims, formula, FLOPs, bytes, intensity (and time, MFU)."""
         header = ["function", "dims", "formula", "FLOPs", "bytes", "FLOP/B"]
         body: list[list[str]] = []
-        timed = any("measurement" in row for row in self.rows())
+        rows = self.rows()
+        timed = any("measurement" in row for row in rows)
         if timed:
             header += ["time", "FLOP/s", "MFU"]
-        for row in self.rows():
+        for row in rows:
             cells = [
                 "  " * row["depth"] + row["function"],
                 ", ".join(f"{k}={v}" for k, v in row["dims"].items()),
