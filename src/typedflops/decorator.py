@@ -13,7 +13,6 @@ import functools
 import inspect
 import types
 from collections.abc import Callable, Coroutine, Mapping
-from contextvars import ContextVar
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import sympy
@@ -28,14 +27,13 @@ from .dry_run import dims_for_estimate, meta_arguments, probe_sizes
 from .errors import ContractError, SpecError
 from .expr import parse_expression
 from .recording import Node, current_node, recording, spec_symbols
-from .scope import CallState, display_name
+from .scope import CallState, call_scope, current_call, display_name
 
 __all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "typed_flops"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_call: ContextVar[CallState | None] = ContextVar("typedflops_call", default=None)
 _checks_off = config._disabled
 # Dynamo folds this to True while it traces; eagerly it is a plain `return False` (25 ns).
 _is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
@@ -60,11 +58,6 @@ def add_call_observer(observer: CallObserver) -> Callable[[], None]:
 def _notify(function: TypedFunction[Any, Any], args: tuple[Any, ...], state: CallState) -> None:
     for observer in tuple(_observers):
         observer(function, args, state)
-
-
-def current_call() -> CallState | None:
-    """The bound dims of the innermost ``@typed_flops`` call running, or None outside one."""
-    return _call.get()
 
 
 class TypedFunction(Generic[P, R]):
@@ -141,7 +134,7 @@ class TypedFunction(Generic[P, R]):
         state = self._check_arguments(args, kwargs)
         if self._is_async:
             return self._call_async(args, kwargs, state)  # type: ignore[return-value]
-        token = _call.set(state)
+        token = call_scope.set(state)
         try:
             parent = current_node()
             if parent is None:
@@ -150,7 +143,7 @@ class TypedFunction(Generic[P, R]):
             else:
                 result = self._call_recorded(parent, args, kwargs, state)
         finally:
-            _call.reset(token)
+            call_scope.reset(token)
         self._last_sizes = state.sizes
         if _observers:
             _notify(self, args, state)
@@ -177,12 +170,12 @@ class TypedFunction(Generic[P, R]):
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
     ) -> Any:
         # The coroutine runs in its task's own context: the call's scope does not leak.
-        token = _call.set(state)
+        token = call_scope.set(state)
         try:
             coroutine: Coroutine[Any, Any, Any] = self._fn(*args, **kwargs)  # type: ignore[assignment]
             result = await coroutine
         finally:
-            _call.reset(token)
+            call_scope.reset(token)
         self._check_return(result, state)
         if _observers:
             _notify(self, args, state)

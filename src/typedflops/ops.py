@@ -42,7 +42,7 @@ from .patterns import (
     transform_plan,
 )
 from .recording import current_node
-from .scope import CallState, violation
+from .scope import CallState, current_call, violation
 
 __all__ = ["Reduction", "einsum", "rearrange", "reduce", "repeat"]
 
@@ -52,18 +52,6 @@ Reduction = (
     Literal["min", "max", "sum", "mean", "prod", "any", "all"]
     | Callable[[torch.Tensor, tuple[int, ...]], torch.Tensor]
 )
-
-_current_call: Callable[[], CallState | None] | None = None
-
-
-def _call_state() -> CallState | None:
-    """The enclosing ``@typed_flops`` call's bound dims (the decorator is imported lazily)."""
-    global _current_call
-    if _current_call is None:
-        from .decorator import current_call
-
-        _current_call = current_call
-    return _current_call()
 
 
 def _bound_error(
@@ -180,7 +168,7 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
         raise TypeError(
             "einsum: every argument before the pattern must be a torch.Tensor"
         ) from None
-    call = _call_state()
+    call = current_call()
     try:
         plan = einsum_plan(pattern, len(tensors))
         layout = einsum_layout(plan, shapes)
@@ -217,7 +205,7 @@ def _transform(
     operation = "callable" if callable(reduction) else str(reduction)
     lengths = tuple(axes_lengths.items())
     shape = tuple(tensor.shape)
-    call = _call_state()
+    call = current_call()
     function = call.function if call else None
     try:
         plan = transform_plan(pattern, operation, tuple(axes_lengths), len(shape))

@@ -1,13 +1,14 @@
 """The scope of one checked call: the dims it bound, where each was bound, its device.
 
 A :class:`CallState` is made per call of a ``@typed_flops`` function; wrapped ops look the
-innermost one up (``typedflops.decorator.current_call()``) to check their axes against it.
+innermost one up (:func:`current_call`) to check their axes against it.
 Messages about a violation are built here, with the bindings that explain them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import torch
@@ -17,7 +18,16 @@ from .expr import Expression
 
 E = TypeVar("E", bound=ContractError)
 
-__all__ = ["CallState", "Origin", "Size", "display_name", "shape_text", "size_text", "violation"]
+__all__ = [
+    "CallState",
+    "Origin",
+    "Size",
+    "current_call",
+    "display_name",
+    "shape_text",
+    "size_text",
+    "violation",
+]
 
 Origin = tuple[str, tuple[int, ...], int]  # (where, shape, axis) that bound a dim
 Size = int | tuple[int, ...]  # a named dim's size, or a variadic dim's sizes
@@ -74,6 +84,16 @@ class CallState:
             return f"{name}={size} was bound by {origin}"
         where, shape, axis = origin
         return f"{name}={size} was bound by {where} (shape {shape_text(shape)}, axis {axis})"
+
+
+# The innermost checked call of this thread or asyncio task (a ContextVar: tasks and threads
+# each see their own).
+call_scope: ContextVar[CallState | None] = ContextVar("typedflops_call", default=None)
+
+
+def current_call() -> CallState | None:
+    """The bound dims of the innermost ``@typed_flops`` call running, or None outside one."""
+    return call_scope.get()
 
 
 def size_text(size: Size) -> str:
