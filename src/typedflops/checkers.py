@@ -40,6 +40,11 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
     rules_before = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in before)
     rules_after = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in after)
     variadic_axis = None if variadic is None else axes[variadic]
+    plain_names: tuple[str, ...] | None = None
+    if variadic is None and all(
+        a.kind is AxisKind.NAMED and not a.broadcastable and a.name for a in axes
+    ):
+        plain_names = tuple(typing.cast(str, a.name) for a in axes)
 
     def shape_error(
         state: CallState,
@@ -143,7 +148,21 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
                 raise shape_error(
                     state, where, shape, f"{rank} dimension{'s' * (rank != 1)}", None, rank, ndim
                 )
-            check_axes(rules_before, shape, 0, state, where)
+            if plain_names is None:
+                check_axes(rules_before, shape, 0, state, where)
+                return
+            # The common case, every axis a plain name: one tight loop.
+            sizes = state.sizes
+            for axis, name in enumerate(plain_names):
+                size = shape[axis]
+                bound = sizes.get(name)
+                if bound is None:
+                    sizes[name] = size
+                    state.origins[name] = (where, shape, axis)
+                elif bound != size:
+                    raise shape_error(
+                        state, where, shape, f"{name}={bound}", name, bound, size, (name,)
+                    )
             return
         if ndim < rank - 1:
             raise shape_error(
@@ -154,17 +173,19 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
         check_axes(rules_after, shape, middle_end, state, where)
         assert variadic_axis is not None
         if variadic_axis.kind is AxisKind.VARIADIC:
-            name = variadic_axis.name
-            assert name is not None
+            group_name = variadic_axis.name
+            assert group_name is not None
             group = tuple(shape[len(rules_before) : middle_end])
-            bound = state.sizes.get(name)
+            bound = state.sizes.get(group_name)
             if bound is None:
-                state.sizes[name] = group
-                state.origins[name] = (where, shape, len(rules_before))
+                state.sizes[group_name] = group
+                state.origins[group_name] = (where, shape, len(rules_before))
                 if variadic_axis.broadcastable:
-                    state.broadcast_variadic |= {name}
+                    state.broadcast_variadic |= {group_name}
             elif bound != group or state.broadcast_variadic:
-                bind_variadic(state, where, shape, name, typing.cast(tuple[int, ...], bound), group)
+                bind_variadic(
+                    state, where, shape, group_name, typing.cast(tuple[int, ...], bound), group
+                )
 
     def bind_variadic(
         state: CallState,
