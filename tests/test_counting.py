@@ -187,3 +187,35 @@ def test_dropout_in_eval_mode_costs_nothing() -> None:
     assert _recorded(lambda: dropout(x)).flops == 16
     dropout.eval()
     assert _recorded(lambda: dropout(x)).flops == 0
+
+
+@pytest.mark.parametrize(
+    "grads",
+    [
+        (True, True, True),
+        (False, False, True),
+        (True, False, False),
+        (True, True, False),
+        (False, False, False),
+    ],
+)
+def test_attention_matches_flop_counter_forward_and_backward(
+    grads: tuple[bool, bool, bool],
+) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, h, s, t, d, dv = 2, 3, 5, 7, 4, 6
+    q = torch.randn(b, h, s, d, requires_grad=grads[0])
+    k = torch.randn(b, h, t, d, requires_grad=grads[1])
+    v = torch.randn(b, h, t, dv, requires_grad=grads[2])
+    # The MATH kernel is the one FlopCounterMode counts on CPU (as two batched matmuls).
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        out = F.scaled_dot_product_attention(q, k, v)
+        forward = counter.get_total_flops()
+        if any(grads):
+            out.sum().backward()
+    with record() as rec:
+        F.scaled_dot_product_attention(q, k, v)
+    assert rec.total.flops == forward == 2 * b * h * s * t * (d + dv)
+    assert rec.total.backward_flops == counter.get_total_flops() - forward
+    assert rec.total.uncounted == ()

@@ -93,6 +93,13 @@ def row_means(x: Float[Tensor, "n m"]) -> Float[Tensor, " n"]:
     return reduce(x, "n m -> n", "mean")
 
 
+@typed_flops
+def attend(
+    q: Float[Tensor, "b h s d"], k: Float[Tensor, "b h t d"], v: Float[Tensor, "b h t d"]
+) -> Float[Tensor, "b h s d"]:
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
 def flop_counter(fn: Callable[[], Tensor], backward: bool = False) -> int:
     """What FlopCounterMode counts for ``fn()`` (and its backward with a scalar loss)."""
     with FlopCounterMode(display=False) as counter:
@@ -175,6 +182,18 @@ def test_split_and_merge_heads_around_einsum() -> None:
     x = torch.randn(2, 6, 16)
     w = torch.randn(16, 16, requires_grad=True)
     assert flop_counter(lambda: heads_attention(x, w), backward=True) == forward_backward(cost)
+
+
+def test_fused_attention_has_a_formula_and_matches_the_math_kernel() -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cost = attend.estimate(b=2, h=3, s=5, t=7, d=4, grad=("q", "k", "v"))
+    b, h, s, t, d = sympy.symbols("b h s t d")
+    assert sympy.expand(cost.formula - 4 * b * h * s * t * d) == 0
+    assert cost.backward_flops == 2 * cost.flops
+    q, k, v = (torch.randn(2, 3, n, 4, requires_grad=True) for n in (5, 7, 7))
+    with sdpa_kernel(SDPBackend.MATH):
+        assert flop_counter(lambda: attend(q, k, v), backward=True) == forward_backward(cost)
 
 
 def test_three_operand_chain_counts_the_order_that_ran() -> None:

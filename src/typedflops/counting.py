@@ -18,6 +18,10 @@ Rules (one FLOP per scalar multiply, add, compare or divide):
   opt_einsum "optimal"/"greedy" order, torch's own choice for up to 4 operands).
 - convolutions (``conv1d``/``2d``/``3d``): ``FlopCounterMode``'s 2·(output elements)·
   (C_in/groups)·(kernel points); backward the same for the input and for the weight.
+- ``scaled_dot_product_attention``: its two matrix products, 2·b·h·s_q·s_k·(d_q + d_v), as
+  ``FlopCounterMode`` counts the fused kernels (and, on CPU, the MATH kernel's bmm's).
+  Backward: dV for v, and dP plus dQ/dK for q/k, 2·b·h·s_q·s_k·d each (twice the forward
+  when q, k and v all need grad).
 - elementwise arithmetic (add, mul, div, exp, tanh, relu, gelu, where, comparisons, ...):
   one op per output element (a transcendental counts 1); backward one op per output element
   for each tensor input that requires grad. ``FlopCounterMode`` counts these 0: typedflops
@@ -197,6 +201,8 @@ def _find_rule(func: Any) -> tuple[Rule | None, str]:
         return _einsum, name
     if name in ("conv1d", "conv2d", "conv3d"):
         return _conv, name
+    if name == "scaled_dot_product_attention":
+        return _attention, name
     if name in _ELEMENTWISE:
         return _elementwise, name
     if name in _REDUCTIONS:
@@ -369,6 +375,49 @@ def _conv(
     needing = x.requires_grad + w.requires_grad
     node.set_shape_symbols(result, out_terms)
     _add(node, name, flops, formula, needing * flops, needing * formula, tensors, result)
+
+
+def _attention(
+    node: Node, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+) -> None:
+    """``F.scaled_dot_product_attention(q, k, v)``: its two matrix products, as
+    FlopCounterMode counts the fused kernels (softmax and scaling are not counted)."""
+    tensors = _tensors(args, kwargs)
+    if not isinstance(result, torch.Tensor) or len(tensors) < 3:
+        raise Reason("not an attention call")
+    q, k, v = tensors[:3]
+    q_terms, k_terms, v_terms = (node.shape_symbols(t) for t in (q, k, v))
+    batch = _broadcast_terms_of(
+        result.shape[:-2], [(q.shape[:-2], q_terms[:-2]), (k.shape[:-2], k_terms[:-2])]
+    )
+    points = math.prod(result.shape[:-2]) * q.shape[-2] * k.shape[-2]
+    points_term = sympy.Mul(*batch) * q_terms[-2] * k_terms[-2]
+    scores, scores_term = 2 * points * q.shape[-1], 2 * points_term * q_terms[-1]
+    mixed, mixed_term = 2 * points * v.shape[-1], 2 * points_term * v_terms[-1]
+    # Backward, per input that needs a gradient: dV = P^T dO; dQ = dS K and dK = dS^T Q,
+    # which both need dP = dO V^T first. With q, k and v all needing grad this is twice
+    # the forward, as FlopCounterMode counts the fused backward kernels.
+    backward, backward_term = 0, ZERO
+    if v.requires_grad:
+        backward, backward_term = mixed, mixed_term
+    if q.requires_grad or k.requires_grad:
+        backward += mixed
+        backward_term += mixed_term
+        needing = q.requires_grad + k.requires_grad
+        backward += needing * scores
+        backward_term += needing * scores_term
+    out_terms = [*batch, q_terms[-2], v_terms[-1]]
+    node.set_shape_symbols(result, out_terms)
+    _add(
+        node,
+        name,
+        scores + mixed,
+        scores_term + mixed_term,
+        backward,
+        backward_term,
+        [q, k, v],
+        result,
+    )
 
 
 def _elementwise(
