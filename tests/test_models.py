@@ -76,3 +76,14 @@ def test_memory_helpers() -> None:
     assert model_memory(Linear(4, 4), optimizer=None)["optimizer"] == 0
     with pytest.raises(ValueError, match="unknown optimizer 'adamax'"):
         model_memory(Linear(4, 4), optimizer="adamax")
+
+
+def test_benchmark_of_a_module_checks_its_contract_and_device_first() -> None:
+    from typedflops import DeviceError, benchmark
+
+    with pytest.raises(ShapeError, match="needs d_in=8"):
+        benchmark(TwoLayerMLP(8, 8, 4), torch.ones(2, 7))
+    with pytest.raises(DeviceError, match="module TwoLayerMLP's parameters are on meta"):
+        benchmark(TwoLayerMLP(8, 8, 4, device="meta"), torch.ones(2, 8))
+    measured = benchmark(TwoLayerMLP(8, 8, 4), torch.ones(2, 8), repeat=3, min_time=0.0)
+    assert measured.flops == 2 * 2 * 8 * (8 + 4)

@@ -24,10 +24,10 @@ from .annotation import ELLIPSIS, AxisKind, TensorSpec, is_tensor_annotation, te
 from .contract import Contract, compile_contract
 from .cost import Cost
 from .dry_run import dims_for_estimate, meta_arguments, probe_sizes
-from .errors import ContractError, SpecError
+from .errors import ContractError, DeviceError, SpecError
 from .expr import parse_expression
 from .recording import Node, current_node, recording, spec_symbols
-from .scope import CallState, call_scope, current_call, display_name
+from .scope import CallState, call_scope, current_call, display_name, violation
 
 __all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "typed_flops"]
 
@@ -318,6 +318,22 @@ class TypedFunction(Generic[P, R]):
         return f"<typed_flops {self.name}{self.contract.signature}>"
 
 
+def _check_module_device(function: str, module: torch.nn.Module, state: CallState) -> None:
+    """The arguments of a module's call must be on the device of its parameters."""
+    weight = next(module.parameters(), None)
+    if weight is None or state.device is None or weight.device == state.device:
+        return
+    raise violation(
+        DeviceError,
+        state,
+        state.device_where,
+        f"is on {state.device} but module {type(module).__name__}'s parameters are on "
+        f"{weight.device}; all tensors of one call must be on one device",
+        expected=weight.device,
+        actual=state.device,
+    )
+
+
 def _mark_coroutine_function(function: TypedFunction[Any, Any]) -> None:
     """Let ``inspect``/``asyncio.iscoroutinefunction`` see that calling it gives a coroutine."""
     mark = getattr(inspect, "markcoroutinefunction", None)  # Python >= 3.12
@@ -408,8 +424,14 @@ def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str
     """
     from .dry_run import dry_run_call
 
-    target = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    owner: Any = None
+    target: Any = fn
+    if isinstance(fn, types.MethodType):
+        owner, target = fn.__self__, fn.__func__
+    elif isinstance(fn, torch.nn.Module):
+        owner, target = fn, type(fn).forward
     if isinstance(target, TypedFunction):
-        bound = (fn.__self__, *args) if isinstance(fn, types.MethodType) else args
-        target._check_arguments(bound, kwargs)
+        state = target._check_arguments((owner, *args) if owner is not None else args, kwargs)
+        if isinstance(owner, torch.nn.Module):
+            _check_module_device(target.name, owner, state)
     return dry_run_call(fn, args, kwargs)
