@@ -30,9 +30,26 @@ from mypy.plugin import Plugin
 from .codes import DIM_ALIAS, FLOPS_EXPR, PATTERN, SHAPE
 from .plugin import TypedFlopsPlugin
 
+#: The oldest mypy the plugin is tested with (the newest is pinned in pyproject.toml).
+OLDEST_MYPY = (1, 18)
+
 
 def plugin(version: str) -> type[Plugin]:
-    """The entry point mypy calls with its version (``plugins = ["typedflops.mypy_plugin"]``)."""
+    """The entry point mypy calls with its version (``plugins = ["typedflops.mypy_plugin"]``).
+
+    >>> plugin("2.4.1").__name__
+    'TypedFlopsPlugin'
+    >>> plugin("1.15.0")
+    Traceback (most recent call last):
+      ...
+    RuntimeError: typedflops.mypy_plugin needs mypy >= 1.18 (this is mypy 1.15.0)
+    """
+    release = tuple(int(part) for part in version.split("+")[0].split(".")[:2] if part.isdigit())
+    if release < OLDEST_MYPY:
+        oldest = ".".join(map(str, OLDEST_MYPY))
+        raise RuntimeError(
+            f"typedflops.mypy_plugin needs mypy >= {oldest} (this is mypy {version})"
+        )
     return TypedFlopsPlugin
 
 
