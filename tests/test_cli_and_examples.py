@@ -39,7 +39,7 @@ def test_devices_lists_the_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_runs() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "typedflops.cli", "demo", "--quick"],
+        [sys.executable, "-m", "typedflops", "demo", "--quick"],
         capture_output=True,
         text=True,
         check=True,
