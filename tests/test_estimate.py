@@ -130,3 +130,12 @@ def test_untracked_arithmetic_is_listed_not_silently_zero() -> None:
 
     cost = odd.estimate(n=5)
     assert "erfcx" in " ".join(cost.uncounted)
+
+
+def test_a_method_needs_its_object_to_be_estimated() -> None:
+    from typedflops.nn import Linear
+
+    layer = Linear(4, 3)
+    with pytest.raises(SpecError, match=r"a method needs its object first"):
+        layer.forward.formula  # noqa: B018
+    assert str(Linear.forward.estimate(layer, batch=2).formula) == "2*batch*d_in*d_out"

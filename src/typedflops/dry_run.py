@@ -171,6 +171,12 @@ def meta_arguments(
                 ) from None
             tensor = torch.empty(shape, dtype=_default_dtype(spec, dtype), device="meta")
             kwargs[param.name] = tensor.requires_grad_(param.name in grad)
+        elif param.index == 0 and contract.takes_self:
+            raise SpecError(
+                f"{function}.estimate(): a method needs its object first, e.g. "
+                f"{function}.estimate(obj, ...) (or model.estimate(...) for typedflops.nn "
+                "models); its formula is only known through such an estimate"
+            )
         elif contract.signature.parameters[param.name].default is inspect.Parameter.empty:
             raise SpecError(
                 f"{function}.estimate(): cannot build argument '{param.name}' (not a tensor "
