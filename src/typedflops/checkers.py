@@ -109,14 +109,8 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
 
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, torch.Tensor):
-            raise violation(
-                ContractError,
-                state,
-                where,
-                f"is {_type_name(value)} but its annotation {spec.label} needs a torch.Tensor",
-                expected=spec.label,
-                actual=type(value).__name__,
-            )
+            needs = f"its annotation {spec.label} needs a torch.Tensor"
+            raise _wrong_kind(state, where, value, needs, spec.label)
         if dtypes is not None and value.dtype not in dtypes:
             actual = str(value.dtype).removeprefix("torch.")
             raise violation(
@@ -235,6 +229,20 @@ class UnresolvedHintError(SpecError, NameError):
     """A type hint names something that is not defined (yet)."""
 
 
+def _wrong_kind(
+    state: CallState, where: str, value: Any, needs: str, expected: Any
+) -> ContractError:
+    """``argument 'x' is a list but its annotation ... needs a torch.Tensor``."""
+    return violation(
+        ContractError,
+        state,
+        where,
+        f"is {_type_name(value)} but {needs}",
+        expected=expected,
+        actual=type(value).__name__,
+    )
+
+
 def _type_name(value: Any) -> str:
     name = type(value).__name__
     return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
@@ -344,14 +352,8 @@ def _sequence_checker(container: type, item_checker: Checker) -> Checker:
     # Every element is checked: beartype samples one element of a container per call.
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, container):
-            raise violation(
-                ContractError,
-                state,
-                where,
-                f"is {_type_name(value)} but its hint needs a {container.__name__}",
-                expected=container.__name__,
-                actual=type(value).__name__,
-            )
+            needs = f"its hint needs a {container.__name__}"
+            raise _wrong_kind(state, where, value, needs, container.__name__)
         for index, item in enumerate(typing.cast(Iterable[Any], value)):
             item_checker(item, state, _item_where(where, str(index)))
 
@@ -361,14 +363,8 @@ def _sequence_checker(container: type, item_checker: Checker) -> Checker:
 def _tuple_checker(item_checkers: list[Checker]) -> Checker:
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, tuple) or len(value) != len(item_checkers):
-            raise violation(
-                ContractError,
-                state,
-                where,
-                f"is {_type_name(value)} but its hint needs a tuple of {len(item_checkers)}",
-                expected=len(item_checkers),
-                actual=type(value).__name__,
-            )
+            needs = f"its hint needs a tuple of {len(item_checkers)}"
+            raise _wrong_kind(state, where, value, needs, len(item_checkers))
         for index, (item, item_checker) in enumerate(zip(value, item_checkers, strict=True)):
             item_checker(item, state, _item_where(where, str(index)))
 
@@ -378,14 +374,7 @@ def _tuple_checker(item_checkers: list[Checker]) -> Checker:
 def _mapping_checker(key_hint: Any, value_checker: Checker) -> Checker:
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, Mapping):
-            raise violation(
-                ContractError,
-                state,
-                where,
-                f"is {_type_name(value)} but its hint needs a mapping",
-                expected="Mapping",
-                actual=type(value).__name__,
-            )
+            raise _wrong_kind(state, where, value, "its hint needs a mapping", "Mapping")
         for key, item in value.items():
             if not is_bearable(key, key_hint):
                 raise violation(
