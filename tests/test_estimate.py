@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import sympy
@@ -90,10 +89,10 @@ def test_integer_inputs_get_an_integer_dtype() -> None:
     assert cost.flops == 0
 
 
-def test_estimate_allocates_nothing_at_gpu_sizes_and_is_fast() -> None:
-    start = time.perf_counter()
+def test_estimate_at_gpu_sizes_runs_on_meta() -> None:
+    # 16384 x 32768 bfloat16 is 1 GiB: only meta tensors make this a dry run.
+    # (benchmarks/estimate.py measures how long it takes.)
     cost = linear.estimate(batch=16384, d_in=32768, d_out=8192, dtype=torch.bfloat16)
-    assert time.perf_counter() - start < 5.0  # generous: the machine is shared
     assert cost.flops == 2 * 16384 * 32768 * 8192
     assert cost.bytes_read == 2 * (16384 * 32768 + 32768 * 8192)
     assert cost.bytes_written == 2 * 16384 * 8192
