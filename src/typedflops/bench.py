@@ -48,17 +48,6 @@ MAX_RUNS = 10_000
 NOISY_IQR_RATIO = 0.1
 
 
-class CostLike(Protocol):
-    """What ``benchmark`` needs of a ``typedflops.cost.Cost``."""
-
-    @property
-    def flops(self) -> int: ...
-    @property
-    def bytes_read(self) -> int: ...
-    @property
-    def bytes_written(self) -> int: ...
-
-
 class Clock(Protocol):
     """Runs ``run`` ``count`` times and returns the seconds each run took."""
 

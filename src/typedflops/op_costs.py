@@ -48,8 +48,6 @@ __all__ = [
     "transform_cost",
 ]
 
-ONE = sympy.Integer(1)
-
 
 def tensor_bytes(tensor: torch.Tensor) -> int:
     """Bytes of a tensor's elements at its dtype (``numel * element_size``)."""
