@@ -259,3 +259,33 @@ def test_record_counts_what_ran_on_meta_and_real(device: str) -> None:
     (call,) = rec.calls
     assert call.cost().flops == 33_554_432
     assert str(call.cost().formula) == "2*batch*d_in*d_out"
+
+
+@typed_flops
+def transposed(
+    x: Float[Tensor, "d_in batch"], w: Float[Tensor, "d_in d_out"]
+) -> Float[Tensor, "batch d_out"]:
+    return x.T @ w
+
+
+@typed_flops
+def through_reshapes(x: Float[Tensor, "b s d"], w: Float[Tensor, "d k"]) -> Float[Tensor, "b s k"]:
+    flat = x.reshape(-1, x.shape[-1]) @ w  # (b*s, k)
+    return flat.view(x.shape[0], x.shape[1], -1) * 2  # split back into b and s
+
+
+@typed_flops
+def flattened(x: Float[Tensor, "b c h w"], w: Float[Tensor, "k c*h*w"]) -> Float[Tensor, "b k"]:
+    return x.flatten(1) @ w.mT
+
+
+def test_formulas_keep_names_through_transposes_and_reshapes() -> None:
+    assert str(transposed.estimate(d_in=5, batch=7, d_out=3).formula) == "2*batch*d_in*d_out"
+    cost = through_reshapes.estimate(b=2, s=3, d=5, k=7)
+    assert str(cost.formula) == "b*k*s*(2*d + 1)"
+    assert cost.flops == 2 * 2 * 3 * 5 * 7 + 2 * 3 * 7
+    assert str(flattened.estimate(b=2, c=3, h=5, w=7, k=11).formula) == "2*b*c*h*k*w"
+    x, w = torch.randn(2, 3, 5), torch.randn(5, 7)
+    with record() as rec:
+        through_reshapes(x, w)
+    assert rec.total.flops == cost.flops

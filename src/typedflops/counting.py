@@ -193,7 +193,10 @@ def _find_rule(func: Any) -> tuple[Rule | None, str]:
             name = name[1:]
     elif raw.endswith("_") and not raw.startswith("_"):
         name = raw[:-1]  # in-place variant: add_ counts as add
-    if name in _FREE or raw in ("__get__", "__set__"):
+    if raw in ("__get__", "__set__"):
+        # A property such as `x.T` or `x.shape`: named after the property itself.
+        return _views, str(getattr(getattr(func, "__self__", None), "__name__", name))
+    if name in _FREE:
         return _views, name
     if name in MATMUL_OPS:
         return _matmul, name
@@ -480,6 +483,73 @@ def _reduced_terms(
 _VIEW_TERMS = frozenset({"transpose", "swapaxes", "swapdims", "permute", "t", "unsqueeze"})
 
 
+_RESHAPES = _names("reshape view flatten unflatten view_as reshape_as squeeze")
+
+
+def _reshaped_terms(
+    node: Node, terms: Sequence[sympy.Expr], shape: tuple[int, ...], out: tuple[int, ...]
+) -> list[sympy.Expr] | None:
+    """The terms of a reshape's output: merged axes multiply their terms, a split axis is
+    divided along the factors of its term (``b*s`` into ``b`` and ``s``); None if unclear."""
+    source = [(size, term) for size, term in zip(shape, terms, strict=True) if size != 1]
+    result: list[sympy.Expr] = []
+    i = 0
+    j = 0
+    while j < len(out):
+        if out[j] == 1:
+            result.append(sympy.Integer(1))
+            j += 1
+            continue
+        if i >= len(source):
+            return None
+        size, term = source[i]
+        if size == out[j]:
+            result.append(term)
+            i, j = i + 1, j + 1
+        elif size < out[j]:  # merge source axes until their product is this output axis
+            product, merged = 1, []
+            while i < len(source) and product < out[j]:
+                product *= source[i][0]
+                merged.append(source[i][1])
+                i += 1
+            if product != out[j]:
+                return None
+            result.append(sympy.Mul(*merged))
+            j += 1
+        else:  # split one source axis over output axes
+            parts, product = [], 1
+            while j < len(out) and product < size:
+                product *= out[j]
+                parts.append(out[j])
+                j += 1
+            if product != size:
+                return None
+            result.extend(_split_term(node, term, parts))
+            i += 1
+    return result if i == len(source) else None
+
+
+def _split_term(node: Node, term: sympy.Expr, sizes: list[int]) -> list[sympy.Expr]:
+    """``b*s`` at sizes (2, 3) with b=2, s=3 gives (b, s); numbers where factors do not fit."""
+    values = {sympy.Symbol(name): sympy.Integer(size) for name, size in node.dims.items()}
+    factors = list(sympy.Mul.make_args(term))
+    found: list[sympy.Expr] = []
+    for size in sizes:
+        group: list[sympy.Expr] = []
+        value = 1
+        while factors and value < size:
+            factor = factors.pop(0)
+            group.append(factor)
+            numeric = factor.xreplace(values)
+            if not numeric.is_Integer:
+                return [sympy.Integer(s) for s in sizes]
+            value *= int(numeric)
+        if value != size:
+            return [sympy.Integer(s) for s in sizes]
+        found.append(sympy.Mul(*group))
+    return found if not factors else [sympy.Integer(s) for s in sizes]
+
+
 def _views(
     node: Node, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
 ) -> None:
@@ -498,16 +568,21 @@ def _views(
     if name in ("transpose", "swapaxes", "swapdims") and len(positions) == 2:
         i, j = (p % rank for p in positions)
         terms[i], terms[j] = terms[j], terms[i]
-    elif name == "t" and rank == 2:
+    elif (name == "t" and rank == 2) or name in ("T", "H"):
         terms.reverse()
+    elif name in ("mT", "mH") and rank >= 2:
+        terms[-2], terms[-1] = terms[-1], terms[-2]
     elif name == "permute":
         order = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else positions
         terms = [terms[p % rank] for p in order]
     elif name == "unsqueeze" and len(positions) == 1:
         terms.insert(positions[0] % (rank + 1), sympy.Integer(1))
+    elif name in _RESHAPES and result.numel() == source.numel():
+        reshaped = _reshaped_terms(node, terms, tuple(source.shape), tuple(result.shape))
+        if reshaped is None:
+            return
+        terms = reshaped
     else:
         return
-    if [int(s) for s in result.shape] == [int(t) if t.is_Integer else -1 for t in terms] or len(
-        terms
-    ) == result.dim():
+    if len(terms) == result.dim():
         node.set_shape_symbols(result, terms)
