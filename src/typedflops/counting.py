@@ -49,6 +49,7 @@ from .cost import OpCost
 from .op_costs import einsum_cost, tensor_bytes
 from .patterns import Reason, einsum_layout, einsum_plan
 from .recording import Node, current_node
+from .terms import broadcast_terms, reshaped_terms
 
 __all__ = ["MATMUL_OPS", "counting_mode", "paused"]
 
@@ -242,7 +243,7 @@ def _broadcast_terms(
     node: Node, out: torch.Tensor, sources: Sequence[torch.Tensor]
 ) -> list[sympy.Expr]:
     """Output terms under broadcasting: each axis from the first input of the same size."""
-    return _broadcast_terms_of(out.shape, [(s.shape, node.shape_symbols(s)) for s in sources])
+    return broadcast_terms(out.shape, [(s.shape, node.shape_symbols(s)) for s in sources])
 
 
 def _add(
@@ -295,7 +296,7 @@ def _matmul(
             tail.append(a_terms[-2])
         if b.dim() >= 2:
             tail.append(b_terms[-1])
-        batch = _broadcast_terms_of(
+        batch = broadcast_terms(
             out.shape[: out.dim() - len(tail)],
             [(a.shape[:-2], a_terms[:-2]), (b.shape[:-2], b_terms[:-2])],
         )
@@ -308,22 +309,6 @@ def _matmul(
     needing = sum(t.requires_grad for t in operands)
     node.set_shape_symbols(out, out_terms)
     _add(node, name, flops, formula, needing * flops, needing * formula, tensors, out)
-
-
-def _broadcast_terms_of(
-    shape: Sequence[int], sources: Sequence[tuple[Sequence[int], Sequence[sympy.Expr]]]
-) -> list[sympy.Expr]:
-    rank = len(shape)
-    terms: list[sympy.Expr] = []
-    for axis, size in enumerate(shape):
-        term: sympy.Expr = sympy.Integer(size)
-        for src_shape, src_terms in sources:
-            aligned = axis - (rank - len(src_shape))
-            if aligned >= 0 and src_shape[aligned] == size:
-                term = src_terms[aligned]
-                break
-        terms.append(term)
-    return terms
 
 
 def _einsum(
@@ -372,7 +357,7 @@ def _conv(
     x, w = tensors[0], tensors[1]
     per_output = math.prod(w.shape[1:])
     flops = 2 * result.numel() * per_output
-    out_terms = _broadcast_terms_of(result.shape[:1], [(x.shape[:1], node.shape_symbols(x)[:1])])
+    out_terms = broadcast_terms(result.shape[:1], [(x.shape[:1], node.shape_symbols(x)[:1])])
     out_terms += [node.shape_symbols(w)[0], *(sympy.Integer(s) for s in result.shape[2:])]
     formula = 2 * sympy.Mul(*out_terms) * sympy.Mul(*node.shape_symbols(w)[1:])
     needing = x.requires_grad + w.requires_grad
@@ -390,7 +375,7 @@ def _attention(
         raise Reason("not an attention call")
     q, k, v = tensors[:3]
     q_terms, k_terms, v_terms = (node.shape_symbols(t) for t in (q, k, v))
-    batch = _broadcast_terms_of(
+    batch = broadcast_terms(
         result.shape[:-2], [(q.shape[:-2], q_terms[:-2]), (k.shape[:-2], k_terms[:-2])]
     )
     points = math.prod(result.shape[:-2]) * q.shape[-2] * k.shape[-2]
@@ -486,70 +471,6 @@ _VIEW_TERMS = frozenset({"transpose", "swapaxes", "swapdims", "permute", "t", "u
 _RESHAPES = _names("reshape view flatten unflatten view_as reshape_as squeeze")
 
 
-def _reshaped_terms(
-    node: Node, terms: Sequence[sympy.Expr], shape: tuple[int, ...], out: tuple[int, ...]
-) -> list[sympy.Expr] | None:
-    """The terms of a reshape's output: merged axes multiply their terms, a split axis is
-    divided along the factors of its term (``b*s`` into ``b`` and ``s``); None if unclear."""
-    source = [(size, term) for size, term in zip(shape, terms, strict=True) if size != 1]
-    result: list[sympy.Expr] = []
-    i = 0
-    j = 0
-    while j < len(out):
-        if out[j] == 1:
-            result.append(sympy.Integer(1))
-            j += 1
-            continue
-        if i >= len(source):
-            return None
-        size, term = source[i]
-        if size == out[j]:
-            result.append(term)
-            i, j = i + 1, j + 1
-        elif size < out[j]:  # merge source axes until their product is this output axis
-            product, merged = 1, []
-            while i < len(source) and product < out[j]:
-                product *= source[i][0]
-                merged.append(source[i][1])
-                i += 1
-            if product != out[j]:
-                return None
-            result.append(sympy.Mul(*merged))
-            j += 1
-        else:  # split one source axis over output axes
-            parts, product = [], 1
-            while j < len(out) and product < size:
-                product *= out[j]
-                parts.append(out[j])
-                j += 1
-            if product != size:
-                return None
-            result.extend(_split_term(node, term, parts))
-            i += 1
-    return result if i == len(source) else None
-
-
-def _split_term(node: Node, term: sympy.Expr, sizes: list[int]) -> list[sympy.Expr]:
-    """``b*s`` at sizes (2, 3) with b=2, s=3 gives (b, s); numbers where factors do not fit."""
-    values = {sympy.Symbol(name): sympy.Integer(size) for name, size in node.dims.items()}
-    factors = list(sympy.Mul.make_args(term))
-    found: list[sympy.Expr] = []
-    for size in sizes:
-        group: list[sympy.Expr] = []
-        value = 1
-        while factors and value < size:
-            factor = factors.pop(0)
-            group.append(factor)
-            numeric = factor.xreplace(values)
-            if not numeric.is_Integer:
-                return [sympy.Integer(s) for s in sizes]
-            value *= int(numeric)
-        if value != size:
-            return [sympy.Integer(s) for s in sizes]
-        found.append(sympy.Mul(*group))
-    return found if not factors else [sympy.Integer(s) for s in sizes]
-
-
 def _views(
     node: Node, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
 ) -> None:
@@ -578,7 +499,7 @@ def _views(
     elif name == "unsqueeze" and len(positions) == 1:
         terms.insert(positions[0] % (rank + 1), sympy.Integer(1))
     elif name in _RESHAPES and result.numel() == source.numel():
-        reshaped = _reshaped_terms(node, terms, tuple(source.shape), tuple(result.shape))
+        reshaped = reshaped_terms(node, terms, tuple(source.shape), tuple(result.shape))
         if reshaped is None:
             return
         terms = reshaped
