@@ -304,8 +304,11 @@ def hint_text(hint: Any) -> str:
 
 def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
     checkers = [(option, compile_hint(option)) for option in options]
+    none_allowed = type(None) in options
 
     def check(value: Any, state: CallState, where: str) -> None:
+        if value is None and none_allowed:
+            return  # `X | None` given None: nothing to try, no error to build
         first_error: ContractError | None = None
         for _option, checker in checkers:
             trial = CallState(state.function)

@@ -208,7 +208,7 @@ class TypedFunction(Generic[P, R]):
         with recording(node):
             result = self._fn(*args, **kwargs)
         self._check_return(result, state)
-        node.bind_dims(state.sizes)
+        node.bind_dims(state.sizes)  # again: the return value may have bound new dims
         mapping = node.renaming(parent, passed)
         parent.absorb(node, mapping)
         return_specs = self.contract.specs.get("return", [])
@@ -346,17 +346,15 @@ def _mark_coroutine_function(function: TypedFunction[Any, Any]) -> None:
 
 
 def _module_dims(obj: Any) -> Mapping[str, int]:
+    """A module's own sizes (``typedflops_dims()``), or none."""
     dims = getattr(obj, "typedflops_dims", None)
     return dims() if callable(dims) else {}
 
 
 def _bind_module_dims(obj: Any, state: CallState) -> None:
-    """A module's own sizes (``typedflops_dims()``) are part of its forward's contract."""
-    dims = getattr(obj, "typedflops_dims", None)
-    if callable(dims):
-        origin = f"module {type(obj).__name__}"
-        for name, size in dims().items():
-            state.bind(name, size, origin)
+    """A module's own sizes are part of its forward's contract, bound before the arguments."""
+    for name, size in _module_dims(obj).items():
+        state.bind(name, size, f"module {type(obj).__name__}")
 
 
 def _module_tensors(obj: Any) -> list[tuple[torch.Tensor, TensorSpec]]:
