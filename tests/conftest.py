@@ -12,6 +12,16 @@ from torch import Tensor
 from typedflops import TypedFunction, typed_flops
 
 
+# The first op under FakeTensorMode (dry runs) imports torch._dynamo and friends. Do it
+# here, once: pytester's in-process runs drop modules imported inside them, and torch's
+# operator libraries cannot be registered twice.
+def pytest_configure(config: pytest.Config) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        torch.empty(2, 2) @ torch.empty(2, 2)
+
+
 @typed_flops
 def linear(
     x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]

@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
-
-from typedflops.cost import Cost
 from typedflops.counting import MATMUL_OPS
 from typedflops.recording import record
+
+from typedflops.cost import Cost
 
 
 def _recorded(fn: Callable[[], Tensor], backward: bool = False) -> Cost:

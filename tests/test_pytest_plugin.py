@@ -250,16 +250,12 @@ def test_report_lists_every_function_that_ran(project: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
     # block = linear (2*batch*d*d) + relu (batch*d); estimate() calls are not counted.
     assert _section(result, "typedflops report") == [
-        "function  calls  dims seen                                           formula"
-        "             FLOPs",
-        "--------  -----  --------------------------------------------------  "
-        "------------------  -----",
-        "block         1  batch=8, d=4                                        batch*d*(2*d + 1)"
-        "     288",
-        "linear        3  batch=8, d_in=4, d_out=4; batch=2, d_in=4, d_out=3  2*batch*d_in*d_out"
-        "    352",
-        "relu          1  batch=8, d=4                                        batch*d"
-        "                32",
+        "function  calls  dims                      formula             FLOPs/call  FLOPs",
+        "--------  -----  ------------------------  ------------------  ----------  -----",
+        "block         1  batch=8, d=4              batch*d*(2*d + 1)          288    288",
+        "linear        1  batch=8, d_in=4, d_out=4  2*batch*d_in*d_out         256    256",
+        "              2  batch=2, d_in=4, d_out=3  2*batch*d_in*d_out          48     96",
+        "relu          1  batch=8, d=4              batch*d                     32     32",
     ]
 
 
@@ -271,9 +267,15 @@ def test_report_without_the_hook_counts_hand_decorated_functions(project: pytest
         )
     )
     result = run(project, "--typedflops-report")
-    assert _section(result, "typedflops report")[2] == (
-        "relu          5  batch=1, d=2; batch=2, d=2; batch=3, d=2; +2 more  batch*d     30"
-    )
+    assert _section(result, "typedflops report") == [
+        "function  calls  dims          formula  FLOPs/call  FLOPs",
+        "--------  -----  ------------  -------  ----------  -----",
+        "relu          1  batch=1, d=2  batch*d           2      2",
+        "              1  batch=2, d=2  batch*d           4      4",
+        "              1  batch=3, d=2  batch*d           6      6",
+        "              1  batch=4, d=2  batch*d           8      8",
+        "              1  batch=5, d=2  batch*d          10     10",
+    ]
 
 
 def test_report_with_nothing_run(project: pytest.Pytester) -> None:
@@ -291,7 +293,7 @@ def test_report_of_a_module_forward(pytester: pytest.Pytester) -> None:
     )
     result = run(pytester, "--typedflops-report")
     assert _section(result, "typedflops report")[2] == (
-        "Linear.forward      1  d_in=4, d_out=3, batch=(2,)  2*batch*d_in*d_out     48"
+        "Linear.forward      1  d_in=4, d_out=3, batch=(2,)  2*batch*d_in*d_out          48     48"
     )
 
 

@@ -220,14 +220,25 @@ def test_matches_flop_counter_on_a_module() -> None:
     assert compared.backward == compared.torch_backward
 
 
+def test_matches_flop_counter_on_an_elementwise_einsum() -> None:
+    # An einsum that multiplies without summing runs a mul: no kernel FlopCounterMode counts.
+    compared = assert_matches_flop_counter(elementwise_einsum, torch.ones(5), torch.ones(5))
+    assert (compared.forward, compared.torch_forward) == (0, 0)
+    assert compared.cost.flops == 5
+
+
 def test_matches_flop_counter_reports_a_difference() -> None:
-    # An einsum that multiplies without summing: typedflops counts n, torch 0.
+    # A loss with a matmul of its own: torch counts its backward too, typedflops does not.
+    w = torch.ones(3, 4, requires_grad=True)
     with pytest.raises(AssertionError) as info:
-        assert_matches_flop_counter(elementwise_einsum, torch.ones(5), torch.ones(5))
+        assert_matches_flop_counter(
+            linear, torch.ones(2, 3), w, loss=lambda out: (out @ out.T).sum()
+        )
     assert str(info.value).splitlines() == [
-        "elementwise_einsum: typedflops and FlopCounterMode count different matmul-family FLOPs",
-        "  forward:  typedflops 5, FlopCounterMode 0",
-        "  typedflops counted: einsum 5",
+        "linear: typedflops and FlopCounterMode count different FLOPs",
+        "  forward:  typedflops 48, FlopCounterMode 48",
+        "  backward: typedflops 48, FlopCounterMode 112",
+        "  typedflops counted: matmul 48",
     ]
 
 

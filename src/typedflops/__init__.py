@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from . import memory as memory
     from . import nn as nn
     from . import testing as testing
+    from ._engine.report import Recorder as Recorder
+    from ._engine.report import record as record
+    from ._engine.rules import register_rule as register_rule
     from .bench import Measurement as Measurement
     from .bench import benchmark as benchmark
     from .config import disabled as disabled
@@ -32,8 +35,6 @@ if TYPE_CHECKING:
     from .ops import rearrange as rearrange
     from .ops import reduce as reduce
     from .ops import repeat as repeat
-    from .recording import Recorder as Recorder
-    from .recording import record as record
 
 __all__ = [
     "ContractError",
@@ -57,6 +58,7 @@ __all__ = [
     "rearrange",
     "record",
     "reduce",
+    "register_rule",
     "repeat",
     "testing",
     "typed_flops",
@@ -70,7 +72,7 @@ _WHERE = {
     "Measurement": "bench",
     "OpCost": "cost",
     "PatternError": "errors",
-    "Recorder": "recording",
+    "Recorder": "_engine.report",
     "ShapeError": "errors",
     "SpecError": "errors",
     "TypedFunction": "decorator",
@@ -79,7 +81,8 @@ _WHERE = {
     "einsum": "ops",
     "install_import_hook": "import_hook",
     "rearrange": "ops",
-    "record": "recording",
+    "record": "_engine.report",
+    "register_rule": "_engine.rules",
     "reduce": "ops",
     "repeat": "ops",
     "typed_flops": "decorator",

@@ -113,6 +113,23 @@ class TensorSpec:
                 found.extend(sorted(axis.expression.names))
         return tuple(dict.fromkeys(found))
 
+    @property
+    def has_ellipsis(self) -> bool:
+        """Whether the annotation has an anonymous ``...``."""
+        return any(axis.kind is AxisKind.ANONYMOUS_VARIADIC for axis in self.axes)
+
+    @property
+    def variadic_names(self) -> tuple[str, ...]:
+        """Names of its ``*name`` dims."""
+        return tuple(a.name for a in self.axes if a.kind is AxisKind.VARIADIC and a.name)
+
+    @property
+    def bindable_names(self) -> tuple[str, ...]:
+        """Names a tensor of this annotation binds (named and ``*name`` dims, in order)."""
+        return tuple(
+            a.name for a in self.axes if a.kind in (AxisKind.NAMED, AxisKind.VARIADIC) and a.name
+        )
+
     def dtype_reason(self) -> str:
         """What dtypes the annotation allows, in words."""
         if self.dtypes is None:

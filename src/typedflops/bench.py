@@ -26,8 +26,10 @@ from typing import Any, Protocol
 import torch
 
 from . import config, devices
+from ._engine.counter import suspended
+from ._engine.recorder import RecordSession
+from ._engine.session import current_frame, no_frame
 from .errors import SpecError
-from .recording import current_node, log_measured, paused
 from .roofline import Bound, attainable, bound, ridge_point
 from .scope import display_name
 
@@ -432,8 +434,9 @@ def benchmark(
     clock = _clock_for(device, flush_l2)
     # The contract was checked above: the timed runs are the body alone (checks off), and
     # they are not recorded as calls of their own.
-    parent = current_node()
-    with config.disabled(), paused():
+    frame = current_frame()
+    session = frame.session if frame is not None else None
+    with config.disabled(), suspended(getattr(session, "mode", None)), no_frame():
         times = collect_times(
             clock,
             lambda: fn(*args, **kwargs),
@@ -453,6 +456,7 @@ def benchmark(
         bandwidth=None if spec is None else spec.bandwidth,
         peak_source=source,
     )
-    if parent is not None:
-        log_measured(parent, getattr(cost, "function", None) or display_name(fn), cost, measurement)
+    if isinstance(session, RecordSession):
+        name = getattr(cost, "function", None) or display_name(fn)
+        session.add_measured(name, cost, measurement)
     return measurement

@@ -9,12 +9,13 @@ formatting and beartype's reasons are only touched when something is wrong.
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .annotation import AxisKind, TensorSpec
+from .annotation import AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
 from .checkers import Checker, UnresolvedHintError, compile_hint, tensor_specs
 from .errors import ShapeError, SpecError
 from .scope import CallState, display_name, shape_text, violation
@@ -36,6 +37,20 @@ class Parameter:
     def where(self) -> str:
         """How messages name it: ``argument 'x'``."""
         return f"argument '{self.name}'"
+
+
+@dataclass(frozen=True)
+class TensorParameter:
+    """A parameter whose hint is one tensor annotation, or an Optional of one.
+
+    ``defaults_to_none``: the parameter may be left out and is then None.
+    """
+
+    name: str
+    index: int | None
+    spec: TensorSpec
+    optional: bool
+    defaults_to_none: bool
 
 
 class Contract:
@@ -92,6 +107,30 @@ class Contract:
             (p.index, p.name, p.checker, p.where) for p in self.checked if p.checker is not None
         ]
         self._check_symbolic_names()
+
+    def tensor_parameters(self) -> list[TensorParameter]:
+        """The parameters whose hint is a tensor annotation or an Optional of one, in order."""
+        found: list[TensorParameter] = []
+        for param in self.parameters:
+            hint = param.hint
+            options = typing.get_args(hint) if _is_union(hint) else (hint,)
+            tensors = [o for o in options if is_tensor_annotation(o)]
+            if len(tensors) != 1 or any(
+                o is not type(None) and not is_tensor_annotation(o) for o in options
+            ):
+                continue
+            optional = type(None) in options
+            default = self.signature.parameters[param.name].default
+            found.append(
+                TensorParameter(
+                    name=param.name,
+                    index=param.index,
+                    spec=tensor_spec(tensors[0]),
+                    optional=optional,
+                    defaults_to_none=default is None,
+                )
+            )
+        return found
 
     def dim_names(self) -> set[str]:
         """Every dim name that the annotations of the parameters and the return use."""
@@ -193,6 +232,10 @@ class Contract:
                     actual=size,
                     origin_dims=sorted(expression.names),
                 )
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
 def compile_contract(fn: Callable[..., Any], function_name: str | None = None) -> Contract:

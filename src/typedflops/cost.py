@@ -1,21 +1,13 @@
 """What a call costs: FLOPs (forward and backward, as numbers and as formulas) and bytes.
 
-Conventions (the same as ``torch.utils.flop_counter.FlopCounterMode`` and CS336 lecture 2):
-
-- one FLOP per scalar multiply, add, compare or divide; accumulators start at zero;
-- a contraction over an iteration space of N points costs 2·N (a matmul 2·m·n·k);
-- an elementwise product with nothing summed costs N;
-- a reduction costs one op per input element (``mean`` adds one divide per output element);
-- ``rearrange``, ``repeat`` and views cost 0 FLOPs;
-- backward is derived per op: a contraction adds 2·N for each operand that requires grad;
-- bytes are the traffic of each op as it ran (its inputs read once, its output written once)
-  at the tensors' dtypes; a view moves 0 bytes.
+Plain data: the conventions behind the numbers are written once, in
+``typedflops._engine.rules``; the README quotes them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +16,6 @@ import sympy
 from .text import format_count
 
 __all__ = ["Cost", "OpCost"]
-
-ZERO = sympy.Integer(0)
 
 
 @dataclass(frozen=True)
@@ -70,8 +60,12 @@ class Cost:
     """The cost of a call: totals, formulas in the call's dim names, and a per-op breakdown.
 
     ``flops`` is the forward count, ``backward_flops`` the count of the backward pass for the
-    tensors that require grad, ``dims`` the sizes the formulas were evaluated at, ``ops`` the
+    tensors that require grad, ``dims`` the sizes the formulas are evaluated at (every free
+    symbol of a formula is one of them; ``formula`` at ``dims`` is ``flops``), ``ops`` the
     per-op breakdown and ``uncounted`` the names of ops that ran but have no cost rule.
+    ``exact`` is True when the formulas were checked against dry runs at other sizes of
+    the dims, so they hold at any sizes; when False they hold at ``dims`` only (the body
+    branches on sizes, or an op's cost could not be followed), and tables mark them ``~``.
     """
 
     flops: int
@@ -84,31 +78,7 @@ class Cost:
     ops: tuple[OpCost, ...] = ()
     uncounted: tuple[str, ...] = ()
     function: str | None = field(default=None, compare=False)
-
-    @classmethod
-    def from_ops(
-        cls,
-        ops: Iterable[OpCost],
-        dims: Mapping[str, int],
-        uncounted: Iterable[str] = (),
-        function: str | None = None,
-    ) -> Cost:
-        """Sum a list of op costs into one :class:`Cost`."""
-        ops = tuple(ops)
-        formula = sympy.expand(sympy.Add(*(op.formula for op in ops)))
-        backward = sympy.expand(sympy.Add(*(op.backward_formula for op in ops)))
-        return cls(
-            flops=sum(op.flops for op in ops),
-            backward_flops=sum(op.backward_flops for op in ops),
-            formula=sympy.factor(formula) if formula != ZERO else ZERO,
-            backward_formula=sympy.factor(backward) if backward != ZERO else ZERO,
-            dims=dict(dims),
-            bytes_read=sum(op.bytes_read for op in ops),
-            bytes_written=sum(op.bytes_written for op in ops),
-            ops=ops,
-            uncounted=tuple(dict.fromkeys(uncounted)),
-            function=function,
-        )
+    exact: bool = True
 
     @property
     def bytes(self) -> int:
@@ -134,6 +104,7 @@ class Cost:
             "intensity": self.intensity,
             "ops": [op.to_dict() for op in self.ops],
             "uncounted": list(self.uncounted),
+            "exact": self.exact,
         }
 
     def to_json(self) -> str:
@@ -143,9 +114,14 @@ class Cost:
     def __str__(self) -> str:
         dims = ", ".join(f"{name}={size}" for name, size in self.dims.items())
         head = f"Cost of {self.function}({dims})" if self.function else f"Cost({dims})"
+        mark = "" if self.exact else "~ "
         rows = [
-            ("forward FLOPs", format_count(self.flops), str(self.formula)),
-            ("backward FLOPs", format_count(self.backward_flops), str(self.backward_formula)),
+            ("forward FLOPs", format_count(self.flops), mark + str(self.formula)),
+            (
+                "backward FLOPs",
+                format_count(self.backward_flops),
+                mark + str(self.backward_formula),
+            ),
             ("bytes read", format_count(self.bytes_read), ""),
             ("bytes written", format_count(self.bytes_written), ""),
             ("intensity", f"{self.intensity:.3g} FLOP/B", ""),
@@ -163,4 +139,6 @@ class Cost:
             )
         if self.uncounted:
             lines.append(f"  uncounted ops: {', '.join(self.uncounted)}")
+        if not self.exact:
+            lines.append("  ~ formulas hold at these sizes only (not checked at others)")
         return "\n".join(lines)

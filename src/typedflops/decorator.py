@@ -17,17 +17,18 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import sympy
 import torch
-from jaxtyping import Shaped
 
 from . import config
-from .annotation import ELLIPSIS, AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
+from ._engine.dryrun import Probe, measure
+from ._engine.probes import call_dims, call_probe, estimate_probe
+from ._engine.recorder import begin_call, counted_call
+from ._engine.session import RunSession, current_frame
+from .annotation import ELLIPSIS, AxisKind
 from .contract import Contract, compile_contract
 from .cost import Cost
-from .dry_run import dims_for_estimate, meta_arguments, probe_sizes
 from .errors import ContractError, DeviceError, SpecError
 from .expr import parse_expression
-from .recording import Node, current_node, recording, spec_symbols
-from .scope import CallState, call_scope, current_call, display_name, violation
+from .scope import CallState, Size, call_scope, current_call, display_name, violation
 
 __all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "typed_flops"]
 
@@ -41,12 +42,15 @@ _is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is
 
 # Called after every checked call that passed (arguments and return): the pytest plugin's
 # report counts calls this way. Empty on the hot path unless someone observes.
-CallObserver = Callable[["TypedFunction[Any, Any]", tuple[Any, ...], CallState], None]
+CallObserver = Callable[
+    ["TypedFunction[Any, Any]", tuple[Any, ...], Mapping[str, Any], CallState], None
+]
 _observers: list[CallObserver] = []
 
 
 def add_call_observer(observer: CallObserver) -> Callable[[], None]:
-    """Call ``observer(function, args, state)`` after each checked call that passed.
+    """Call ``observer(function, args, kwargs, state)`` after each checked call that passed
+    (calls made by typedflops' own dry runs are not observed).
 
     ``state.sizes`` holds the dims the call bound (arguments and return). Returns a
     function that removes the observer.
@@ -55,9 +59,17 @@ def add_call_observer(observer: CallObserver) -> Callable[[], None]:
     return lambda: _observers.remove(observer)
 
 
-def _notify(function: TypedFunction[Any, Any], args: tuple[Any, ...], state: CallState) -> None:
+def _notify(
+    function: TypedFunction[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    state: CallState,
+) -> None:
+    frame = current_frame()
+    if frame is not None and isinstance(frame.session, RunSession):
+        return  # a dry run's call, not the user's
     for observer in tuple(_observers):
-        observer(function, args, state)
+        observer(function, args, kwargs, state)
 
 
 class TypedFunction(Generic[P, R]):
@@ -81,8 +93,8 @@ class TypedFunction(Generic[P, R]):
         if self._is_async:
             _mark_coroutine_function(self)
         self._contract: Contract | None = None
-        self._last_sizes: dict[str, int | tuple[int, ...]] | None = None
-        self._formula_cache: dict[tuple[tuple[str, Any], ...], sympy.Expr] = {}
+        self._last_estimate: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self._formula: sympy.Expr | None = None
         self._flops = None if flops is None else parse_expression(flops, origin="flops=")
         # A forward reference not defined yet (NameError): compile at the first call.
         with contextlib.suppress(NameError):
@@ -136,17 +148,23 @@ class TypedFunction(Generic[P, R]):
             return self._call_async(args, kwargs, state)  # type: ignore[return-value]
         token = call_scope.set(state)
         try:
-            parent = current_node()
-            if parent is None:
+            frame = current_frame()
+            if frame is None:
                 result = self._fn(*args, **kwargs)
                 self._check_return(result, state)
             else:
-                result = self._call_recorded(parent, args, kwargs, state)
+                result = counted_call(
+                    frame,
+                    self,
+                    args,
+                    kwargs,
+                    lambda: state.sizes,
+                    lambda: self._run_checked(args, kwargs, state),
+                )
         finally:
             call_scope.reset(token)
-        self._last_sizes = state.sizes
         if _observers:
-            _notify(self, args, state)
+            _notify(self, args, kwargs, state)
         return result
 
     def _check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> CallState:
@@ -159,6 +177,11 @@ class TypedFunction(Generic[P, R]):
         except ContractError as exc:
             raise exc.with_traceback(None) from None
         return state
+
+    def _run_checked(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState) -> R:
+        result = self._fn(*args, **kwargs)
+        self._check_return(result, state)
+        return result
 
     def _check_return(self, result: Any, state: CallState) -> None:
         try:
@@ -173,12 +196,16 @@ class TypedFunction(Generic[P, R]):
         token = call_scope.set(state)
         try:
             coroutine: Coroutine[Any, Any, Any] = self._fn(*args, **kwargs)  # type: ignore[assignment]
-            result = await coroutine
+            frame = current_frame()
+            if frame is None:
+                result = await coroutine
+            else:
+                result = await _counted_coroutine(frame, self, args, kwargs, state, coroutine)
         finally:
             call_scope.reset(token)
         self._check_return(result, state)
         if _observers:
-            _notify(self, args, state)
+            _notify(self, args, kwargs, state)
         return result
 
     def _call_compiled(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> R:
@@ -195,118 +222,90 @@ class TypedFunction(Generic[P, R]):
         self._check_return(result, state)
         return result
 
-    def _call_recorded(
-        self, parent: Node, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
-    ) -> R:
-        node = Node(self.name, parent)
-        node.bind_dims(state.sizes)
-        passed = self._tensor_arguments(args, kwargs)
-        if self.contract.takes_self and args:
-            passed += _module_tensors(args[0])
-        for tensor, spec in passed:
-            node.enter_tensor(tensor, spec)
-        with recording(node):
-            result = self._fn(*args, **kwargs)
-        self._check_return(result, state)
-        node.bind_dims(state.sizes)  # again: the return value may have bound new dims
-        mapping = node.renaming(parent, passed)
-        parent.absorb(node, mapping)
-        return_specs = self.contract.specs.get("return", [])
-        if isinstance(result, torch.Tensor) and len(return_specs) == 1:
-            own = spec_symbols(return_specs[0], tuple(result.shape))
-            parent.set_shape_symbols(result, (sympy.sympify(t).xreplace(mapping) for t in own))
-        return result
-
-    def _tensor_arguments(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> list[tuple[torch.Tensor, TensorSpec]]:
-        found = []
-        for param in self.contract.parameters:
-            if not is_tensor_annotation(param.hint):
-                continue
-            if param.index is not None and param.index < len(args):
-                value = args[param.index]
-            else:
-                value = kwargs.get(param.name)
-            if isinstance(value, torch.Tensor):
-                found.append((value, tensor_spec(param.hint)))
-        return found
-
     # -- costs --------------------------------------------------------------------------
+
+    @property
+    def declared(self) -> sympy.Expr | None:
+        """The ``flops=`` formula, which replaces the count of the body's forward ops."""
+        return None if self._flops is None else self._flops.sympy
+
+    def call_dims(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], bound: Mapping[str, Size]
+    ) -> dict[str, Size]:
+        """The dims of a call that ran: those it bound, ``...`` and a module's own sizes."""
+        return call_dims(self.contract, args, kwargs, bound)
+
+    def probe_call(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], bound: Mapping[str, Size]
+    ) -> Probe:
+        """A probe that rebuilds this call (its tensors' shapes) at other sizes of its dims."""
+        probe = call_probe(self, self.name, self.contract, args, kwargs, bound)
+        probe.declared = self.declared
+        return probe
 
     def estimate(
         self,
         *args: Any,
         dtype: torch.dtype | None = None,
         grad: tuple[str, ...] | list[str] = (),
-        **dims: int | tuple[int, ...],
+        **dims: Any,
     ) -> Cost:
-        """The cost of one call at the given dim sizes, from a dry run on ``meta`` tensors.
+        """The cost of one call at the given dim sizes, from dry runs on fake tensors.
 
-        Tensors are built from the annotations (nothing is allocated); ``grad`` names the
-        parameters whose tensors require grad; ``dtype`` overrides the floating dtype.
-        Positional ``args`` fill the leading parameters (e.g. a module for ``self``);
-        a keyword that names a non-tensor parameter is passed to it.
-        Missing or unknown dim names raise :class:`SpecError`.
+        Tensors are built from the annotations (nothing is allocated): each named dim's
+        size, ``*name`` dims and ``ellipsis=`` (for ``...``) as an int or a tuple of sizes.
+        ``grad`` names the parameters whose tensors require grad (a module's parameters
+        follow their ``requires_grad``); ``dtype`` overrides the floating dtype. Positional
+        ``args`` fill the leading parameters (a module for ``self``); a keyword naming a
+        non-tensor parameter is passed to it. An Optional tensor parameter whose default is
+        None stays None unless a dim only it uses is given. Missing, unknown or bad sizes
+        raise :class:`SpecError`.
+
+        The formulas are fitted from dry runs at other sizes and checked (see
+        :attr:`Cost.exact`); ``flops=`` replaces the forward count.
         """
-        return self._estimate(args, dims, dtype, tuple(grad))
-
-    def _estimate(
-        self,
-        args: tuple[Any, ...],
-        dims: Mapping[str, int | tuple[int, ...]],
-        dtype: torch.dtype | None,
-        grad: tuple[str, ...],
-    ) -> Cost:
-        contract = self.contract
-        module_dims = _module_dims(args[0]) if contract.takes_self and args else {}
-        sizes, passthrough = dims_for_estimate(self.name, contract, dims, module_dims)
-        call_args, call_kwargs = meta_arguments(
-            self.name, contract, args, sizes, passthrough, dtype, grad
-        )
-        if args and isinstance(args[0], torch.nn.Module):
-            # A module's own parameters get meta copies too (they may be real tensors).
-            from .dry_run import dry_run_call
-
-            return dry_run_call(types.MethodType(self, args[0]), call_args[1:], call_kwargs)
-        return self._dry_run(call_args, call_kwargs)
-
-    def _dry_run(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
-        session = Node("<estimate>", None, session=True)
-        with config.disabled(False), recording(session):
-            self(*args, **kwargs)
-        (call,) = session.children
-        return call.cost()
+        probe = estimate_probe(self, self.name, self.contract, args, dims, dtype, tuple(grad))
+        probe.declared = self.declared
+        cost = measure(probe)
+        self._last_estimate = (args, dims)
+        return cost
 
     @property
     def formula(self) -> sympy.Expr:
         """Forward FLOPs as a sympy expression in the annotation's dim names.
 
-        From ``flops=`` when given; otherwise from a dry run at the sizes of the last call
-        or estimate, or at probe sizes when there was none.
+        From ``flops=`` when given; otherwise fitted from dry runs at probe sizes (or, when
+        the body cannot take those, at the sizes of the last ``estimate``). It is the same
+        at any sizes unless the body branches on sizes.
         """
         if self._flops is not None:
             return self._flops.sympy
-        sizes = self._last_sizes
-        probing = sizes is None
-        if sizes is None:
-            sizes = probe_sizes(self.contract)
-        key = tuple(sorted(sizes.items()))
-        if key not in self._formula_cache:
-            try:
-                cost = self._estimate((), sizes, None, ())
-            except Exception as exc:
-                if not probing:
-                    raise
-                shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
-                reason = str(exc).splitlines()[0]
-                raise SpecError(
-                    f"{self.name}(): cannot derive its formula by a dry run at probe sizes "
-                    f"{shown} ({type(exc).__name__}: {reason}); call {self.name}.estimate(...) "
-                    "with sizes the body accepts first, or pass flops= to @typed_flops"
-                ) from None
-            self._formula_cache[key] = cost.formula
-        return self._formula_cache[key]
+        if self._formula is None:
+            self._formula = self._derive_formula()
+        return self._formula
+
+    def _derive_formula(self) -> sympy.Expr:
+        contract = self.contract
+        if contract.takes_self and self._last_estimate is None:
+            raise SpecError(
+                f"{self.name}.estimate(): a method needs its object first, e.g. "
+                f"{self.name}.estimate(obj, ...) (or model.estimate(...) for typedflops.nn "
+                "models); its formula is only known through such an estimate"
+            )
+        sizes = probe_sizes(contract)
+        try:
+            return self.estimate(**sizes).formula
+        except Exception as exc:
+            if self._last_estimate is not None:
+                args, dims = self._last_estimate
+                return self.estimate(*args, **dims).formula
+            shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+            reason = str(exc).splitlines()[0]
+            raise SpecError(
+                f"{self.name}(): cannot derive its formula by a dry run at probe sizes "
+                f"{shown} ({type(exc).__name__}: {reason}); call {self.name}.estimate(...) "
+                "with sizes the body accepts first, or pass flops= to @typed_flops"
+            ) from None
 
     def benchmark(self, *args: Any, **kwargs: Any) -> Any:
         """Time calls of this function: the same as ``typedflops.benchmark(self, ...)``."""
@@ -357,18 +356,6 @@ def _bind_module_dims(obj: Any, state: CallState) -> None:
         state.bind(name, size, f"module {type(obj).__name__}")
 
 
-def _module_tensors(obj: Any) -> list[tuple[torch.Tensor, TensorSpec]]:
-    """A module's own tensors with their dims (``typedflops_tensors()``), e.g. its weights.
-
-    Their dims name the module's sizes in formulas, and rename a submodule's dims into
-    its parent's when both list the same tensor.
-    """
-    tensors = getattr(obj, "typedflops_tensors", None)
-    if not callable(tensors):
-        return []
-    return [(tensor, tensor_spec(Shaped[torch.Tensor, dim_str])) for tensor, dim_str in tensors()]
-
-
 @overload
 def typed_flops(fn: Callable[P, R], /) -> TypedFunction[P, R]: ...
 
@@ -415,13 +402,11 @@ def typed_flops(
 
 
 def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
-    """The cost of ``fn(*args, **kwargs)`` from a dry run on meta copies of the arguments.
+    """The cost of ``fn(*args, **kwargs)`` from dry runs on fake copies of the arguments.
 
     For a ``@typed_flops`` function the contract is checked on the real arguments first
-    (raising before anything runs). Module parameters are replaced by meta copies too.
+    (raising before anything runs). Module parameters are replaced by fake copies too.
     """
-    from .dry_run import dry_run_call
-
     owner: Any = None
     target: Any = fn
     if isinstance(fn, types.MethodType):
@@ -429,7 +414,66 @@ def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str
     elif isinstance(fn, torch.nn.Module):
         owner, target = fn, type(fn).forward
     if isinstance(target, TypedFunction):
-        state = target._check_arguments((owner, *args) if owner is not None else args, kwargs)
+        full = (owner, *args) if owner is not None else args
+        state = target._check_arguments(full, kwargs)
         if isinstance(owner, torch.nn.Module):
             _check_module_device(target.name, owner, state)
-    return dry_run_call(fn, args, kwargs)
+        return measure(target.probe_call(full, kwargs, state.sizes))
+    return measure(_plain_probe(fn, args, kwargs))
+
+
+def _plain_probe(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Probe:
+    """A probe of an undecorated call: its arguments' shapes as they are (no dims)."""
+    from ._engine.probes import _materialize, stub
+
+    positional = [stub(a) for a in args]
+    named = {k: stub(v) for k, v in kwargs.items()}
+    device = next(
+        (a.device.type for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), "cpu"
+    )
+
+    def build(assignment: Mapping[str, Size], fake: Any) -> Callable[[], Any]:
+        call_args = [_materialize(a) for a in positional]
+        call_kwargs = {k: _materialize(v) for k, v in named.items()}
+        return lambda: fn(*call_args, **call_kwargs)
+
+    return Probe(function=display_name(fn), dims={}, variable=[], build=build, device=device)
+
+
+# Sizes for a formula when no sizes are given: distinct multiples of 24, so that the
+# usual splits (heads of 2, 3, 4, 6, 8 or 12) divide them and no two dims coincide.
+_PROBE_SIZES = tuple(24 * k for k in range(1, 40))
+
+
+def probe_sizes(contract: Contract) -> dict[str, Any]:
+    """Sizes for every dim the required tensor parameters bind (``...`` and ``*name``: one
+    axis)."""
+    sizes: dict[str, Any] = {}
+    parameters = [p for p in contract.tensor_parameters() if not p.defaults_to_none]
+    names: list[str] = []
+    variadic: set[str] = set()
+    for p in parameters:
+        names.extend(p.spec.bindable_names)
+        variadic.update(p.spec.variadic_names)
+        if p.spec.has_ellipsis:
+            names.append(ELLIPSIS)
+            variadic.add(ELLIPSIS)
+    for name, size in zip(dict.fromkeys(names), _PROBE_SIZES, strict=False):
+        sizes[name] = (size,) if name in variadic else size
+    return sizes
+
+
+async def _counted_coroutine(
+    frame: Any,
+    function: TypedFunction[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    state: CallState,
+    coroutine: Coroutine[Any, Any, Any],
+) -> Any:
+    """Await a decorated coroutine's body as one counted call."""
+    handle = begin_call(frame, function, args, kwargs, cached=False)
+    with handle.scope():
+        result = await coroutine
+    handle.finish(state.sizes)
+    return result

@@ -9,15 +9,14 @@ stored ``d_in x d_out`` and applied as ``x @ w``, as in CS336 lecture 2.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from .cost import Cost
-from .decorator import typed_flops
-from .dry_run import dry_run_call
+from .decorator import TypedFunction, typed_flops
 from .ops import einsum
 
 __all__ = ["Linear", "TwoLayerMLP", "TypedModule"]
@@ -30,8 +29,11 @@ class TypedModule(torch.nn.Module):
         """The module's own sizes, bound before its input is checked."""
         raise NotImplementedError
 
-    def typedflops_tensors(self) -> Iterator[tuple[Tensor, str]]:
-        """The module's own tensors and their dims (names them in formulas)."""
+    def typedflops_resized(
+        self, dims: Mapping[str, int], dtype: torch.dtype | None = None
+    ) -> TypedModule:
+        """A module of the same kind at other sizes of its own dims, in ``dtype`` (for dry
+        runs, which build it under a fake mode: nothing is allocated)."""
         raise NotImplementedError
 
     @property
@@ -45,11 +47,10 @@ class TypedModule(torch.nn.Module):
         Parameters follow their ``requires_grad``; the input needs no grad. Nothing is
         allocated, also for models far larger than memory (build them on ``device="meta"``).
         """
-        d_in = self.typedflops_dims()["d_in"]
-        batch_shape = (batch,) if isinstance(batch, int) else tuple(batch)
+        forward = type(self).forward
+        assert isinstance(forward, TypedFunction)
         x_dtype = dtype or next(self.parameters()).dtype
-        x = torch.empty((*batch_shape, d_in), dtype=x_dtype, device="meta")
-        return dry_run_call(self, (x,), {}, dtype=dtype)
+        return forward.estimate(self, batch=batch, dtype=x_dtype)
 
 
 def _init_weight(
@@ -93,10 +94,15 @@ class Linear(TypedModule):
     def typedflops_dims(self) -> Mapping[str, int]:
         return {"d_in": self.d_in, "d_out": self.d_out}
 
-    def typedflops_tensors(self) -> Iterator[tuple[Tensor, str]]:
-        yield self.weight, "d_in d_out"
-        if self.bias is not None:
-            yield self.bias, "d_out"
+    def typedflops_resized(
+        self, dims: Mapping[str, int], dtype: torch.dtype | None = None
+    ) -> Linear:
+        return Linear(
+            dims.get("d_in", self.d_in),
+            dims.get("d_out", self.d_out),
+            bias=self.bias is not None,
+            dtype=dtype or self.weight.dtype,
+        )
 
     @typed_flops
     def forward(self, x: Float[Tensor, "*batch d_in"]) -> Float[Tensor, "*batch d_out"]:
@@ -143,12 +149,17 @@ class TwoLayerMLP(TypedModule):
     def typedflops_dims(self) -> Mapping[str, int]:
         return {"d_in": self.d_in, "d_hidden": self.d_hidden, "d_out": self.d_out}
 
-    def typedflops_tensors(self) -> Iterator[tuple[Tensor, str]]:
-        yield self.fc1.weight, "d_in d_hidden"
-        yield self.fc2.weight, "d_hidden d_out"
-        if self.fc1.bias is not None and self.fc2.bias is not None:
-            yield self.fc1.bias, "d_hidden"
-            yield self.fc2.bias, "d_out"
+    def typedflops_resized(
+        self, dims: Mapping[str, int], dtype: torch.dtype | None = None
+    ) -> TwoLayerMLP:
+        return TwoLayerMLP(
+            dims.get("d_in", self.d_in),
+            dims.get("d_hidden", self.d_hidden),
+            dims.get("d_out", self.d_out),
+            activation=self.activation,
+            bias=self.fc1.bias is not None,
+            dtype=dtype or self.fc1.weight.dtype,
+        )
 
     @typed_flops
     def forward(self, x: Float[Tensor, "*batch d_in"]) -> Float[Tensor, "*batch d_out"]:

@@ -8,15 +8,14 @@ order, so bit for bit), and adds three things:
   anything runs;
 - inside a ``@typed_flops`` call, an axis named like a dim of the call must have the size the
   call bound (a :class:`~typedflops.ShapeError` naming both origins otherwise);
-- inside ``record()`` (or ``f.estimate``), the op's cost is recorded: FLOPs and bytes as
-  counted, formulas in the call's dim names. The conventions are in
-  :mod:`typedflops.op_costs`. A 3+ operand einsum runs pairwise along the FLOP-minimal order
-  (opt_einsum "optimal" for up to 4 operands, "greedy" beyond) and is recorded as one op
-  whose count is the sum of its steps.
+- inside ``record()`` (or ``f.estimate``), the kernels it runs are counted as one op named
+  after it, with its pattern (the conventions are in ``typedflops._engine.rules``). A 3+
+  operand einsum runs pairwise along the FLOP-minimal order (opt_einsum "optimal" for up to
+  4 operands, "greedy" beyond), so its count is the count of what ran.
 
-Patterns are parsed once per (pattern, operand count or rank) and laid out once per shapes;
-nothing symbolic runs unless something is recording. Under ``torch.compile`` the traced code
-calls einops itself (no checks, no costs), so a compiled graph never raises on valid input.
+Patterns are parsed once per (pattern, operand count or rank) and laid out once per shapes.
+Under ``torch.compile`` the traced code calls einops itself (no checks, no costs), so a
+compiled graph never raises on valid input.
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ from typing import Literal, TypeVar, cast, overload
 import einops
 import torch
 
-from . import counting
+from ._engine.counter import group
+from ._engine.session import current_frame
 from .errors import ShapeError
-from .op_costs import einsum_cost, transform_cost
 from .patterns import (
     EinsumLayout,
     EinsumPlan,
@@ -41,7 +40,6 @@ from .patterns import (
     transform_layout,
     transform_plan,
 )
-from .recording import current_node
 from .scope import CallState, current_call, violation
 
 __all__ = ["Reduction", "einsum", "rearrange", "reduce", "repeat"]
@@ -144,7 +142,7 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
     torch.Size([8, 4])
     >>> einsum(torch.eye(3), "i i ->")  # a trace
     tensor(3.)
-    >>> from typedflops.recording import record
+    >>> from typedflops import record
     >>> with record() as rec:
     ...     _ = einsum(x, w, "batch d_in, d_in d_out -> batch d_out")
     >>> rec.total.flops  # 2 * 8 * 16 * 4
@@ -182,13 +180,10 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
         raise pattern_error(
             "einsum", pattern, shapes, *layout.conflict, function=call.function if call else None
         ) from None
-    node = current_node()
-    if node is None:
+    if current_frame() is None:
         return _run_einsum(plan, layout, tensors)
-    with counting.paused():
-        result = _run_einsum(plan, layout, tensors)
-        node.add_op(einsum_cost(node, pattern, tensors, layout, result))
-    return result
+    with group("einsum", pattern):
+        return _run_einsum(plan, layout, tensors)
 
 
 def _transform(
@@ -225,13 +220,10 @@ def _transform(
                 raise _bound_error(call, op, pattern, name, bound, size, where, detail)
     if operation == "mean" and not tensor.is_floating_point():
         raise NotImplementedError("reduce_mean is not available for non-floating tensors")
-    node = current_node()
-    if node is None:
+    if current_frame() is None:
         return plan.run(tensor, layout, reduction)
-    with counting.paused():
-        result = plan.run(tensor, layout, reduction)
-        node.add_op(transform_cost(node, op, plan, layout, axes_lengths, tensor, result, operation))
-    return result
+    with group(op, pattern):
+        return plan.run(tensor, layout, reduction)
 
 
 def reduce(tensor: T | list[T], pattern: str, reduction: Reduction, **axes_lengths: int) -> T:

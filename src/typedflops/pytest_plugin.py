@@ -6,8 +6,9 @@
     them is checked during the run. The option can be repeated.
 ``pytest --typedflops-report``
     prints, at the end of the session, one row per ``@typed_flops`` function that ran
-    (with checks on): calls, the dims it was called with, its FLOP formula, and its total
-    FLOPs over those calls (a caller's FLOPs include its nested decorated calls).
+    (with checks on), per set of dims it was called with (``...`` included): calls, the
+    dims, its FLOP formula, FLOPs per call and over those calls (a caller's FLOPs include
+    its nested decorated calls); uncounted ops by name, and why a "?" could not be costed.
 
 With either option a test that fails with a :class:`~typedflops.errors.ContractError`
 is reported compactly: the test's line, the line that made the bad call, and the error's
@@ -29,6 +30,7 @@ import pytest
 from .text import text_table
 
 if TYPE_CHECKING:
+    from ._engine.dryrun import Probe
     from .cost import Cost
     from .decorator import TypedFunction
     from .import_hook import ImportHook
@@ -45,7 +47,7 @@ __all__ = [
 ]
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_MAX_DIMS_SHOWN = 3
+_MAX_DIMS_SHOWN = 5
 _MAX_DIMS_WIDTH = 60
 
 Size = int | tuple[int, ...]
@@ -171,19 +173,19 @@ class _Entry:
         self.function = function
         self.name = function.name
         self.calls: dict[Binding, int] = {}
-        self.costs: dict[Binding, Cost | None] = {}  # None: it could not be estimated
-        # Bindings not costed yet, with the function object called and the object a method
-        # was called on (a module's own sizes and weights are part of its cost): held
-        # until the test ends, no longer.
-        self.pending: dict[Binding, tuple[TypedFunction[..., Any], tuple[Any, ...]]] = {}
+        # A Cost, or why none could be had (shown after the table).
+        self.costs: dict[Binding, Cost | str] = {}
+        # Bindings not costed yet, with the probe that rebuilds the call (shapes, not
+        # tensors; a module it was called on): held until the test ends, no longer.
+        self.pending: dict[Binding, Probe] = {}
 
 
 class CallTally:
     """Counts the checked calls of every ``@typed_flops`` function and the dims they bound.
 
-    Cheap per call (a dict update). Each distinct binding of a function's dims is costed
-    once, by a dry run, when the test that made it ends (:meth:`settle`). Calls on
-    ``meta`` tensors (dry runs, ``estimate``) are not counted. It observes calls through
+    Cheap per call (a dict update). Each distinct binding of a function's dims (``...``
+    included) is costed once, by dry runs, when the test that made it ends
+    (:meth:`settle`). Calls made by dry runs are not counted. It observes calls through
     ``typedflops.decorator.add_call_observer``: every call whose arguments and return passed.
     """
 
@@ -206,79 +208,104 @@ class CallTally:
             self._remove = None
 
     def observe(
-        self, function: TypedFunction[..., Any], args: tuple[Any, ...], state: CallState
+        self,
+        function: TypedFunction[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        state: CallState,
     ) -> None:
         """Count one call whose arguments passed the check, with the dims they bound."""
-        device = state.device
-        if device is not None and device.type == "meta":
-            return
         key = (function.__module__, function.name, _first_line(function))
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entries[key] = _Entry(function)
-        binding = tuple(state.sizes.items())
+        dims = function.call_dims(args, kwargs, state.sizes)
+        binding = tuple(dims.items())
         count = entry.calls.get(binding, 0)
         entry.calls[binding] = count + 1
         if not count:
-            bound = args[:1] if args and function.contract.takes_self else ()
-            entry.pending[binding] = (function, bound)
+            entry.pending[binding] = function.probe_call(args, kwargs, state.sizes)
 
     def settle(self) -> None:
-        """Cost the bindings seen since the last call (one dry run each), then let go."""
-        from .testing import _estimate
+        """Cost the bindings seen since the last call (dry runs), then let go."""
+        from ._engine.dryrun import measure
 
         observing = self._remove is not None
-        self.stop()  # the dry runs call decorated functions themselves
+        self.stop()
         try:
             for entry in self.entries.values():
-                for binding, (function, bound) in entry.pending.items():
+                for binding, probe in entry.pending.items():
                     try:
-                        entry.costs[binding] = _estimate(function, bound, dict(binding))
-                    except Exception:  # a body that cannot dry-run: "?" in the report, not 0
-                        entry.costs[binding] = None
+                        entry.costs[binding] = measure(probe)
+                    except Exception as exc:  # a body that cannot dry-run: "?", and why
+                        reason = str(exc).splitlines()[0] if str(exc) else ""
+                        entry.costs[binding] = f"{type(exc).__name__}: {reason}"[:160]
                 entry.pending.clear()
         finally:
             if observing:
                 self.start()
 
-    def rows(self) -> list[list[str]]:
-        """One row per function, sorted by name: name, calls, dims, cost."""
+    def rows(self) -> tuple[list[list[str]], list[str]]:
+        """One row per function and binding (functions sorted by name): name, calls, dims,
+        formula, FLOPs per call, FLOPs over the calls; and the notes under the table."""
         from .text import format_count
 
         self.settle()
         entries = sorted(self.entries.values(), key=lambda entry: entry.name)
         names = [entry.name for entry in entries]
         qualified = [_qualified_name(entry) for entry in entries]
-        rows = []
+        rows: list[list[str]] = []
+        notes: list[str] = []
+        uncounted: list[str] = []
+        inexact = False
         for entry in entries:
             name = entry.name
             if names.count(name) > 1:  # same name, other modules (or other definitions)
                 name = _qualified_name(entry)
                 if qualified.count(name) > 1:
                     name += f":{_first_line(entry.function)}"
-            costs = [entry.costs.get(binding) for binding in entry.calls]
-            last = costs[-1]
-            formula = "?" if last is None else str(last.formula)
-            total = "?"
-            if all(cost is not None for cost in costs):
-                total = format_count(
-                    sum(
-                        count * cost.flops
-                        for count, cost in zip(entry.calls.values(), costs, strict=True)
-                        if cost is not None
-                    )
+            bindings = list(entry.calls)
+            shown = bindings[:_MAX_DIMS_SHOWN]
+            for index, binding in enumerate(shown):
+                cost = entry.costs.get(binding, "not costed")
+                calls = entry.calls[binding]
+                label = name if index == 0 else ""
+                dims = _shortened(_binding_text(binding), _MAX_DIMS_WIDTH)
+                if isinstance(cost, str):
+                    rows.append([label, str(calls), dims, "?", "?", "?"])
+                    notes.append(f"? {entry.name}({_binding_text(binding)}): {cost}")
+                    continue
+                mark = "" if cost.exact else "~ "
+                inexact |= not cost.exact
+                uncounted.extend(cost.uncounted)
+                rows.append(
+                    [
+                        label,
+                        str(calls),
+                        dims,
+                        mark + str(cost.formula),
+                        format_count(cost.flops),
+                        format_count(calls * cost.flops),
+                    ]
                 )
-            dims = _shortened(_dims_seen(entry.calls), _MAX_DIMS_WIDTH)
-            rows.append([name, str(sum(entry.calls.values())), dims, formula, total])
-        return rows
+            if len(bindings) > len(shown):
+                more = bindings[len(shown) :]
+                count = sum(entry.calls[b] for b in more)
+                rows.append(["", str(count), f"+{len(more)} more dims", "", "", ""])
+        if uncounted:
+            ops = ", ".join(dict.fromkeys(uncounted))
+            notes.append(f"uncounted ops (ran, no FLOP rule): {ops}")
+        if inexact:
+            notes.append("~ formula holds at these sizes only (not checked at other sizes)")
+        return rows, notes
 
     def table(self) -> list[str]:
         """The report as lines of text."""
-        rows = self.rows()
+        rows, notes = self.rows()
         if not rows:
             return ["no @typed_flops function ran with checks on"]
-        header = ["function", "calls", "dims seen", "formula", "FLOPs"]
-        return text_table(header, rows, right={1, 4}).splitlines()
+        header = ["function", "calls", "dims", "formula", "FLOPs/call", "FLOPs"]
+        return [*text_table(header, rows, right={1, 4, 5}).splitlines(), *notes]
 
 
 def _qualified_name(entry: _Entry) -> str:
@@ -299,14 +326,10 @@ def _shortened(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _dims_seen(calls: Mapping[Binding, int]) -> str:
+def _binding_text(binding: Binding) -> str:
     from .scope import size_text  # here, not at import: the plugin must not import torch
 
-    shown = [", ".join(f"{n}={size_text(s)}" for n, s in b) or "-" for b in calls]
-    if len(shown) > _MAX_DIMS_SHOWN:
-        more = len(shown) - _MAX_DIMS_SHOWN
-        shown = [*shown[:_MAX_DIMS_SHOWN], f"+{more} more"]
-    return "; ".join(shown)
+    return ", ".join(f"{n}={size_text(s)}" for n, s in binding) or "-"
 
 
 @pytest.hookimpl(wrapper=True)

@@ -23,24 +23,19 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import config
+from ._engine.recorder import torch_counts
+from ._engine.report import record
 from .cost import Cost
-from .counting import MATMUL_OPS
 from .decorator import TypedFunction
 from .errors import ContractError
 from .expr import parse_expression
-from .recording import record
 
 __all__ = [
-    "COMPARABLE_OPS",
     "FlopComparison",
     "assert_contract_error",
     "assert_flops",
     "assert_matches_flop_counter",
 ]
-
-#: The ops that both typedflops and ``FlopCounterMode`` count: the matmul family,
-#: ``einsum`` (which torch runs as matmuls) and convolutions.
-COMPARABLE_OPS = MATMUL_OPS | {"einsum", "conv1d", "conv2d", "conv3d"}
 
 Size = int | tuple[int, ...]
 
@@ -245,10 +240,11 @@ def _why_unchecked(fn: Any) -> str:
 
 @dataclass(frozen=True)
 class FlopComparison:
-    """Matmul-family FLOPs of one call, as typedflops and ``FlopCounterMode`` counted them.
+    """FLOPs of one call on the kernels ``FlopCounterMode`` counts, as both counted them.
 
-    ``forward``/``backward`` are typedflops' counts over :data:`COMPARABLE_OPS` (backward
-    predicted from which tensors required grad), ``torch_forward``/``torch_backward``
+    ``forward``/``backward`` are typedflops' counts of the kernels FlopCounterMode has a
+    formula for (matmuls, convolutions, fused attention; backward predicted per forward op
+    from which tensors required grad), ``torch_forward``/``torch_backward``
     FlopCounterMode's (backward measured by differentiating ``loss``); the backward pair is
     None without ``loss``. ``cost`` is typedflops' full cost of the call.
     """
@@ -287,7 +283,7 @@ def assert_matches_flop_counter(
     """Run ``fn(*args, **kwargs)`` once and assert typedflops counts what torch counts.
 
     The call runs under both ``typedflops.record()`` and ``FlopCounterMode``; typedflops'
-    forward FLOPs over :data:`COMPARABLE_OPS` must equal FlopCounterMode's total (which
+    FLOPs on the kernels FlopCounterMode has formulas for must equal its total (which
     counts only matmuls, convolutions and attention). With ``loss`` (e.g.
     ``lambda out: out.sum()``) the gradient of ``loss(output)`` is then taken under a
     second FlopCounterMode (with ``torch.autograd.grad``, so no ``.grad`` is touched) and
@@ -312,8 +308,7 @@ def assert_matches_flop_counter(
     with FlopCounterMode(display=False) as forward_counter, record() as recorder:
         output = fn(*args, **kwargs)
     cost = recorder.total
-    comparable = [op for op in cost.ops if op.op in COMPARABLE_OPS]
-    forward = sum(op.flops for op in comparable)
+    forward, predicted_backward = torch_counts(recorder.session.root)
     torch_forward = int(forward_counter.get_total_flops())
     backward = torch_backward = None
     if loss is not None:
@@ -325,14 +320,14 @@ def assert_matches_flop_counter(
             )
         with FlopCounterMode(display=False) as backward_counter:
             torch.autograd.grad(value, _leaves(value), allow_unused=True)
-        backward = sum(op.backward_flops for op in comparable)
+        backward = predicted_backward
         torch_backward = int(backward_counter.get_total_flops())
     if forward != torch_forward or backward != torch_backward:
-        lines = [f"{name}: typedflops and FlopCounterMode count different matmul-family FLOPs"]
+        lines = [f"{name}: typedflops and FlopCounterMode count different FLOPs"]
         lines.append(f"  forward:  typedflops {forward}, FlopCounterMode {torch_forward}")
         if loss is not None:
             lines.append(f"  backward: typedflops {backward}, FlopCounterMode {torch_backward}")
-        ops = ", ".join(f"{op.op} {op.flops}" for op in comparable) or "none"
+        ops = ", ".join(f"{op.op} {op.flops}" for op in cost.ops if op.flops) or "none"
         lines.append(f"  typedflops counted: {ops}")
         if cost.uncounted:
             lines.append(f"  typedflops did not count: {', '.join(sorted(set(cost.uncounted)))}")

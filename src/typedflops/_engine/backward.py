@@ -1,0 +1,132 @@
+"""The backward an op's autograd runs, found by replaying the op on fake tensors.
+
+Each forward op whose inputs require grad is replayed once per distinct signature (the op
+and its arguments' shapes, strides, dtypes and ``requires_grad``) under ``FakeTensorMode``
+(nothing allocated) and differentiated with ``torch.autograd.grad``; the ops autograd runs
+are counted by the same rules as forward ops. So a matmul's backward is the two grad
+matmuls FlopCounterMode counts, a fused attention kernel's is its backward kernel, and an
+op that autograd does not differentiate costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .counter import Event, counting
+from .tensors import TensorMeta, is_float, map_meta
+
+__all__ = ["BackwardResult", "backward_of"]
+
+
+class BackwardResult:
+    """The backward events of one op signature, or why they could not be found."""
+
+    __slots__ = ("events", "failure")
+
+    def __init__(self, events: list[Event], failure: str | None = None) -> None:
+        self.events = events
+        self.failure = failure
+
+    @property
+    def flops(self) -> int:
+        """FLOPs of the backward ops."""
+        return sum(event.flops for event in self.events)
+
+    @property
+    def uncounted(self) -> list[str]:
+        """Backward ops without a rule, and the op itself if it could not be replayed."""
+        found = [f"{e.op} (backward)" for e in self.events if not e.counted]
+        return found if self.failure is None else [*found, self.failure]
+
+
+_CACHE: OrderedDict[Any, BackwardResult] = OrderedDict()
+_CACHE_SIZE = 8192
+
+
+class _ListSink:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def add(self, event: Event) -> None:
+        self.events.append(event)
+
+
+def backward_of(event: Event) -> BackwardResult:
+    """The backward ops of ``event`` (cached per signature)."""
+    key: Any = event.signature
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    result = _replay(event)
+    if key is not None:
+        _CACHE[key] = result
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return result
+
+
+def _replay(event: Event) -> BackwardResult:
+    func = event.func
+    mutates = any(
+        arg.alias_info is not None and arg.alias_info.is_write for arg in func._schema.arguments
+    )
+    leaves: list[torch.Tensor] = []
+    sink = _ListSink()
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+
+            def build(meta: TensorMeta) -> torch.Tensor:
+                tensor = torch.empty_strided(
+                    meta.shape, meta.stride, dtype=meta.dtype, device=meta.device
+                )
+                if meta.requires_grad and is_float(meta):
+                    tensor.requires_grad_(True)
+                    leaves.append(tensor)
+                    if mutates:
+                        tensor = tensor.clone()
+                return tensor
+
+            args = map_meta(event.args, build)
+            kwargs = {key: map_meta(value, build) for key, value in event.kwargs}
+            with torch.enable_grad():
+                out = func(*_lists(func, args), **kwargs)
+            target = _first_differentiable(out)
+            if target is None or not leaves:
+                return BackwardResult([])
+            grad = torch.ones_like(target)
+            with counting(sink, phase="backward"):
+                torch.autograd.grad(target, leaves, grad, allow_unused=True)
+    except Exception as exc:  # an op without a fake kernel or an autograd formula
+        reason = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
+        return BackwardResult(sink.events, f"{event.op} (backward: {reason})")
+    return BackwardResult(sink.events)
+
+
+def _lists(func: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Arguments whose schema type is a list (``cat``'s tensors) back as lists."""
+    schema = func._schema.arguments
+    fixed = []
+    for index, value in enumerate(args):
+        if isinstance(value, tuple) and index < len(schema) and "[]" in str(schema[index].type):
+            value = list(value)
+        fixed.append(value)
+    return tuple(fixed)
+
+
+def _first_differentiable(out: Any) -> torch.Tensor | None:
+    if isinstance(out, torch.Tensor):
+        return out if out.requires_grad and out.grad_fn is not None else None
+    if isinstance(out, tuple | list):
+        for item in out:
+            found = _first_differentiable(item)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,378 @@
+"""The torch modes that turn the ops a body runs into events.
+
+:class:`CountingMode` is a ``TorchDispatchMode``: it sees every ``aten`` kernel call as it
+ran (after autograd, composite ops already decomposed), the level at which
+``FlopCounterMode`` counts, and mirrors its handling (metadata ops passed on, ops without a
+rule decomposed when they can be). :class:`GroupingMode` is a ``TorchFunctionMode`` that only
+names what the user called (``matmul``, ``linear``, ``softmax``): the events of one such call
+form one row of a cost breakdown. Neither is active outside ``record()``, ``estimate()`` and
+formula fitting, and typedflops' own contract checks run with both out of the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..memory import nbytes
+from .rules import OpCall, RuleEntry, find_rule, is_torch_counted, op_name
+from .tensors import describe, flat_tensors, is_float, nbytes_of
+
+__all__ = [
+    "CountingMode",
+    "Event",
+    "Group",
+    "GroupingMode",
+    "Sink",
+    "counting",
+    "current_group",
+    "group",
+]
+
+
+def _words(text: str) -> frozenset[str]:
+    """A set of op names written as words (easier to read and extend than a list)."""
+    return frozenset(text.split())
+
+
+@dataclass(frozen=True)
+class Group:
+    """One call a user wrote (``x @ w``, ``einsum(...)``): the events it ran form one row."""
+
+    name: str
+    pattern: str | None
+    serial: int
+
+
+@dataclass
+class Event:
+    """One ``aten`` op as it ran: what it saw (no tensors, only their metadata) and costs."""
+
+    op: str
+    func: Any
+    group: Group
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    out: Any
+    flops: int
+    entry: RuleEntry | None
+    counted: bool
+    bytes_read: int
+    bytes_written: int
+    view: bool
+    needs_grad: bool
+    torch_counted: bool
+    path: tuple[str, ...] = ()
+    backward: list[Event] = field(default_factory=list)
+
+    def call(self) -> OpCall:
+        """The op as a rule sees it."""
+        return OpCall(self.op, self.args, dict(self.kwargs), self.out)
+
+    @property
+    def signature(self) -> tuple[Any, ...]:
+        """What determines the op's cost: the op and its arguments' metadata."""
+        return (self.func, self.args, self.kwargs)
+
+
+class Sink(Protocol):
+    """Where events go: a list for dry runs, a row aggregate for ``record()``."""
+
+    def add(self, event: Event) -> None: ...
+
+
+_group: ContextVar[Group | None] = ContextVar("typedflops_group", default=None)
+_serial = itertools.count()
+
+
+def current_group() -> Group | None:
+    """The user-level call the current ops belong to, if any."""
+    return _group.get()
+
+
+@contextlib.contextmanager
+def group(name: str, pattern: str | None = None) -> Iterator[None]:
+    """Name the ops run inside the block as one call (the wrapped einops ops use this)."""
+    token = _group.set(Group(name, pattern, next(_serial)))
+    try:
+        yield
+    finally:
+        _group.reset(token)
+
+
+_METADATA = {
+    torch.ops.aten.sym_is_contiguous.default,
+    torch.ops.aten.is_contiguous.default,
+    torch.ops.aten.is_contiguous.memory_format,
+    torch.ops.aten.is_strides_like_format.default,
+    torch.ops.aten.is_non_overlapping_and_dense.default,
+    torch.ops.aten.size.default,
+    torch.ops.aten.sym_size.default,
+    torch.ops.aten.stride.default,
+    torch.ops.aten.sym_stride.default,
+    torch.ops.aten.storage_offset.default,
+    torch.ops.aten.sym_storage_offset.default,
+    torch.ops.aten.numel.default,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.dim.default,
+    torch.ops.prim.layout.default,
+}
+_PASS_ON = {torch.ops.prim.device.default}
+
+
+class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts every ``aten`` op into ``sink``.
+
+    In the ``"forward"`` phase, ops that autograd runs during a backward pass are passed on
+    uncounted: backward is accounted per forward op (see :mod:`.backward`), so a user's
+    ``loss.backward()`` inside ``record()`` is not counted twice.
+    """
+
+    def __init__(self, sink: Sink, phase: str = "forward") -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.sink = sink
+        self.phase = phase
+        self.paused = False
+        self.grouping: GroupingMode | None = None
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _METADATA:
+            return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
+        if self.paused or func in _PASS_ON or not isinstance(func, torch._ops.OpOverload):
+            return func(*args, **kwargs)
+        if self.phase == "forward" and torch._C._current_autograd_node() is not None:
+            return func(*args, **kwargs)
+        found = find_rule(func)
+        if found is None:
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
+        out = func(*args, **kwargs)
+        self.sink.add(make_event(func, found, args, kwargs, out))
+        return out
+
+
+def make_event(
+    func: Any,
+    found: RuleEntry | str | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: Any,
+) -> Event:
+    """The event of one op that ran: its costs by its rule (``found``), its metadata."""
+    described_args = describe(args)
+    described_kwargs = tuple((key, describe(value)) for key, value in kwargs.items())
+    described_out = describe(out)
+    name = op_name(func)
+    inputs = flat_tensors((described_args, described_kwargs))
+    outputs = flat_tensors(described_out)
+    entry = found if isinstance(found, RuleEntry) else None
+    flops = 0
+    counted = found is not None
+    if entry is not None:
+        call = OpCall(name, described_args, dict(described_kwargs), described_out)
+        flops = entry.count(call, args, kwargs, out)
+    elif found is None and not any(is_float(t) for t in (*inputs, *outputs)):
+        counted = True  # no floating-point values: 0 FLOPs by convention, nothing missed
+    view = found == "free" and _is_view(func)
+    read = 0 if view else _unique_bytes(args, kwargs)
+    written = 0 if view else sum(nbytes_of(t) for t in outputs)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad and is_float(t) for t in inputs)
+    return Event(
+        op=name,
+        func=func,
+        group=_group.get() or Group(name, None, next(_serial)),
+        args=described_args,
+        kwargs=described_kwargs,
+        out=described_out,
+        flops=flops,
+        entry=entry,
+        counted=counted,
+        bytes_read=read,
+        bytes_written=written,
+        view=view,
+        needs_grad=needs_grad,
+        torch_counted=is_torch_counted(func._overloadpacket),
+    )
+
+
+@functools.lru_cache(maxsize=2048)
+def _is_view(func: Any) -> bool:
+    if func._overloadpacket is torch.ops.aten._unsafe_view:
+        return True  # a view of a fresh tensor (the copy before it already moved the bytes)
+    returns = func._schema.returns
+    return bool(returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in returns
+    )
+
+
+def _unique_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Bytes of the distinct input tensors (``x * x`` reads ``x`` once)."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in _tensors((args, tuple(kwargs.values()))):
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += nbytes(tensor)
+    return total
+
+
+def _tensors(tree: Any) -> Iterator[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif isinstance(tree, list | tuple):
+        for item in tree:
+            yield from _tensors(item)
+
+
+# -- naming what the user called ----------------------------------------------------------
+
+_ARITHMETIC_DUNDERS = _words(
+    """
+    add sub mul truediv floordiv mod pow matmul and or xor lshift rshift
+    """
+)
+
+# Metadata and conversions read through the Python API: never a group of their own.
+_PASS_THROUGH = _words(
+    """
+    __get__ __set__ size dim ndimension numel nelement stride storage_offset is_contiguous
+    is_floating_point is_complex element_size data_ptr __len__ __repr__ __format__ __str__
+    __hash__ __bool__ __index__ __int__ __float__ __iter__ __contains__ __reduce_ex__
+    __deepcopy__ __setstate__ get_device tolist item untyped_storage storage requires_grad_
+    register_hook retain_grad is_shared is_pinned __array__ __dlpack__ _is_view
+    """
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_name(func: Any) -> str | None:
+    raw = str(getattr(func, "__name__", ""))
+    if raw in _PASS_THROUGH:
+        if raw == "__get__":  # a property such as `x.T` or `x.mT`: named after it
+            owner = getattr(func, "__self__", None)
+            name = str(getattr(owner, "__name__", ""))
+            return name if name in ("T", "mT", "H", "mH", "real", "imag") else None
+        return None
+    name = raw
+    if raw.startswith("__") and raw.endswith("__"):
+        name = raw[2:-2]
+        if name[:1] in "ri" and name[1:] in _ARITHMETIC_DUNDERS:
+            name = name[1:]
+    elif raw.endswith("_") and not raw.startswith("_"):
+        name = raw[:-1]
+    if not name:
+        try:
+            name = resolve_name(func) or repr(func)
+        except Exception:
+            name = repr(func)
+    return name
+
+
+class GroupingMode(TorchFunctionMode):
+    """Names each top-level torch call, so its ``aten`` events form one row."""
+
+    def __init__(self, counter: CountingMode) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if self.counter.paused or _group.get() is not None:
+            return func(*args, **kwargs)
+        try:
+            name = _group_name(func)
+        except TypeError:  # an unhashable callable
+            name = None
+        if name is None:
+            return func(*args, **kwargs)
+        token = _group.set(Group(name, None, next(_serial)))
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _group.reset(token)
+
+
+@contextlib.contextmanager
+def counting(sink: Sink, phase: str = "forward") -> Iterator[CountingMode]:
+    """Count the ops run inside the block into ``sink`` (and name them by user call)."""
+    mode = CountingMode(sink, phase)
+    with mode:
+        if phase == "forward":
+            mode.grouping = GroupingMode(mode)
+            with mode.grouping:
+                yield mode
+        else:
+            yield mode
+
+
+@contextlib.contextmanager
+def paused(mode: CountingMode | None) -> Iterator[None]:
+    """Count nothing inside the block (a call whose cost is already known)."""
+    if mode is None:
+        yield
+        return
+    previous = mode.paused
+    mode.paused = True
+    try:
+        yield
+    finally:
+        mode.paused = previous
+
+
+@contextlib.contextmanager
+def suspended(mode: CountingMode | None) -> Iterator[None]:
+    """Take the counting modes out of torch's mode stacks inside the block, so that the ops
+    run at full speed (a timed run, a call whose cost is known); count nothing when they
+    are not on top of the stacks (another mode entered after them)."""
+    if mode is None:
+        yield
+        return
+    dispatch_depth = torch._C._len_torch_dispatch_stack()
+    function_depth = torch._C._len_torch_function_stack()
+    on_top = (
+        dispatch_depth > 0
+        and torch._C._get_dispatch_stack_at(dispatch_depth - 1) is mode
+        and (
+            mode.grouping is None
+            or (
+                function_depth > 0
+                and torch._C._get_function_stack_at(function_depth - 1) is mode.grouping
+            )
+        )
+    )
+    if not on_top:
+        with paused(mode):
+            yield
+        return
+    dispatch = torch._C._pop_torch_dispatch_stack(None)
+    grouping = torch._C._pop_torch_function_stack() if mode.grouping is not None else None
+    try:
+        yield
+    finally:
+        torch._C._push_on_torch_dispatch_stack(dispatch)
+        if grouping is not None:
+            torch._C._push_on_torch_function_stack(grouping)

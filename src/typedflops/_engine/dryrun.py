@@ -1,0 +1,285 @@
+"""Dry runs under ``FakeTensorMode`` at several sizes, and the Cost they add up to.
+
+A :class:`Probe` knows how to build a call at any sizes of its dims (tensors from
+annotations or from the shapes of a call that ran, a module's parameters as fake copies, or
+a typed module rebuilt at other sizes). :func:`measure` runs it at the base sizes, once per
+dim with that dim changed, and once with all changed; :mod:`.fit` turns the runs into
+formulas. Fake tensors carry shapes, dtypes and devices but no storage, so nothing is
+allocated, and kernels are chosen as on the device the call would run on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .. import config
+from ..cost import Cost, OpCost
+from .backward import backward_of
+from .counter import Event
+from .fit import Plan, Size, evaluate, fit, size_value, total
+from .session import RunSession
+
+__all__ = ["Probe", "Run", "measure", "run_once"]
+
+Thunk = Callable[[], Any]
+
+
+@dataclass
+class Probe:
+    """A call that can be built at any sizes of its dims.
+
+    ``dims`` are the base sizes of every dim of the call, ``variable`` those that may be
+    changed independently, ``names`` other named sizes (a module's own), ``build`` makes the
+    call at an assignment of sizes (inside the fake mode), ``declared`` a ``flops=`` formula
+    that replaces the count of the outermost call.
+    """
+
+    function: str
+    dims: dict[str, Size]
+    variable: list[str]
+    build: Callable[[Mapping[str, Size], FakeTensorMode], Thunk]
+    device: str = "cpu"
+    names: dict[str, int] = field(default_factory=dict)
+    declared: sympy.Expr | None = None
+
+
+@dataclass
+class Run:
+    """The events of one dry run and the dims its outermost call bound."""
+
+    events: list[Event]
+    bound: dict[str, Size]
+
+
+def run_once(probe: Probe, assignment: Mapping[str, Size]) -> Run:
+    """Run the probe's call once at ``assignment`` and collect its events (and backward)."""
+    session = RunSession(probe.function)
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake, torch.device(probe.device), config.disabled(False):
+        thunk = probe.build(assignment, fake)
+        with session.active():
+            _finish(thunk())
+    for event in session.events:
+        if event.needs_grad:
+            event.backward = backward_of(event).events
+    return Run(session.events, dict(session.bound))
+
+
+def _finish(result: Any) -> Any:
+    """Run a coroutine or generator body to its end (a dry run costs the whole body)."""
+    if inspect.iscoroutine(result):
+        return _drive(result)
+    if inspect.isgenerator(result):
+        return list(result)
+    if inspect.isasyncgen(result):
+
+        async def drain() -> list[Any]:
+            return [item async for item in result]
+
+        return _drive(drain())
+    return result
+
+
+def _drive(coroutine: Any) -> Any:
+    """Run a coroutine to completion without an event loop when it never waits on one."""
+    try:
+        while True:
+            coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value
+    except RuntimeError:
+        coroutine.close()
+        raise
+    finally:
+        with contextlib.suppress(RuntimeError):
+            coroutine.close()
+
+
+def _run_or_none(probe: Probe, assignment: Mapping[str, Size], ops: list[str]) -> Run | None:
+    try:
+        run = run_once(probe, assignment)
+    except Exception:
+        return None
+    return run if [event.op for event in run.events] == ops else None
+
+
+def _candidates(size: Size) -> list[Size]:
+    if isinstance(size, tuple):
+        if not size:
+            return []
+        return [(value, *size[1:]) for value in _candidates_int(size[0])]
+    return list(_candidates_int(size))
+
+
+def _candidates_int(value: int) -> list[int]:
+    found = [2 * value, value + 1]
+    if value % 2 == 0 and value // 2 >= 2:
+        found.append(value // 2)
+    return [v for v in dict.fromkeys(found) if v != value and v >= 1]
+
+
+def _third(size: Size, taken: Size, attempt: int) -> Size:
+    if isinstance(size, tuple):
+        if len(size) > 1:
+            last = _third_int(size[-1], size[-1], attempt)
+            return (*size[:-1], last)
+        return (_third_int(size[0], taken[0] if isinstance(taken, tuple) else taken, attempt),)
+    assert isinstance(taken, int)
+    return _third_int(size, taken, attempt)
+
+
+def _third_int(value: int, taken: int, attempt: int) -> int:
+    options = [3 * value, value + 2, 5 * value, value + 3]
+    options = [v for v in options if v not in (value, taken)]
+    return options[attempt % len(options)]
+
+
+def measure(probe: Probe) -> Cost:
+    """The cost of the probe's call at its base sizes, with formulas fitted in its dims."""
+    base = run_once(probe, probe.dims)
+    ops = [event.op for event in base.events]
+    runs = [base.events]
+    assignments: list[dict[str, Size]] = [dict(probe.dims)]
+    varied: list[str] = []
+    for name in probe.variable:
+        for candidate in _candidates(probe.dims[name])[:3]:
+            assignment = {**probe.dims, name: candidate}
+            found = _run_or_none(probe, assignment, ops)
+            if found is not None:
+                varied.append(name)
+                runs.append(found.events)
+                assignments.append(assignment)
+                break
+    checked = not varied
+    for attempt in range(3 if varied else 0):
+        assignment = dict(probe.dims)
+        for index, name in enumerate(varied):
+            assignment[name] = _third(probe.dims[name], assignments[1 + index][name], attempt)
+        found = _run_or_none(probe, assignment, ops)
+        if found is not None:
+            runs.append(found.events)
+            assignments.append(assignment)
+            checked = True
+            break
+    dims = {**base.bound, **probe.dims}
+    names = _fixed_names(dims, varied, probe.names)
+    plan = Plan(assignments, runs, varied, checked, names)
+    fitted = fit(plan)
+    return assemble(probe, plan, fitted.forward, fitted.backward, fitted.exact, dims)
+
+
+def _fixed_names(
+    dims: Mapping[str, Size], varied: Sequence[str], extra: Mapping[str, int]
+) -> dict[int, str]:
+    names: dict[int, str] = {}
+    for name, size in [*dims.items(), *extra.items()]:
+        if name in varied:
+            continue
+        value = size_value(size)
+        if value >= 2:
+            names.setdefault(value, name)
+    return names
+
+
+def assemble(
+    probe: Probe,
+    plan: Plan,
+    forward: Sequence[sympy.Expr],
+    backward: Sequence[sympy.Expr],
+    exact: bool,
+    dims: Mapping[str, Size],
+) -> Cost:
+    """Per-op costs of the base run, grouped by the call the user wrote, and their sum."""
+    events = plan.runs[0]
+    values = {name: size_value(size) for name, size in dims.items()}
+    for value, name in plan.names.items():
+        values.setdefault(name, value)
+    ops: list[OpCost] = []
+    start = 0
+    while start < len(events):
+        end = start + 1
+        while end < len(events) and events[end].group.serial == events[start].group.serial:
+            end += 1
+        ops.append(_op_cost(events[start:end], forward[start:end], backward[start:end]))
+        start = end
+    flops = sum(op.flops for op in ops)
+    backward_flops = sum(op.backward_flops for op in ops)
+    formula = total(op.formula for op in ops)
+    backward_formula = total(op.backward_formula for op in ops)
+    if probe.declared is not None:
+        formula = probe.declared
+        flops = int(evaluate(formula, values))
+    if evaluate(formula, values) != flops:
+        formula, exact = sympy.Integer(flops), False
+    if evaluate(backward_formula, values) != backward_flops:
+        backward_formula, exact = sympy.Integer(backward_flops), False
+    used = {str(s) for s in (formula.free_symbols | backward_formula.free_symbols)}
+    shown = {name: values[name] for name in dims}
+    shown.update({name: values[name] for name in sorted(used - set(shown))})
+    return Cost(
+        flops=flops,
+        backward_flops=backward_flops,
+        formula=formula,
+        backward_formula=backward_formula,
+        dims=shown,
+        bytes_read=sum(op.bytes_read for op in ops),
+        bytes_written=sum(op.bytes_written for op in ops),
+        ops=tuple(ops),
+        uncounted=_uncounted(events),
+        function=probe.function,
+        exact=exact,
+    )
+
+
+def _op_cost(
+    events: Sequence[Event], forward: Sequence[sympy.Expr], backward: Sequence[sympy.Expr]
+) -> OpCost:
+    first = events[0]
+    free = all(event.entry is None and event.counted for event in events)
+    return OpCost(
+        op=first.group.name,
+        pattern=first.group.pattern,
+        flops=sum(event.flops for event in events),
+        formula=total(forward),
+        backward_flops=sum(sum(b.flops for b in event.backward) for event in events),
+        backward_formula=total(backward),
+        bytes_read=sum(event.bytes_read for event in events),
+        bytes_written=sum(event.bytes_written for event in events),
+        view=all(event.view for event in events) if free else None,
+        path=first.path,
+    )
+
+
+def _uncounted(events: Sequence[Event]) -> tuple[str, ...]:
+    found: list[str] = []
+    for event in events:
+        if not event.counted:
+            found.append(event.op)
+        if event.needs_grad:
+            found.extend(backward_of(event).uncounted)
+    return tuple(dict.fromkeys(found))
+
+
+def ellipsis_value(size: Size) -> tuple[int, ...]:
+    """An ``ellipsis=`` size as the shape of the axes it stands for."""
+    return (size,) if isinstance(size, int) else tuple(size)
+
+
+def product(size: Size) -> int:
+    """A dim's value as one number (a variadic dim's sizes multiplied)."""
+    return size if isinstance(size, int) else math.prod(size)
+
+
+def run_coroutine_threadsafe(coroutine: Any) -> Any:
+    """Run a coroutine that waits on an event loop, in a loop of its own."""
+    return asyncio.run(coroutine)

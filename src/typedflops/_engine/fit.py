@@ -1,0 +1,277 @@
+"""Formulas from runs at several sizes: every formula a verified function of the dims.
+
+A body is dry-run at its base sizes, once more per dim with that dim changed, and once with
+every dim changed at once (the check). The runs give, for each op, the size of every axis it
+saw at each set of sizes; each axis size is fitted as a monomial ``c * b**i * s**j`` (``c``
+rational, so ``d/2`` and ``3*d`` fit) or, failing that, an affine function (``s + 1``). The
+op's rule is then applied to the fitted sizes, giving its FLOPs as a formula in the dims
+(``2*b*s*d*k`` for a matmul), and the check run must agree, op by op. Nothing is inferred
+from names, and nothing is assumed about which ops keep which axes: reshapes, tensors made
+inside the body and anything torch does between the ops are seen only through the sizes.
+
+A size that stays constant across all runs is a number, named after a fixed dim of the same
+value where there is one (a weight's ``d_model``), so that formulas read in the code's names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import sympy
+
+from .counter import Event
+from .rules import OpCall
+from .tensors import TensorMeta, flat_tensors, map_meta
+
+__all__ = ["Fitted", "Plan", "fit"]
+
+Size = int | tuple[int, ...]
+
+_MAX_EXPONENT = 4
+
+
+def size_value(size: Size) -> int:
+    """A dim's value: its size, or the product of a variadic dim's sizes."""
+    return size if isinstance(size, int) else math.prod(size)
+
+
+@dataclass
+class Plan:
+    """Runs of one body: ``runs[0]`` at the base sizes, ``runs[1 + i]`` with ``varied[i]``
+    changed, and (when ``checked``) a last run with every varied dim changed."""
+
+    assignments: list[dict[str, Size]]
+    runs: list[list[Event]]
+    varied: list[str]
+    checked: bool
+    names: Mapping[int, str]
+    _series: dict[tuple[int, ...], tuple[sympy.Expr | None, bool]] = field(default_factory=dict)
+    _rules: dict[Any, sympy.Expr | None] = field(default_factory=dict)
+
+    def x(self, run: int, index: int) -> int:
+        """The value of varied dim ``index`` in run ``run``."""
+        return size_value(self.assignments[run][self.varied[index]])
+
+
+@dataclass
+class Fitted:
+    """Per base event: its forward and backward formulas, and whether all were verified."""
+
+    forward: list[sympy.Expr]
+    backward: list[sympy.Expr]
+    exact: bool
+
+
+def fit(plan: Plan) -> Fitted:
+    """Formulas for every event of ``plan.runs[0]`` (a count where none could be verified)."""
+    base = plan.runs[0]
+    forward: list[sympy.Expr] = []
+    backward: list[sympy.Expr] = []
+    exact = True
+    for position in range(len(base)):
+        series = [run[position] for run in plan.runs]
+        expr, ok = _fit_event(plan, series)
+        forward.append(expr)
+        exact &= ok
+        back_expr, back_ok = _fit_backward(plan, series)
+        backward.append(back_expr)
+        exact &= back_ok
+    return Fitted(forward, backward, exact)
+
+
+def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
+    lengths = {len(event.backward) for event in series}
+    base = series[0].backward
+    if len(lengths) == 1 and all(
+        [b.op for b in event.backward] == [b.op for b in base] for event in series
+    ):
+        total: sympy.Expr = sympy.Integer(0)
+        exact = True
+        for position in range(len(base)):
+            expr, ok = _fit_event(plan, [event.backward[position] for event in series])
+            total += expr
+            exact &= ok
+        return total, exact
+    counts = [sum(b.flops for b in event.backward) for event in series]
+    return _fit_count(plan, counts)
+
+
+def _fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
+    base = series[0]
+    counts = [event.flops for event in series]
+    if all(count == 0 for count in counts):
+        return sympy.Integer(0), True
+    entry = base.entry
+    if entry is not None and entry.symbolic:
+        columns = [_slots(event) for event in series]
+        if len({len(column) for column in columns}) == 1:
+            fitted: list[sympy.Expr] = []
+            exact = True
+            for values in zip(*columns, strict=True):
+                expr, ok = _fit_series(plan, tuple(values), name_constants=True)
+                if expr is None:
+                    break
+                fitted.append(expr)
+                exact &= ok
+            else:
+                formula = _apply_rule(plan, base, fitted)
+                if (
+                    formula is not None
+                    and _value(plan, formula, 0) == base.flops
+                    and (not plan.checked or _value(plan, formula, -1) == series[-1].flops)
+                ):
+                    return formula, exact
+    return _fit_count(plan, counts)
+
+
+def _fit_count(plan: Plan, counts: Sequence[int]) -> tuple[sympy.Expr, bool]:
+    expr, ok = _fit_series(plan, tuple(counts), name_constants=False)
+    if expr is None:
+        return sympy.Integer(counts[0]), False
+    return expr, ok
+
+
+def _slots(event: Event) -> list[int]:
+    metas = flat_tensors((event.args, tuple(v for _, v in event.kwargs), event.out))
+    return [size for meta in metas for size in meta.shape]
+
+
+def _apply_rule(plan: Plan, event: Event, sizes: list[sympy.Expr]) -> sympy.Expr | None:
+    remaining = iter(sizes)
+
+    def symbolic(meta: TensorMeta) -> TensorMeta:
+        return meta.with_shape(tuple(next(remaining) for _ in meta.shape))
+
+    args = map_meta(event.args, symbolic)
+    kwargs = tuple((key, map_meta(value, symbolic)) for key, value in event.kwargs)
+    out = map_meta(event.out, symbolic)
+    key: Any = (event.func, args, kwargs, out)
+    try:
+        if key in plan._rules:
+            return plan._rules[key]
+    except TypeError:
+        key = None
+    assert event.entry is not None
+    try:
+        value = event.entry.rule(OpCall(event.op, args, dict(kwargs), out))
+        formula: sympy.Expr | None = sympy.expand(sympy.sympify(value))
+    except Exception:  # a rule that branches on sizes: fitted from its counts instead
+        formula = None
+    if key is not None:
+        plan._rules[key] = formula
+    return formula
+
+
+def _value(plan: Plan, formula: sympy.Expr, run: int) -> Any:
+    values: dict[sympy.Symbol, int] = {
+        sympy.Symbol(name): size_value(size) for name, size in plan.assignments[run].items()
+    }
+    for value, name in plan.names.items():
+        values.setdefault(sympy.Symbol(name), value)
+    return formula.xreplace(values)
+
+
+def _fit_series(
+    plan: Plan, values: tuple[int, ...], *, name_constants: bool
+) -> tuple[sympy.Expr | None, bool]:
+    key = (*values, int(name_constants))
+    if key in plan._series:
+        return plan._series[key]
+    found = _monomial(plan, values, name_constants)
+    if found[0] is None:
+        found = _affine(plan, values)
+    plan._series[key] = found
+    return found
+
+
+def _constant(plan: Plan, value: Fraction, name_constants: bool) -> sympy.Expr:
+    if name_constants and value.denominator == 1 and int(value) in plan.names and value >= 2:
+        return sympy.Symbol(plan.names[int(value)])
+    return sympy.Rational(value.numerator, value.denominator)
+
+
+def _monomial(
+    plan: Plan, values: tuple[int, ...], name_constants: bool
+) -> tuple[sympy.Expr | None, bool]:
+    base = values[0]
+    if base == 0 or any(v == 0 for v in values):
+        return None, False
+    exponents: list[int] = []
+    for index in range(len(plan.varied)):
+        run = 1 + index
+        ratio = Fraction(values[run], base)
+        step = Fraction(plan.x(run, index), plan.x(0, index))
+        exponent = _exponent(ratio, step)
+        if exponent is None:
+            return None, False
+        exponents.append(exponent)
+    coefficient = Fraction(base)
+    for index, exponent in enumerate(exponents):
+        coefficient /= Fraction(plan.x(0, index)) ** exponent
+    if plan.checked:
+        predicted = coefficient
+        for index, exponent in enumerate(exponents):
+            predicted *= Fraction(plan.x(len(plan.runs) - 1, index)) ** exponent
+        if predicted != values[-1]:
+            return None, False
+    expr: sympy.Expr = _constant(plan, coefficient, name_constants)
+    for index, exponent in enumerate(exponents):
+        if exponent:
+            expr = expr * sympy.Symbol(plan.varied[index]) ** exponent
+    return expr, plan.checked or not any(exponents)
+
+
+def _exponent(ratio: Fraction, step: Fraction) -> int | None:
+    if step == 1:
+        return 0 if ratio == 1 else None
+    for exponent in range(-_MAX_EXPONENT, _MAX_EXPONENT + 1):
+        if step**exponent == ratio:
+            return exponent
+    return None
+
+
+def _affine(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr | None, bool]:
+    base = values[0]
+    slopes: list[Fraction] = []
+    for index in range(len(plan.varied)):
+        run = 1 + index
+        change = plan.x(run, index) - plan.x(0, index)
+        if change == 0:
+            return None, False
+        slopes.append(Fraction(values[run] - base, change))
+    intercept = Fraction(base) - sum(
+        (slope * plan.x(0, index) for index, slope in enumerate(slopes)), Fraction(0)
+    )
+    if plan.checked:
+        last = len(plan.runs) - 1
+        predicted = intercept + sum(
+            (slope * plan.x(last, index) for index, slope in enumerate(slopes)), Fraction(0)
+        )
+        if predicted != values[-1]:
+            return None, False
+    expr: sympy.Expr = sympy.Rational(intercept.numerator, intercept.denominator)
+    for index, slope in enumerate(slopes):
+        if slope:
+            expr += sympy.Rational(slope.numerator, slope.denominator) * sympy.Symbol(
+                plan.varied[index]
+            )
+    return expr, plan.checked or not any(slopes)
+
+
+def evaluate(formula: sympy.Expr, dims: Mapping[str, int]) -> Any:
+    """``formula`` at ``dims`` (name to size)."""
+    return formula.xreplace({sympy.Symbol(name): value for name, value in dims.items()})
+
+
+def total(formulas: Iterable[sympy.Expr]) -> sympy.Expr:
+    """The sum of many formulas, grouped first (an LM repeats the same op formulas)."""
+    counts: dict[sympy.Expr, int] = {}
+    for formula in formulas:
+        if formula != 0:
+            counts[formula] = counts.get(formula, 0) + 1
+    summed = sympy.expand(sympy.Add(*(k * f for f, k in counts.items())))
+    return sympy.factor(summed) if summed.free_symbols else summed

@@ -1,0 +1,446 @@
+"""Probes: how to build a decorated call at any sizes, from its annotations or from a call.
+
+- :func:`estimate_probe`: ``f.estimate(**dims)`` — every tensor parameter built from its
+  annotation at the sizes given (an Optional one whose default is None stays None unless
+  a dim only it uses is given);
+- :func:`call_probe`: a call that ran (a ``record()`` row, ``benchmark``) — its tensors'
+  shapes, with the annotated axes resized.
+
+A module (``self``) takes part with fake copies of its parameters and buffers, or, for the
+typed modules of :mod:`typedflops.nn`, rebuilt at other sizes of its own dims.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.nn.utils.stateless import _reparametrize_module
+
+from ..annotation import ELLIPSIS, AxisKind, TensorSpec
+from ..contract import Contract, TensorParameter
+from ..errors import SpecError
+from .dryrun import Probe, Thunk
+from .fit import Size
+
+__all__ = ["TensorStub", "call_probe", "check_sizes", "estimate_probe", "module_names", "stub"]
+
+# Sizes past this are not sizes torch can index (int64), whatever the device.
+_MAX_SIZE = 2**62
+
+
+@dataclass(frozen=True)
+class TensorStub:
+    """A tensor argument of a call that ran, by its metadata (the tensor is not kept)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: str
+    requires_grad: bool
+
+    def dim(self) -> int:
+        """Its number of axes."""
+        return len(self.shape)
+
+
+def stub(value: Any) -> Any:
+    """A tensor's :class:`TensorStub` (other values, and nested tensors, as they are)."""
+    if isinstance(value, torch.Tensor) and value.layout is torch.strided and not value.is_nested:
+        return TensorStub(tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
+    if isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(stub(v) for v in value)
+    return value
+
+
+def _materialize(value: Any) -> Any:
+    """A fake tensor for a stub (under the fake mode), recursively in lists and tuples."""
+    if isinstance(value, TensorStub):
+        tensor = torch.empty(value.shape, dtype=value.dtype, device=value.device)
+        return tensor.requires_grad_(value.requires_grad) if tensor.is_floating_point() else tensor
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, list | tuple) and any(isinstance(v, TensorStub) for v in value):
+        return type(value)(_materialize(v) for v in value)
+    return value
+
+
+def check_sizes(function: str, dims: Mapping[str, Any], variadic: set[str]) -> dict[str, Size]:
+    """``estimate``'s sizes as ints (or tuples for ``*name`` dims and ``...``), or a SpecError
+    naming the dim and what was given."""
+    checked: dict[str, Size] = {}
+    for name, value in dims.items():
+        if isinstance(value, tuple | list):
+            if name not in variadic:
+                raise SpecError(
+                    f"{function}.estimate(): {name}={value!r} is a tuple, but {name} is one "
+                    "axis; give it one size (tuples are for *name dims and ellipsis=)"
+                )
+            checked[name] = tuple(_size(function, name, item) for item in value)
+        else:
+            checked[name] = _size(function, name, value)
+    return checked
+
+
+def _size(function: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not _is_integer(value):
+        raise SpecError(
+            f"{function}.estimate(): {name}={value!r} is not a size; sizes are integers "
+            f"(got {type(value).__name__})"
+        )
+    size = operator.index(value)
+    if size < 0:
+        raise SpecError(f"{function}.estimate(): {name}={size} is negative; sizes are >= 0")
+    if size > _MAX_SIZE:
+        raise SpecError(
+            f"{function}.estimate(): {name}={size} is too large for a tensor size (at most 2**62)"
+        )
+    return size
+
+
+def _is_integer(value: Any) -> bool:
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def shape_at(
+    spec: TensorSpec, sizes: Mapping[str, Size], base: Sequence[int] | None = None
+) -> tuple[int, ...]:
+    """The shape an annotation gives at ``sizes`` (``base``: the shape of a call that ran,
+    for the axes the annotation leaves free)."""
+    axes = spec.axes
+    cut = spec.variadic_index
+    after = 0 if cut is None else len(axes) - cut - 1
+    shape: list[int] = []
+    plain = {k: v for k, v in sizes.items() if isinstance(v, int)}
+    for index, axis in enumerate(axes):
+        position = index if cut is None or index <= cut else -(len(axes) - index)
+        old = None
+        if base is not None and (cut is None or index != cut):
+            old = base[position] if position >= 0 else base[len(base) + position]
+        kind = axis.kind
+        if kind is AxisKind.FIXED:
+            assert axis.size is not None
+            shape.append(axis.size)
+        elif kind is AxisKind.NAMED:
+            assert axis.name is not None
+            if axis.broadcastable and old == 1:
+                shape.append(1)
+            else:
+                shape.append(operator.index(sizes[axis.name]))  # type: ignore[arg-type]
+        elif kind is AxisKind.SYMBOLIC:
+            assert axis.expression is not None
+            shape.append(axis.expression.evaluate(plain))
+        elif kind is AxisKind.VARIADIC:
+            assert axis.name is not None
+            shape.extend(_group(sizes[axis.name]))
+        elif kind is AxisKind.ANONYMOUS_VARIADIC:
+            if base is not None and ELLIPSIS not in sizes:
+                shape.extend(base[index : len(base) - after])
+            else:
+                shape.extend(_group(sizes[ELLIPSIS]))
+        else:
+            shape.append(1 if old is None else old)
+    return tuple(shape)
+
+
+def _group(size: Size) -> tuple[int, ...]:
+    return (size,) if isinstance(size, int) else tuple(size)
+
+
+def _fake_like(fake: FakeTensorMode, tensor: torch.Tensor, dtype: torch.dtype | None) -> Any:
+    copy: torch.Tensor = fake.from_tensor(tensor)
+    if dtype is not None and copy.is_floating_point() and copy.dtype != dtype:
+        copy = copy.detach().to(dtype).requires_grad_(tensor.requires_grad)
+    return copy
+
+
+def _module_state(
+    fake: FakeTensorMode, module: torch.nn.Module, dtype: torch.dtype | None
+) -> dict[str, Any]:
+    state: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
+    state.update(module.named_buffers(remove_duplicate=False))
+    return {name: _fake_like(fake, tensor, dtype) for name, tensor in state.items()}
+
+
+def module_dims(obj: Any) -> dict[str, int]:
+    """A typed module's own sizes (``typedflops_dims()``), or none."""
+    dims = getattr(obj, "typedflops_dims", None)
+    return dict(dims()) if callable(dims) else {}
+
+
+def module_names(module: Any) -> dict[str, int]:
+    """Sizes a module names: its declared dims, then int attributes of its own classes."""
+    found = module_dims(module)
+    if not isinstance(module, torch.nn.Module):
+        return found
+    for sub in module.modules():
+        if type(sub).__module__.startswith("torch."):
+            continue
+        for name, value in vars(sub).items():
+            if type(value) is int and not name.startswith("_") and name not in found:
+                found[name] = value
+    return found
+
+
+def _module_device(module: Any) -> str | None:
+    if isinstance(module, torch.nn.Module):
+        for tensor in (*module.parameters(), *module.buffers()):
+            return tensor.device.type
+    return None
+
+
+def _resizable(module: Any) -> bool:
+    return callable(getattr(module, "typedflops_resized", None))
+
+
+def _with_module(
+    module: Any,
+    fake: FakeTensorMode,
+    sizes: Mapping[str, Size],
+    dtype: torch.dtype | None,
+) -> tuple[Any, Callable[[Thunk], Any]]:
+    """The module to call at ``sizes`` and how to run a thunk with its fake state."""
+    if not isinstance(module, torch.nn.Module):
+        return module, lambda thunk: thunk()
+    own = module_dims(module)
+    if _resizable(module) and own:
+        wanted = {name: sizes.get(name, size) for name, size in own.items()}
+        with torch.device(_module_device(module) or "cpu"):
+            resize = cast(Callable[..., torch.nn.Module], module.typedflops_resized)
+            rebuilt = resize(wanted, dtype)  # built under the fake mode
+        rebuilt.train(module.training)
+        original = dict(module.named_parameters())
+        for name, parameter in rebuilt.named_parameters():
+            if name in original:
+                parameter.requires_grad_(original[name].requires_grad)
+        return rebuilt, lambda thunk: thunk()
+    state = _module_state(fake, module, dtype)
+
+    def run(thunk: Thunk) -> Any:
+        with _reparametrize_module(module, state, tie_weights=True, strict=False):
+            return thunk()
+
+    return module, run
+
+
+def _default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
+    allowed = spec.dtypes
+    if allowed is None:
+        return dtype or torch.float32
+    if dtype is not None and dtype in allowed:
+        return dtype
+    for preferred in (torch.float32, torch.int64, torch.bool):
+        if preferred in allowed:
+            return preferred
+    return sorted(allowed, key=str)[0]
+
+
+def _requested(parameter: TensorParameter, given: set[str], required: set[str]) -> bool:
+    """An Optional tensor defaulting to None is built only when a dim only it uses is given."""
+    own = set(parameter.spec.names) | ({ELLIPSIS} if parameter.spec.has_ellipsis else set())
+    return bool(own & given) and own <= given and bool(own - required)
+
+
+def estimate_probe(
+    call: Callable[..., Any],
+    function: str,
+    contract: Contract,
+    args: tuple[Any, ...],
+    dims: Mapping[str, Any],
+    dtype: torch.dtype | None,
+    grad: Sequence[str],
+) -> Probe:
+    """The probe of ``f.estimate(*args, **dims)``: tensors from the annotations at ``dims``."""
+    parameters = contract.tensor_parameters()
+    by_name = {p.name: p for p in parameters}
+    module = args[0] if args and contract.takes_self else None
+    own = module_dims(module)
+    variadic = {n for p in parameters for n in p.spec.variadic_names} | {ELLIPSIS}
+    passthrough = {
+        key: value for key, value in dims.items() if key in contract.keyword and key not in by_name
+    }
+    given = {key: value for key, value in dims.items() if key not in passthrough}
+    known = set(contract.dim_names()) | set(own) | {ELLIPSIS}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        shown = ", ".join(sorted(known - {ELLIPSIS})) or "none"
+        raise SpecError(
+            f"{function}.estimate(): unknown dim{'s' * (len(unknown) > 1)} "
+            f"{', '.join(unknown)}; its dims are {shown}"
+        )
+    sizes = check_sizes(function, given, variadic)
+    unknown_grad = sorted(set(grad) - set(by_name))
+    if unknown_grad:
+        which = "is not a tensor parameter" if len(unknown_grad) == 1 else "are not"
+        raise SpecError(
+            f"{function}.estimate(): grad names {', '.join(unknown_grad)}, which {which}"
+            f"{' tensor parameters' if len(unknown_grad) > 1 else ''}"
+            f" (tensor parameters: {', '.join(by_name) or 'none'})"
+        )
+    required = {p.name for p in parameters if not p.defaults_to_none}
+    required_dims = {n for p in parameters if p.name in required for n in p.spec.names}
+    if any(p.spec.has_ellipsis for p in parameters if p.name in required):
+        required_dims.add(ELLIPSIS)
+    build_params = [
+        p
+        for p in parameters
+        if (p.index is None or p.index >= len(args))
+        and p.name not in passthrough
+        and (p.name in required or _requested(p, set(sizes), required_dims))
+    ]
+    needed: set[str] = set()
+    for p in build_params:
+        needed |= set(p.spec.bindable_names)
+        if p.spec.has_ellipsis:
+            needed.add(ELLIPSIS)
+    missing = sorted(needed - set(sizes) - set(own))
+    if missing:
+        raise SpecError(
+            f"{function}.estimate(): missing size{'s' * (len(missing) > 1)} for "
+            f"{', '.join(missing)}; pass {', '.join(f'{m}=...' for m in missing)}"
+            + (" (the axes '...' stands for: an int or a tuple)" if ELLIPSIS in missing else "")
+        )
+    for param in contract.parameters:
+        if (
+            (param.index is None or param.index >= len(args))
+            and param.name not in by_name
+            and param.name not in passthrough
+            and contract.signature.parameters[param.name].default is inspect.Parameter.empty
+        ):
+            if param.index == 0 and contract.takes_self:
+                raise SpecError(
+                    f"{function}.estimate(): a method needs its object first, e.g. "
+                    f"{function}.estimate(obj, ...) (or model.estimate(...) for typedflops.nn "
+                    "models); its formula is only known through such an estimate"
+                )
+            raise SpecError(
+                f"{function}.estimate(): cannot build argument '{param.name}' (not a tensor "
+                f"annotation); pass {param.name}=... to estimate"
+            )
+    base: dict[str, Size] = {**own, **sizes}
+    device = _module_device(module) or "cpu"
+    variable = list(sizes) + ([n for n in own if n not in sizes] if _resizable(module) else [])
+
+    def build(assignment: Mapping[str, Size], fake: FakeTensorMode) -> Thunk:
+        target, runner = _with_module(module, fake, assignment, dtype)
+        positional = [target, *args[1:]] if module is not None else list(args)
+        kwargs: dict[str, Any] = {}
+        for key, value in passthrough.items():
+            kwargs[key] = (
+                _fake_like(fake, value, dtype) if isinstance(value, torch.Tensor) else value
+            )
+        for p in build_params:
+            shape = shape_at(p.spec, assignment)
+            tensor = torch.empty(shape, dtype=_default_dtype(p.spec, dtype), device=device)
+            if p.name in grad and tensor.is_floating_point():
+                tensor.requires_grad_(True)
+            kwargs[p.name] = tensor
+        return lambda: runner(lambda: call(*positional, **kwargs))
+
+    return Probe(
+        function=function,
+        dims=base,
+        variable=variable,
+        build=build,
+        device=device,
+        names=module_names(module),
+    )
+
+
+def call_probe(
+    call: Callable[..., Any],
+    function: str,
+    contract: Contract,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    bound: Mapping[str, Size],
+) -> Probe:
+    """The probe of a call that ran: its own tensors' shapes, annotated axes resized.
+
+    ``args`` and ``kwargs`` may hold tensors or their :class:`TensorStub`.
+    """
+    module = args[0] if args and contract.takes_self else None
+    positional = [stub(a) for a in args]
+    named = {k: stub(v) for k, v in kwargs.items()}
+    parameters = contract.tensor_parameters()
+    found: dict[str, tuple[TensorSpec, TensorStub, int | None]] = {}
+    for p in parameters:
+        value = (
+            positional[p.index]
+            if p.index is not None and p.index < len(args)
+            else named.get(p.name)
+        )
+        if isinstance(value, TensorStub):
+            found[p.name] = (p.spec, value, p.index if p.name not in named else None)
+    dims: dict[str, Size] = dict(bound)
+    for spec, value, _ in found.values():
+        if spec.has_ellipsis and ELLIPSIS not in dims:
+            cut = spec.variadic_index
+            assert cut is not None
+            after = len(spec.axes) - cut - 1
+            dims[ELLIPSIS] = tuple(value.shape[cut : len(value.shape) - after])
+    in_arguments = {n for spec, _, _ in found.values() for n in spec.bindable_names}
+    if any(spec.has_ellipsis for spec, _, _ in found.values()):
+        in_arguments.add(ELLIPSIS)
+    own = module_dims(module)
+    variable = [n for n in dims if n in in_arguments and n not in own]
+    if _resizable(module):
+        variable += [n for n in own if n not in variable]
+    devices = [value.device for _, value, _ in found.values()]
+    device = devices[0] if devices else _module_device(module) or "cpu"
+
+    def build(assignment: Mapping[str, Size], fake: FakeTensorMode) -> Thunk:
+        target, runner = _with_module(module, fake, assignment, None)
+        call_args = [_materialize(a) for a in positional]
+        call_kwargs = {k: _materialize(v) for k, v in named.items()}
+        if module is not None:
+            call_args[0] = target
+        for name, (spec, value, index) in found.items():
+            resized = shape_at(spec, assignment, value.shape)
+            tensor = torch.empty(resized, dtype=value.dtype, device=value.device)
+            if value.requires_grad and tensor.is_floating_point():
+                tensor.requires_grad_(True)
+            if index is not None:
+                call_args[index] = tensor
+            else:
+                call_kwargs[name] = tensor
+        return lambda: runner(lambda: call(*call_args, **call_kwargs))
+
+    return Probe(
+        function=function,
+        dims=dims,
+        variable=variable,
+        build=build,
+        device=device,
+        names=module_names(module),
+    )
+
+
+def call_dims(
+    contract: Contract, args: tuple[Any, ...], kwargs: Mapping[str, Any], bound: Mapping[str, Size]
+) -> dict[str, Size]:
+    """The dims of a call: those it bound, ``...`` (the first one) and the module's own."""
+    dims: dict[str, Size] = dict(bound)
+    module = args[0] if args and contract.takes_self else None
+    for name, size in module_dims(module).items():
+        dims.setdefault(name, size)
+    for p in contract.tensor_parameters():
+        if not p.spec.has_ellipsis or ELLIPSIS in dims:
+            continue
+        value = args[p.index] if p.index is not None and p.index < len(args) else kwargs.get(p.name)
+        shape = getattr(value, "shape", None)
+        if shape is None:
+            continue
+        cut = p.spec.variadic_index
+        assert cut is not None
+        after = len(p.spec.axes) - cut - 1
+        dims[ELLIPSIS] = tuple(int(s) for s in shape[cut : len(shape) - after])
+    return dims

@@ -1,0 +1,130 @@
+"""What an op saw of a tensor: its metadata, never its storage.
+
+Events keep :class:`TensorMeta` in place of tensors, so nothing that typedflops records holds
+a user's tensor alive, and an op can be replayed (its backward) or costed symbolically (its
+sizes as sympy expressions) from the same description.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+__all__ = ["TensorMeta", "describe", "flat_tensors", "is_float", "nbytes_of", "numel"]
+
+_FLOATING = frozenset(
+    d
+    for d in vars(torch).values()
+    if isinstance(d, torch.dtype) and (d.is_floating_point or d.is_complex)
+)
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A tensor's shape, strides, dtype, device type and whether it required grad.
+
+    ``shape`` holds ints for a tensor that ran, or sympy expressions when an op is costed
+    symbolically; rules read only ``shape``, ``dtype`` and ``requires_grad``.
+    """
+
+    shape: tuple[Any, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: str
+    requires_grad: bool
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element at this dtype."""
+        return torch.empty((), dtype=self.dtype, device="meta").element_size()
+
+    def with_shape(self, shape: tuple[Any, ...]) -> TensorMeta:
+        """The same description with other (e.g. symbolic) sizes."""
+        return TensorMeta(shape, self.stride, self.dtype, self.device, self.requires_grad)
+
+
+def is_float(meta: TensorMeta) -> bool:
+    """Whether the tensor holds floating-point (or complex) values."""
+    return meta.dtype in _FLOATING
+
+
+def numel(meta: TensorMeta) -> Any:
+    """The number of elements (a product of sizes; symbolic when the sizes are)."""
+    count: Any = 1
+    for size in meta.shape:
+        count = count * size
+    return count
+
+
+def nbytes_of(meta: TensorMeta) -> int:
+    """Bytes of the elements at the tensor's dtype."""
+    return int(numel(meta)) * _ITEMSIZE[meta.dtype]
+
+
+_ITEMSIZE: dict[torch.dtype, int] = {}
+
+
+def _describe_tensor(tensor: torch.Tensor) -> TensorMeta:
+    dtype = tensor.dtype
+    if dtype not in _ITEMSIZE:
+        _ITEMSIZE[dtype] = tensor.element_size()
+    layout_ok = tensor.layout is torch.strided and not tensor.is_nested
+    return TensorMeta(
+        shape=tuple(int(s) for s in tensor.shape) if layout_ok else _nested_shape(tensor),
+        stride=tuple(tensor.stride()) if layout_ok else (),
+        dtype=dtype,
+        device=tensor.device.type,
+        requires_grad=tensor.requires_grad,
+    )
+
+
+def _nested_shape(tensor: torch.Tensor) -> tuple[int, ...]:
+    # A jagged or sparse tensor: its values' element count as one axis, so that rules that
+    # count elements count the ones that exist.
+    values = tensor.values() if tensor.is_nested else tensor._values()
+    return (int(values.numel()),)
+
+
+def describe(tree: Any) -> Any:
+    """``tree`` with every tensor replaced by its :class:`TensorMeta` (lists become tuples)."""
+
+    def convert(value: Any) -> Any:
+        return _describe_tensor(value) if isinstance(value, torch.Tensor) else value
+
+    return _freeze(tree_map(convert, tree))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(item) for item in value)
+    if isinstance(value, dict):
+        return tuple((key, _freeze(value[key])) for key in sorted(value))
+    return value
+
+
+def flat_tensors(tree: Any) -> list[TensorMeta]:
+    """Every :class:`TensorMeta` in a described tree, in order."""
+    found: list[TensorMeta] = []
+
+    def visit(value: Any) -> None:
+        if isinstance(value, TensorMeta):
+            found.append(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                visit(item)
+
+    visit(tree)
+    return found
+
+
+def map_meta(tree: Any, convert: Callable[[TensorMeta], Any]) -> Any:
+    """``tree`` with each :class:`TensorMeta` replaced by ``convert(meta)``."""
+    if isinstance(tree, TensorMeta):
+        return convert(tree)
+    if isinstance(tree, tuple):
+        return tuple(map_meta(item, convert) for item in tree)
+    return tree
