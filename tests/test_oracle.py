@@ -19,6 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import Cost, einsum, rearrange, record, reduce, typed_flops
 from typedflops.nn import Linear, TwoLayerMLP
+from typedflops.testing import assert_matches_flop_counter
 
 B, D, K = 1024, 256, 64
 
@@ -184,16 +185,30 @@ def test_split_and_merge_heads_around_einsum() -> None:
     assert flop_counter(lambda: heads_attention(x, w), backward=True) == forward_backward(cost)
 
 
-def test_fused_attention_has_a_formula_and_matches_the_math_kernel() -> None:
+def test_attention_counts_the_kernel_that_runs() -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
-    cost = attend.estimate(b=2, h=3, s=5, t=7, d=4, grad=("q", "k", "v"))
     b, h, s, t, d = sympy.symbols("b h s t d")
-    assert sympy.expand(cost.formula - 4 * b * h * s * t * d) == 0
-    assert cost.backward_flops == 2 * cost.flops
-    q, k, v = (torch.randn(2, 3, n, 4, requires_grad=True) for n in (5, 7, 7))
+    sizes = {"b": 2, "h": 3, "s": 5, "t": 7, "d": 4}
+    # On a CPU the fused flash kernel runs (FlopCounterMode counts it 0; we count it with
+    # its formulas for the fused kernels): backward recomputes the scores, 2.5x forward.
+    fused = attend.estimate(**sizes, grad=("q", "k", "v"))
+    assert [op.op for op in fused.ops] == ["scaled_dot_product_attention"]
+    assert sympy.expand(fused.formula - 4 * b * h * s * t * d) == 0
+    assert sympy.expand(fused.backward_formula - 10 * b * h * s * t * d) == 0
+    shapes = [(2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 4)]
+    assert fused.flops == sdpa_flop_count(*shapes)
+    assert fused.backward_flops == sdpa_backward_flop_count((2, 3, 5, 4), *shapes)
     with sdpa_kernel(SDPBackend.MATH):
-        assert flop_counter(lambda: attend(q, k, v), backward=True) == forward_backward(cost)
+        # The math kernel: its matmuls as FlopCounterMode counts them, forward and
+        # backward, plus the scaling and the softmax it leaves at 0.
+        math = attend.estimate(**sizes, grad=("q", "k", "v"))
+        assert sympy.expand(math.formula - h * b * (4 * d * s * t + d * s + d * t + 5 * s * t)) == 0
+        q, k, v = (torch.randn(2, 3, n, 4, requires_grad=True) for n in (5, 7, 7))
+        compared = assert_matches_flop_counter(attend, q, k, v, loss=torch.sum)
+        assert compared.forward == 4 * 2 * 3 * 5 * 7 * 4
+        assert compared.backward == 2 * compared.forward
 
 
 def test_three_operand_chain_counts_the_order_that_ran() -> None:

@@ -93,7 +93,7 @@ class TypedFunction(Generic[P, R]):
         if self._is_async:
             _mark_coroutine_function(self)
         self._contract: Contract | None = None
-        self._last_estimate: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self._last_estimate: dict[str, Any] | None = None
         self._formula: sympy.Expr | None = None
         self._flops = None if flops is None else parse_expression(flops, origin="flops=")
         # A forward reference not defined yet (NameError): compile at the first call.
@@ -267,7 +267,8 @@ class TypedFunction(Generic[P, R]):
         probe = estimate_probe(self, self.name, self.contract, args, dims, dtype, tuple(grad))
         probe.declared = self.declared
         cost = measure(probe)
-        self._last_estimate = (args, dims)
+        if not args:  # a method's estimate depends on its object: not kept
+            self._last_estimate = dims
         return cost
 
     @property
@@ -286,7 +287,7 @@ class TypedFunction(Generic[P, R]):
 
     def _derive_formula(self) -> sympy.Expr:
         contract = self.contract
-        if contract.takes_self and self._last_estimate is None:
+        if contract.takes_self:
             raise SpecError(
                 f"{self.name}.estimate(): a method needs its object first, e.g. "
                 f"{self.name}.estimate(obj, ...) (or model.estimate(...) for typedflops.nn "
@@ -297,8 +298,7 @@ class TypedFunction(Generic[P, R]):
             return self.estimate(**sizes).formula
         except Exception as exc:
             if self._last_estimate is not None:
-                args, dims = self._last_estimate
-                return self.estimate(*args, **dims).formula
+                return self.estimate(**self._last_estimate).formula
             shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
             reason = str(exc).splitlines()[0]
             raise SpecError(
