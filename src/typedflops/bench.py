@@ -27,8 +27,8 @@ import torch
 
 from . import config, devices
 from ._engine.counter import suspended
+from ._engine.frames import current_frame, no_frame
 from ._engine.recorder import RecordSession
-from ._engine.session import current_frame, no_frame
 from .errors import SpecError
 from .roofline import Bound, attainable, bound, ridge_point
 from .scope import display_name

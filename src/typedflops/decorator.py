@@ -20,9 +20,10 @@ import torch
 
 from . import config
 from ._engine.dryrun import Probe, measure
+from ._engine.frames import current_frame
 from ._engine.probes import call_dims, call_probe, estimate_probe
 from ._engine.recorder import begin_call, counted_call
-from ._engine.session import RunSession, current_frame
+from ._engine.session import RunSession
 from .annotation import ELLIPSIS, AxisKind
 from .contract import Contract, compile_contract
 from .cost import Cost
@@ -424,7 +425,7 @@ def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str
 
 def _plain_probe(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Probe:
     """A probe of an undecorated call: its arguments' shapes as they are (no dims)."""
-    from ._engine.probes import _materialize, stub
+    from ._engine.probes import materialize, stub
 
     positional = [stub(a) for a in args]
     named = {k: stub(v) for k, v in kwargs.items()}
@@ -432,9 +433,9 @@ def _plain_probe(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[
         (a.device.type for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), "cpu"
     )
 
-    def build(assignment: Mapping[str, Size], fake: Any) -> Callable[[], Any]:
-        call_args = [_materialize(a) for a in positional]
-        call_kwargs = {k: _materialize(v) for k, v in named.items()}
+    def build(assignment: Mapping[str, Size], run_device: str) -> Callable[[], Any]:
+        call_args = [materialize(a, run_device) for a in positional]
+        call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
         return lambda: fn(*call_args, **call_kwargs)
 
     return Probe(function=display_name(fn), dims={}, variable=[], build=build, device=device)

@@ -23,7 +23,7 @@ from typing import Any
 
 import sympy
 
-from .counter import Event
+from .events import Event
 from .rules import OpCall
 from .tensors import TensorMeta, flat_tensors, map_meta
 

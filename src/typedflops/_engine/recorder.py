@@ -24,11 +24,13 @@ import torch
 
 from ..cost import Cost, OpCost
 from .backward import backward_of
-from .counter import Event, counting, suspended
+from .counter import counting, suspended
 from .dryrun import Probe, measure
+from .events import Event
 from .fit import Size, evaluate, size_value, total
+from .frames import Frame, current_frame, in_frame
 from .probes import stub
-from .session import Frame, RunSession, Session, current_frame, declared_event, in_frame
+from .session import RunSession, Session, declared_event
 
 __all__ = ["CountedFunction", "RecordSession", "Row", "counted_call"]
 
@@ -306,7 +308,7 @@ class RecordSession(Session):
         if declared is not None:
             value = int(evaluate(declared, {k: size_value(v) for k, v in row.dims.items()}))
             assert handle.frame is not None
-            row.events.append(declared_event(fn.name, value, handle.frame.path))
+            row.events.append(declared_event(fn.name, value, handle.frame))
         row.probe = _probe_factory(fn, args, kwargs, sizes)
         row.fitting_key = (id(fn), _signature_without_sizes(args, kwargs))
         row.calls = 1
@@ -360,12 +362,29 @@ def _signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
 
 
 def _signature_without_sizes(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """What a row's call was besides its sizes: modules by structure (class, weights' shapes,
+    training), so that rows of like modules share one fit."""
+
     def strip(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return (value.dim(), value.dtype, value.device.type, value.requires_grad)
+        if isinstance(value, torch.nn.Module):
+            return _structure(value)
         return _describe(value)
 
     return (tuple(strip(a) for a in args), tuple(sorted((k, strip(v)) for k, v in kwargs.items())))
+
+
+def _structure(module: torch.nn.Module) -> Any:
+    tensors = tuple(
+        (name, tuple(t.shape), t.dtype, t.requires_grad)
+        for name, t in (*module.named_parameters(), *module.named_buffers())
+    )
+    settings = tuple(
+        tuple(sorted((k, v) for k, v in vars(sub).items() if type(v) in (int, float, bool, str)))
+        for sub in module.modules()
+    )
+    return ("module", type(module).__qualname__, tensors, settings)
 
 
 def _describe(value: Any) -> Any:
@@ -427,7 +446,7 @@ class CallHandle:
         if self.kind == "count" and declared is not None:
             dims = self.fn.call_dims(self.args, self.kwargs, sizes)
             value = int(evaluate(declared, {k: size_value(v) for k, v in dims.items()}))
-            session.events.append(declared_event(self.fn.name, value, self.frame.path))
+            session.events.append(declared_event(self.fn.name, value, self.frame))
         if self.kind == "count" and parent is session.root:
             session.bound = self.fn.call_dims(self.args, self.kwargs, sizes)
 

@@ -356,6 +356,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
 # Ops that cost 0 FLOPs whatever their inputs: creation, copies, movement, indexing.
 FREE = _words(
     """
+    select_backward slice_backward diagonal_backward as_strided_backward expand_copy
+    permute_copy view_copy transpose_copy unsqueeze_copy squeeze_copy t_copy
     empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like
     full full_like new_zeros new_ones new_full scalar_tensor arange linspace logspace eye rand
     rand_like randn randn_like randint randint_like randperm bernoulli uniform normal tril triu
