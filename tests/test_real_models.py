@@ -13,9 +13,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
-from torch import Tensor
-from torch.utils.flop_counter import FlopCounterMode
-
 from real_models import (
     GptBlock,
     MultiHeadSelfAttention,
@@ -25,6 +22,9 @@ from real_models import (
     TransformerLM,
     attention,
 )
+from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
+
 from typedflops import Cost, SpecError, record, typed_flops
 from typedflops._engine.recorder import Row, torch_counts
 
@@ -53,7 +53,8 @@ def assert_true_at_own_sizes(cost: Cost) -> None:
 
 @functools.cache
 def lm_cost(batch: int, seq: int) -> Cost:
-    return TransformerLM.forward.estimate(LM, batch=batch, seq=seq)
+    cost: Cost = TransformerLM.forward.estimate(LM, batch=batch, seq=seq)
+    return cost
 
 
 def test_lm_formula_reads_in_the_code_names() -> None:
@@ -210,7 +211,7 @@ def test_sizes_that_coincide_and_size_one(n: int, d: int, k: int, other: tuple[i
     assert cost.exact
     assert_true_at_own_sizes(cost)
     sizes = dict(zip(("n", "d", "k"), other, strict=True))
-    again = layer.estimate(**sizes, grad=("w", "b"))
+    again = layer.estimate(n=other[0], d=other[1], k=other[2], grad=("w", "b"))
     assert value(cost.formula, sizes) == again.flops
     assert value(cost.backward_formula, sizes) == again.backward_flops
 
