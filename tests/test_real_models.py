@@ -65,7 +65,7 @@ def test_lm_formula_reads_in_the_code_names() -> None:
     # batch and seq from the annotation, vocab from the return annotation, d_model and d_ff
     # from the module's own sizes, num_layers from its count of blocks.
     assert {"batch", "seq", "vocab", "d_model", "d_ff", "num_layers"} <= names
-    batch, seq, layers = sympy.symbols("batch seq num_layers")
+    batch, seq = sympy.symbols("batch seq")
     quadratic = sympy.Poly(sympy.expand(cost.formula), seq).degree()
     assert quadratic == 2  # attention scores grow with seq squared
     assert sympy.expand(cost.formula).coeff(batch) != 0
@@ -146,7 +146,7 @@ def test_optional_tensor_left_out_stays_none() -> None:
 
     @typed_flops
     def scale(
-        x: Float[Tensor, "n d"], weight: Float[Tensor, "d"] | None = None
+        x: Float[Tensor, "n d"], weight: Float[Tensor, " d"] | None = None
     ) -> Float[Tensor, "n d"]:
         return x if weight is None else x * weight
 
@@ -221,7 +221,7 @@ MODULE_CONSTANT = torch.arange(64.0)
 
 def test_a_body_that_uses_a_module_level_tensor() -> None:
     @typed_flops
-    def shifted(x: Float[Tensor, "n"]) -> Float[Tensor, "n"]:
+    def shifted(x: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
         return x + MODULE_CONSTANT[: x.shape[0]]
 
     cost = shifted.estimate(n=10)
