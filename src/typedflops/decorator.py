@@ -19,10 +19,10 @@ import sympy
 import torch
 
 from . import config
+from ._engine.calls import begin_call, counted_call
 from ._engine.dryrun import Probe, measure
 from ._engine.frames import current_frame
 from ._engine.probes import call_dims, call_probe, estimate_probe
-from ._engine.recorder import begin_call, counted_call
 from ._engine.session import RunSession
 from .annotation import ELLIPSIS, AxisKind
 from .contract import Contract, compile_contract

@@ -105,6 +105,8 @@ def make_event(
     out: Any,
 ) -> Event:
     """The event of one op that ran: its costs by its rule (``found``), its metadata."""
+    if found == "free" and not _needs_grad(args, kwargs):
+        return _free_event(func, args, kwargs, out)
     described_args = describe(args)
     described_kwargs = tuple((key, describe(value)) for key, value in kwargs.items())
     described_out = describe(out)
@@ -138,6 +140,36 @@ def make_event(
         view=view,
         needs_grad=needs_grad,
         torch_counted=is_torch_counted(func._overloadpacket),
+    )
+
+
+def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    return any(
+        t.requires_grad and t.is_floating_point() for t in _tensors((args, tuple(kwargs.values())))
+    )
+
+
+def _free_event(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Event:
+    """A zero-FLOP op that needs no backward: its bytes, not its arguments' description."""
+    name = op_name(func)
+    view = _is_view(func)
+    return Event(
+        op=name,
+        func=func,
+        group=current_group() or new_group(name),
+        args=(),
+        kwargs=(),
+        out=None,
+        flops=0,
+        entry=None,
+        counted=True,
+        bytes_read=0 if view else _unique_bytes(args, kwargs),
+        bytes_written=0 if view else sum(nbytes(t) for t in _tensors(out)),
+        view=view,
+        needs_grad=False,
+        torch_counted=False,
     )
 
 

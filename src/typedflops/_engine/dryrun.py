@@ -322,7 +322,7 @@ def _with_repeats(
         return total([*own, *(f for group in calls.values() for f in group)])
     blocks: dict[tuple[tuple[str, ...], sympy.Expr], int] = {}
     for serial, group in calls.items():
-        key = (names[serial], total(group))
+        key = (names[serial], total(group, factor=False))
         blocks[key] = blocks.get(key, 0) + 1
     terms = list(own)
     for (_, formula), count in blocks.items():

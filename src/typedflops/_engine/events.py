@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from .rules import OpCall, RuleEntry
 
-__all__ = ["Event", "Group", "Sink", "current_group", "group", "new_group"]
+__all__ = ["Event", "Group", "Sink", "current_group", "group", "new_group", "new_serial"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,11 @@ def group(name: str, pattern: str | None = None) -> Iterator[None]:
         yield
     finally:
         _group.reset(token)
+
+
+def new_serial() -> int:
+    """A serial number no group has had."""
+    return next(_serial)
 
 
 def new_group(name: str) -> Group:

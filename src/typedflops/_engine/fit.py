@@ -15,6 +15,7 @@ value where there is one (a weight's ``d_model``), so that formulas read in the 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -267,11 +268,17 @@ def evaluate(formula: sympy.Expr, dims: Mapping[str, int]) -> Any:
     return formula.xreplace({sympy.Symbol(name): value for name, value in dims.items()})
 
 
-def total(formulas: Iterable[sympy.Expr]) -> sympy.Expr:
-    """The sum of many formulas, grouped first (an LM repeats the same op formulas)."""
+def total(formulas: Iterable[sympy.Expr], *, factor: bool = True) -> sympy.Expr:
+    """The sum of many formulas, grouped first (an LM repeats the same op formulas);
+    ``factor`` writes it factored (``b*s*(2*d + 1)``), for the formulas people read."""
     counts: dict[sympy.Expr, int] = {}
     for formula in formulas:
         if formula != 0:
             counts[formula] = counts.get(formula, 0) + 1
     summed = sympy.expand(sympy.Add(*(k * f for f, k in counts.items())))
-    return sympy.factor(summed) if summed.free_symbols else summed
+    return _factored(summed) if factor and summed.free_symbols else summed
+
+
+@functools.lru_cache(maxsize=4096)
+def _factored(expr: sympy.Expr) -> sympy.Expr:
+    return sympy.factor(expr)

@@ -24,15 +24,16 @@ import torch
 
 from ..cost import Cost, OpCost
 from .backward import backward_of
-from .counter import counting, suspended
+from .counter import counting
 from .dryrun import Probe, measure
 from .events import Event
 from .fit import Size, evaluate, size_value, total
 from .frames import Frame, current_frame, in_frame
 from .probes import stub
-from .session import RunSession, Session, declared_event
+from .session import Session, declared_event
+from .signature import signature, signature_without_sizes
 
-__all__ = ["CountedFunction", "RecordSession", "Row", "counted_call"]
+__all__ = ["CountedFunction", "RecordSession", "Row", "merged_total", "torch_counts"]
 
 
 class CountedFunction(Protocol):
@@ -275,42 +276,50 @@ class RecordSession(Session):
 
     def begin(
         self, frame: Frame, fn: CountedFunction, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> CallHandle:
-        """Open a decorated call inside ``frame``: a row to count into, or a row whose count
-        is known (its body then runs with counting paused)."""
+    ) -> tuple[str, Frame | None, Row | None]:
+        """Open a decorated call inside ``frame``: ``("count", frame, row)`` to count it into
+        its row, ``("cached", None, row)`` for a row whose count is known (the body then runs
+        with counting out of the way), ``("inline", frame, None)`` inside a declared call."""
         if frame.declared or frame.inside_declared():
-            return CallHandle(self, frame, fn, args, kwargs, None, "inline")
+            return "inline", frame, None
         parent: Row = frame.row
-        key = (id(fn), _signature(args, kwargs))
+        key = (id(fn), signature(args, kwargs))
         row = parent.children.get(key)
         if row is not None and row.complete:
-            return CallHandle(self, None, fn, args, kwargs, row, "cached")
+            return "cached", None, row
         if row is None:
             row = Row(fn.name, parent)
             parent.children[key] = row
         row.events.clear()
         child = Frame(self, (*frame.path, fn.name), frame, row.events, fn.declared is not None)
         child.row = row
-        return CallHandle(self, child, fn, args, kwargs, row, "count")
+        return "count", child, row
 
-    def finish(self, handle: CallHandle, bound: Mapping[str, Size]) -> None:
+    def finish(
+        self,
+        kind: str,
+        row: Row | None,
+        frame: Frame | None,
+        fn: CountedFunction,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        bound: Mapping[str, Size],
+    ) -> None:
         """Close a call that returned: its row's dims, probe and call count."""
-        row = handle.row
-        if handle.kind == "inline" or row is None:
+        if kind == "inline" or row is None:
             return
-        if handle.kind == "cached":
+        if kind == "cached":
             row.add_cached_call()
             return
-        fn, args, kwargs = handle.fn, handle.args, handle.kwargs
         sizes = dict(bound)
         row.dims = fn.call_dims(args, kwargs, sizes)
         declared = fn.declared
         if declared is not None:
             value = int(evaluate(declared, {k: size_value(v) for k, v in row.dims.items()}))
-            assert handle.frame is not None
-            row.events.append(declared_event(fn.name, value, handle.frame))
+            assert frame is not None
+            row.events.append(declared_event(fn.name, value, frame))
         row.probe = _probe_factory(fn, args, kwargs, sizes)
-        row.fitting_key = (id(fn), _signature_without_sizes(args, kwargs))
+        row.fitting_key = (id(fn), signature_without_sizes(args, kwargs))
         row.calls = 1
         row.complete = True
         row.per_call = [(desc, desc.calls) for desc in row.descendants()]
@@ -351,147 +360,6 @@ def _probe_factory(
         return fn.probe_call(positional, named, bound)
 
     return make
-
-
-def _signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    return (
-        tuple(_describe(a) for a in args),
-        tuple(sorted((k, _describe(v)) for k, v in kwargs.items())),
-        torch.is_grad_enabled(),
-    )
-
-
-def _signature_without_sizes(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """What a row's call was besides its sizes: modules by structure (class, weights' shapes,
-    training), so that rows of like modules share one fit."""
-
-    def strip(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return (value.dim(), value.dtype, value.device.type, value.requires_grad)
-        if isinstance(value, torch.nn.Module):
-            return _structure(value)
-        return _describe(value)
-
-    return (tuple(strip(a) for a in args), tuple(sorted((k, strip(v)) for k, v in kwargs.items())))
-
-
-def _structure(module: torch.nn.Module) -> Any:
-    tensors = tuple(
-        (name, tuple(t.shape), t.dtype, t.requires_grad)
-        for name, t in (*module.named_parameters(), *module.named_buffers())
-    )
-    settings = tuple(
-        tuple(sorted((k, v) for k, v in vars(sub).items() if type(v) in (int, float, bool, str)))
-        for sub in module.modules()
-    )
-    return ("module", type(module).__qualname__, tensors, settings)
-
-
-def _describe(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return (tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
-    if isinstance(value, torch.nn.Module):
-        return ("module", id(value), value.training)
-    if value is None or isinstance(value, int | float | str | bool | torch.dtype):
-        return value
-    if isinstance(value, list | tuple):
-        return tuple(_describe(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((str(k), _describe(v)) for k, v in value.items()))
-    return ("object", type(value).__qualname__)
-
-
-class CallHandle:
-    """One decorated call while a session counts: the frame its ops go to, and its row."""
-
-    __slots__ = ("args", "fn", "frame", "kind", "kwargs", "row", "session")
-
-    def __init__(
-        self,
-        session: Session,
-        frame: Frame | None,
-        fn: CountedFunction,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        row: Row | None,
-        kind: str,
-    ) -> None:
-        self.session = session
-        self.frame = frame
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.row = row
-        self.kind = kind
-
-    def scope(self) -> contextlib.AbstractContextManager[Any]:
-        """The context the body runs in: its frame, or counting paused for a known row."""
-        if self.kind == "cached":
-            stack = contextlib.ExitStack()
-            stack.enter_context(suspended(self.session.mode))
-            stack.enter_context(in_frame(None))
-            return stack
-        return in_frame(self.frame)
-
-    def finish(self, bound: Mapping[str, Size]) -> None:
-        """Close the call after its body returned and its return value passed the checks."""
-        session = self.session
-        if isinstance(session, RecordSession):
-            session.finish(self, bound)
-            return
-        assert isinstance(session, RunSession) and self.frame is not None
-        sizes = dict(bound)
-        declared = self.fn.declared
-        parent = self.frame.parent
-        if self.kind == "count" and declared is not None:
-            dims = self.fn.call_dims(self.args, self.kwargs, sizes)
-            value = int(evaluate(declared, {k: size_value(v) for k, v in dims.items()}))
-            session.events.append(declared_event(self.fn.name, value, self.frame))
-        if self.kind == "count" and parent is session.root:
-            session.bound = self.fn.call_dims(self.args, self.kwargs, sizes)
-
-
-def begin_call(
-    frame: Frame,
-    fn: CountedFunction,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    *,
-    cached: bool = True,
-) -> CallHandle:
-    """Open a decorated call while a session (a dry run or ``record()``) is counting.
-
-    ``cached=False`` counts the call even when its row is known (an async body, whose
-    awaits let other tasks run in the meantime, is never run with counting paused).
-    """
-    session = frame.session
-    if isinstance(session, RecordSession):
-        handle = session.begin(frame, fn, args, kwargs)
-        if handle.kind == "cached" and not cached:
-            assert handle.row is not None
-            handle.row.complete = False
-            handle = session.begin(frame, fn, args, kwargs)
-        return handle
-    assert isinstance(session, RunSession)
-    child = session.child(fn.name, fn.declared is not None)
-    kind = "inline" if child is frame else "count"
-    return CallHandle(session, child, fn, args, kwargs, None, kind)
-
-
-def counted_call(
-    frame: Frame,
-    fn: CountedFunction,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    bound: Callable[[], Mapping[str, Size]],
-    body: Callable[[], Any],
-) -> Any:
-    """Run a decorated call while a session is counting."""
-    handle = begin_call(frame, fn, args, kwargs)
-    with handle.scope():
-        result = body()
-    handle.finish(bound())
-    return result
 
 
 def merged_total(rows: list[Row], loose: Row) -> Cost:

@@ -36,6 +36,10 @@ class RunSession(Session):
         self.function = function
         self.bound: dict[str, Any] = {}
         self.target = target
+        # The events of each block called so far, by its structural signature: a block
+        # called again alike (the next of 48 identical layers) runs uncounted, and its
+        # first call's events are copied (see .calls).
+        self.blocks: dict[Any, tuple[Frame, list[Event]]] = {}
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
