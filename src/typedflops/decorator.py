@@ -19,9 +19,9 @@ import sympy
 import torch
 
 from . import config
-from ._engine.calls import begin_call, counted_call
+from ._engine.calls import begin_call
 from ._engine.dryrun import Probe, measure
-from ._engine.frames import current_frame
+from ._engine.frames import Frame, current_frame
 from ._engine.probes import call_dims, call_probe, estimate_probe
 from ._engine.session import RunSession
 from .annotation import ELLIPSIS, AxisKind
@@ -144,24 +144,37 @@ class TypedFunction(Generic[P, R]):
             return self._call_compiled(args, kwargs)
         if _checks_off.get():
             return self._fn(*args, **kwargs)
+        frame = current_frame()
+        if frame is not None:
+            return self._call_counted(frame, args, kwargs)
         state = self._check_arguments(args, kwargs)
         if self._is_async:
             return self._call_async(args, kwargs, state)  # type: ignore[return-value]
         token = call_scope.set(state)
         try:
-            frame = current_frame()
-            if frame is None:
+            result = self._fn(*args, **kwargs)
+            self._check_return(result, state)
+        finally:
+            call_scope.reset(token)
+        if _observers:
+            _notify(self, args, kwargs, state)
+        return result
+
+    def _call_counted(self, frame: Frame, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> R:
+        # While a session counts: typedflops' own work (checks, bookkeeping) runs with the
+        # torch-function modes off, so that only the body's ops are seen.
+        with torch._C.DisableTorchFunction():
+            state = self._check_arguments(args, kwargs)
+            if self._is_async:
+                return self._call_async(args, kwargs, state)  # type: ignore[return-value]
+            handle = begin_call(frame, self, args, kwargs)
+        token = call_scope.set(state)
+        try:
+            with handle.scope():
                 result = self._fn(*args, **kwargs)
+            with torch._C.DisableTorchFunction():
                 self._check_return(result, state)
-            else:
-                result = counted_call(
-                    frame,
-                    self,
-                    args,
-                    kwargs,
-                    lambda: state.sizes,
-                    lambda: self._run_checked(args, kwargs, state),
-                )
+                handle.finish(state.sizes)
         finally:
             call_scope.reset(token)
         if _observers:
@@ -178,11 +191,6 @@ class TypedFunction(Generic[P, R]):
         except ContractError as exc:
             raise exc.with_traceback(None) from None
         return state
-
-    def _run_checked(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState) -> R:
-        result = self._fn(*args, **kwargs)
-        self._check_return(result, state)
-        return result
 
     def _check_return(self, result: Any, state: CallState) -> None:
         try:
