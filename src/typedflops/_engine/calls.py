@@ -119,11 +119,7 @@ def begin_call(
     """
     session = frame.session
     if isinstance(session, RecordSession):
-        kind, child, row = session.begin(frame, fn, args, kwargs)
-        if kind == "cached" and not cached:
-            assert row is not None
-            row.complete = False
-            kind, child, row = session.begin(frame, fn, args, kwargs)
+        kind, child, row = session.begin(frame, fn, args, kwargs, fresh=not cached)
         return CallHandle(session, child, fn, args, kwargs, row, kind)
     assert isinstance(session, RunSession)
     child = session.child(fn.name, fn.declared is not None)

@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..memory import nbytes
 from .attention import SDPA, attention_on_meta
 from .events import Event, Sink, current_group, group, new_group
+from .functions import inside_rule, watching
 from .rules import OpCall, RuleEntry, find_rule, is_torch_counted, op_name
 from .tensors import describe, flat_tensors, is_float, nbytes_of
 
@@ -93,7 +94,10 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if decomposed is not NotImplemented:
                 return decomposed
         out = func(*args, **kwargs)
-        self.sink.add(make_event(func, found, args, kwargs, out))
+        event = make_event(func, found, args, kwargs, out)
+        if inside_rule():
+            event.flops = 0  # a registered Python function's rule gives its count
+        self.sink.add(event)
         return out
 
 
@@ -286,7 +290,7 @@ def counting(
     with mode:
         if phase == "forward":
             mode.grouping = GroupingMode(mode)
-            with mode.grouping:
+            with mode.grouping, watching(sink):
                 yield mode
         else:
             yield mode

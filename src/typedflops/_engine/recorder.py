@@ -56,15 +56,21 @@ class CountedFunction(Protocol):
 class Row:
     """One decorated function with one signature under one parent: its calls and costs."""
 
-    def __init__(self, function: str, parent: Row | None) -> None:
+    def __init__(self, function: str, parent: Row | None, key: Any = None) -> None:
         self.function = function
         self.parent = parent
+        self.key = key
         self.children: dict[Any, Row] = {}
         self.calls = 0
         self.events: list[Event] = []
         self.dims: dict[str, Size] = {}
         self.complete = False
-        self.per_call: list[tuple[Row, int]] = []
+        # Its descendants' calls per call of it: taken at its second call (after one call
+        # each descendant's count is its count per call).
+        self.per_call: list[tuple[Row, int]] | None = None
+        # One clock per session: any change ticks it, and a cost computed earlier is stale.
+        self.clock: list[int] = parent.clock if parent is not None else [0]
+        self._cost_at = -1
         self.probe: Callable[[], Probe] | None = None
         self.fitting_key: Any = None
         self.measurement: Any = None
@@ -93,16 +99,15 @@ class Row:
 
     def add_cached_call(self) -> None:
         """One more call with the same signature: this row and its subtree, once more."""
+        if self.per_call is None:
+            self.per_call = [(desc, desc.calls) for desc in self.descendants()]
         self.calls += 1
         for row, count in self.per_call:
             row.calls += count
         self._invalidate()
 
     def _invalidate(self) -> None:
-        row: Row | None = self
-        while row is not None:
-            row._cost = None
-            row = row.parent
+        self.clock[0] += 1
 
     def own_counts(self) -> tuple[int, int, int, int]:
         """Forward, backward, bytes read and written of the row's own ops, per call."""
@@ -142,8 +147,9 @@ class Row:
     def cost(self) -> Cost:
         """The cost of one call, in the row's own dim names (fitted formulas when they give
         this row's counts, else the counts, marked not exact)."""
-        if self._cost is None:
+        if self._cost is None or self._cost_at != self.clock[0]:
             self._cost = self._compute_cost()
+            self._cost_at = self.clock[0]
         return self._cost
 
     def _compute_cost(self) -> Cost:
@@ -275,20 +281,32 @@ class RecordSession(Session):
                 self.mode = None
 
     def begin(
-        self, frame: Frame, fn: CountedFunction, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+        self,
+        frame: Frame,
+        fn: CountedFunction,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        *,
+        fresh: bool = False,
     ) -> tuple[str, Frame | None, Row | None]:
         """Open a decorated call inside ``frame``: ``("count", frame, row)`` to count it into
         its row, ``("cached", None, row)`` for a row whose count is known (the body then runs
-        with counting out of the way), ``("inline", frame, None)`` inside a declared call."""
+        with counting out of the way), ``("inline", frame, None)`` inside a declared call.
+
+        ``fresh``: count into a row of its own, merged at :meth:`finish` (an async call,
+        which other calls of the same row may overlap).
+        """
         if frame.declared or frame.inside_declared():
             return "inline", frame, None
         parent: Row = frame.row
         key = (id(fn), signature(args, kwargs))
         row = parent.children.get(key)
-        if row is not None and row.complete:
+        if fresh:
+            row = Row(fn.name, parent, key)
+        elif row is not None and row.complete:
             return "cached", None, row
-        if row is None:
-            row = Row(fn.name, parent)
+        elif row is None:
+            row = Row(fn.name, parent, key)
             parent.children[key] = row
         row.events.clear()
         child = Frame(self, (*frame.path, fn.name), frame, row.events, fn.declared is not None)
@@ -322,7 +340,14 @@ class RecordSession(Session):
         row.fitting_key = (id(fn), signature_without_sizes(args, kwargs))
         row.calls = 1
         row.complete = True
-        row.per_call = [(desc, desc.calls) for desc in row.descendants()]
+        parent = row.parent
+        assert parent is not None
+        if parent.children.get(row.key) is not row:  # a fresh row: merge it or keep it apart
+            known = parent.children.get(row.key)
+            if known is not None and known.complete and known.counts() == row.counts():
+                known.add_cached_call()
+            else:
+                parent.children[row.key if known is None else (row.key, id(row))] = row
         row._invalidate()
 
     def add_measured(self, name: str, cost: Cost, measurement: Any) -> None:

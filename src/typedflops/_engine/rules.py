@@ -36,6 +36,7 @@ Conventions (the only place they are written; the README quotes them):
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,9 +53,9 @@ __all__ = [
     "OpCall",
     "RuleEntry",
     "find_rule",
+    "function_rules",
     "is_torch_counted",
     "register_rule",
-    "rule_for_function",
 ]
 
 aten = torch.ops.aten
@@ -441,9 +442,14 @@ def _returns_view(func: torch._ops.OpOverload) -> bool:
     )
 
 
-def rule_for_function(fn: Any) -> RuleEntry | None:
-    """The rule registered for a Python function, if any."""
-    return _USER_FUNCTIONS.get(fn)
+def function_rules() -> dict[Any, tuple[Any, RuleEntry]]:
+    """Rules registered for Python functions, by code object: ``code -> (function, rule)``."""
+    found = {}
+    for fn, entry in _USER_FUNCTIONS.items():
+        code = getattr(inspect.unwrap(fn), "__code__", None)
+        if code is not None:
+            found[code] = (fn, entry)
+    return found
 
 
 def register_rule(target: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -497,6 +503,11 @@ def _op_key(target: Any) -> Any:
     if isinstance(op, torch._ops.OpOverload):
         return op
     if callable(target):
+        if getattr(inspect.unwrap(target), "__code__", None) is None:
+            raise SpecError(
+                f"register_rule({target!r}): a Python function needs Python code to be seen "
+                "running; give the rule to the op it calls instead"
+            )
         return None
     raise SpecError(
         f"register_rule({target!r}): the target must be a torch op (torch.ops.lib.name), "
