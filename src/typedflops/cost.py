@@ -66,6 +66,8 @@ class Cost:
     ``exact`` is True when the formulas were checked against dry runs at other sizes of
     the dims, so they hold at any sizes; when False they hold at ``dims`` only (the body
     branches on sizes, or an op's cost could not be followed), and tables mark them ``~``.
+    ``activation_bytes`` (and its formula) are the bytes autograd saves for backward in a dry
+    run, each storage once, weights excluded (0 where no dry run was made).
     """
 
     flops: int
@@ -79,6 +81,8 @@ class Cost:
     uncounted: tuple[str, ...] = ()
     function: str | None = field(default=None, compare=False)
     exact: bool = True
+    activation_bytes: int = 0
+    activation_formula: sympy.Expr = field(default_factory=lambda: sympy.Integer(0))
 
     @property
     def bytes(self) -> int:
@@ -105,6 +109,8 @@ class Cost:
             "ops": [op.to_dict() for op in self.ops],
             "uncounted": list(self.uncounted),
             "exact": self.exact,
+            "activation_bytes": self.activation_bytes,
+            "activation_formula": str(self.activation_formula),
         }
 
     def to_json(self) -> str:

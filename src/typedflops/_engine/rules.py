@@ -354,6 +354,14 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     return table
 
 
+def _saved_bytes(call: OpCall) -> Any:
+    tensor = call.inputs[0]
+    return numel(tensor) * tensor.itemsize
+
+
+#: The bytes of a tensor autograd saves for backward (activation memory), fitted like FLOPs.
+saved_bytes_rule = RuleEntry(_saved_bytes, symbolic=True, source="typedflops")
+
 # Ops that cost 0 FLOPs whatever their inputs: creation, copies, movement, indexing.
 FREE = _words(
     """
