@@ -68,6 +68,8 @@ class Cost:
     branches on sizes, or an op's cost could not be followed), and tables mark them ``~``.
     ``activation_bytes`` (and its formula) are the bytes autograd saves for backward in a dry
     run, each storage once, weights excluded (0 where no dry run was made).
+    ``matmul_flops`` (and its formula) are the forward FLOPs of matrix-product kernels
+    (matmuls, convolutions, attention's two products): what papers' closed forms count.
     """
 
     flops: int
@@ -83,6 +85,8 @@ class Cost:
     exact: bool = True
     activation_bytes: int = 0
     activation_formula: sympy.Expr = field(default_factory=lambda: sympy.Integer(0))
+    matmul_flops: int = 0
+    matmul_formula: sympy.Expr = field(default_factory=lambda: sympy.Integer(0))
 
     @property
     def bytes(self) -> int:
@@ -111,6 +115,8 @@ class Cost:
             "exact": self.exact,
             "activation_bytes": self.activation_bytes,
             "activation_formula": str(self.activation_formula),
+            "matmul_flops": self.matmul_flops,
+            "matmul_formula": str(self.matmul_formula),
         }
 
     def to_json(self) -> str:

@@ -319,6 +319,14 @@ def assemble(
     backward_formula = _with_repeats(events, backward, repeat)
     for name in repeat.values():
         values[str(name)] = probe.repeats[str(name)]
+    matmul_forward = [
+        formula if event.entry is not None and event.entry.matmul else sympy.Integer(0)
+        for event, formula in zip(events, forward, strict=True)
+    ]
+    matmul_flops = sum(e.flops for e in events if e.entry is not None and e.entry.matmul)
+    matmul_formula = _with_repeats(events, matmul_forward, repeat)
+    if evaluate(matmul_formula, values) != matmul_flops:
+        matmul_formula = sympy.Integer(matmul_flops)
     if probe.declared is not None:
         formula = probe.declared
         flops = int(evaluate(formula, values))
@@ -326,7 +334,10 @@ def assemble(
         formula, exact = sympy.Integer(flops), False
     if evaluate(backward_formula, values) != backward_flops:
         backward_formula, exact = sympy.Integer(backward_flops), False
-    used = {str(s) for s in (formula.free_symbols | backward_formula.free_symbols)}
+    used = {
+        str(s)
+        for s in formula.free_symbols | backward_formula.free_symbols | matmul_formula.free_symbols
+    }
     shown = {name: values[name] for name in dims}
     shown.update({name: values[name] for name in sorted(used - set(shown))})
     return Cost(
@@ -341,6 +352,8 @@ def assemble(
         uncounted=_uncounted(events),
         function=probe.function,
         exact=exact,
+        matmul_flops=matmul_flops,
+        matmul_formula=matmul_formula,
     )
 
 
