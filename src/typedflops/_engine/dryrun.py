@@ -22,7 +22,7 @@ import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .. import config
+from ..config import disabled
 from ..cost import Cost, OpCost
 from ..errors import ContractError
 from .backward import backward_of
@@ -122,7 +122,7 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
     device = probe.device if fake else "meta"
     mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     saved = _SavedTensors()
-    with mode, torch.device(device), config.disabled(False), _quiet_fake_tensors():
+    with mode, torch.device(device), disabled(False), _quiet_fake_tensors():
         thunk = probe.build(assignment, device)
         with (
             session.active(),
