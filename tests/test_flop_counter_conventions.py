@@ -220,6 +220,7 @@ def test_jagged_ops_count_their_dense_values() -> None:
         )
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype")
 def test_jagged_attention_on_cpu_counts_the_padded_kernel_it_runs() -> None:
     batch, heads, d, lengths = 4, 2, 8, [4, 8, 12, 16]
     jagged = [
