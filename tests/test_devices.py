@@ -3,8 +3,6 @@ theoretical CPU peak from fake /proc/cpuinfo and sysfs contents."""
 
 from __future__ import annotations
 
-import platform
-import sys
 import warnings
 
 import pytest
@@ -255,5 +253,3 @@ def test_bad_env_override_is_a_spec_error(monkeypatch: pytest.MonkeyPatch, raw: 
     monkeypatch.setenv(devices.ENV_PEAK_FLOPS, raw)
     with pytest.raises(SpecError, match=devices.ENV_PEAK_FLOPS):
         devices.peak_flops(torch.float32, "cpu")
-
-

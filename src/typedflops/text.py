@@ -58,20 +58,17 @@ def format_si(value: float, unit: str = "", *, digits: int = 3) -> str:
     space = " " if unit else ""
     if not math.isfinite(value):
         return f"{value}{space}{unit}"
-    magnitude = abs(value)
-    scales = list(_MULTIPLES)
-    if unit in _TIME_UNITS:
-        scales += [(1.0, ""), *_SUBMULTIPLES]
-    for index, (scale, prefix) in enumerate(scales):
-        if magnitude >= scale or (index == len(scales) - 1 and unit in _TIME_UNITS and value):
-            text = _significant(value / scale, digits)
-            if abs(float(text)) >= 1000 and index > 0:  # 999.96 rounds up to the next prefix
-                scale, prefix = scales[index - 1]
-                text = _significant(value / scale, digits)
-            return f"{text}{space}{prefix}{unit}"
-    if float(value).is_integer():
+    time = unit in _TIME_UNITS
+    scales = [*_MULTIPLES, (1.0, ""), *(_SUBMULTIPLES if time else ())]
+    index = next((i for i, (scale, _) in enumerate(scales) if abs(value) >= scale), len(scales) - 1)
+    scale, prefix = scales[index]
+    if scale == 1.0 and not time and float(value).is_integer():
         return f"{int(value)}{space}{unit}"
-    return f"{_significant(value, digits)}{space}{unit}"
+    text = _significant(value / scale, digits)
+    if abs(float(text)) >= 1000 and index > 0:  # 999.96 rounds up to the next prefix
+        scale, prefix = scales[index - 1]
+        text = _significant(value / scale, digits)
+    return f"{text}{space}{prefix}{unit}"
 
 
 def format_count(value: float) -> str:
