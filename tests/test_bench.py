@@ -155,8 +155,8 @@ def test_str_is_one_line_and_to_dict_is_json() -> None:
     assert data["dtype"] == "float32" and data["times"] == [1e-3, 1.1e-3, 1.2e-3]
     assert set(data) == {
         "times", "median", "min", "iqr", "noisy", "noise", "flops", "flop_per_sec",
-        "peak_flop_per_sec", "mfu", "bytes", "bytes_per_sec", "intensity", "ridge", "bound", "device", "dtype",
-        "threads",
+        "peak_flop_per_sec", "mfu", "bytes", "bytes_per_sec", "intensity", "ridge", "bound",
+        "device", "dtype", "threads",
     }  # fmt: skip
 
 
