@@ -220,7 +220,7 @@ def demo(
             [m for _, m in timed],
             [label for label, _ in timed],
             plot,
-            device_name=spec.name if spec is not None else "",
+            device_name=spec.name.removeprefix("cpu: ") if spec is not None else "",
         )
         lines.append(f"roofline plot written to {plot}")
     return wrap_lines("\n".join(lines), width)

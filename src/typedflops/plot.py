@@ -30,7 +30,7 @@ def plot_title(first: Measurement, device_name: str = "") -> str:
     device = f"{device_name} ({first.device})" if device_name else first.device
     dtype = str(first.dtype).removeprefix("torch.") if first.dtype is not None else "-"
     if first.peak_flop_per_sec is None:
-        roofs = "peak unknown (pass peak= or set TYPEDFLOPS_PEAK_FLOPS): no roofs"
+        roofs = "peak unknown, so no roofs (set TYPEDFLOPS_PEAK_FLOPS to give one)"
     elif first.ridge is None:
         roofs = f"peak {format_si(first.peak_flop_per_sec, 'FLOP/s')}, bandwidth unknown"
     else:
@@ -71,6 +71,7 @@ def roofline_plot(
     figure, axes = plt.subplots(figsize=(8, 5))
     intensities = [m.intensity for m in measurements if m.intensity]
     first = measurements[0] if measurements else None
+    roofs = first is not None and bool(first.peak_flop_per_sec and first.ridge)
     if first is not None and first.peak_flop_per_sec and first.ridge:
         peak, ridge = first.peak_flop_per_sec, first.ridge
         bandwidth = peak / ridge
@@ -86,24 +87,38 @@ def roofline_plot(
             textcoords="offset points",
             color="dimgrey",
         )
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (measurement, label) in enumerate(zip(measurements, labels, strict=True)):
         if not measurement.intensity:
             continue
+        color = colors[index % len(colors)]
         mfu = "MFU n/a" if measurement.mfu is None else f"MFU {format_percent(measurement.mfu)}"
         point = (measurement.intensity, measurement.flop_per_sec)
-        axes.scatter(*point, zorder=3)
+        axes.scatter(*point, color=color, zorder=3)
+        # alternate sides, so that the labels of neighbouring points do not overlap
+        above = index % 2 == 0
         axes.annotate(
             f"{label}\n{mfu}",
             point,
-            xytext=(8, 10 if index % 2 == 0 else -26),
+            xytext=(-30 if above else 30, 28 if above else -34),
             textcoords="offset points",
+            ha="right" if above else "left",
+            multialignment="left",
             fontsize=9,
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none"},
+            color=color,
+            arrowprops={"arrowstyle": "-", "color": color, "linewidth": 0.8},
         )
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("arithmetic intensity (FLOP/B)")
     axes.set_ylabel("FLOP/s")
     axes.grid(True, which="major", linewidth=0.3)
+    axes.margins(x=0.15, y=0.25)
+    rates = [m.flop_per_sec for m in measurements if m.intensity]
+    if not roofs and intensities:  # a decade each way, so that log ticks are readable
+        axes.set_xlim(min(intensities) / 4, max(intensities) * 4)
+        axes.set_ylim(min(rates) / 4, max(rates) * 4)
     if first is not None:
         axes.set_title(plot_title(first, device_name), fontsize=10)
     figure.tight_layout()
