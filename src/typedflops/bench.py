@@ -1,6 +1,6 @@
 """Timed execution: ``benchmark(fn, *args, **kwargs) -> Measurement``.
 
-The call's contract is checked (on metadata, through ``typedflops.decorator.call_cost``)
+The call's contract is checked (on metadata, by the cost engine's ``call_cost``)
 before anything runs. Then the function is warmed up (by count, since first calls pay for
 allocation and dispatch caches, and by time, so that clocks ramp up) and timed per run: CUDA
 events around each run with an L2 flush before it (outside the timed region), or
@@ -29,6 +29,7 @@ import torch
 from . import config, devices
 from ._engine.counter import suspended
 from ._engine.frames import current_frame, no_frame
+from ._engine.probes import call_cost
 from ._engine.recorder import RecordSession
 from .cpu import last_level_cache_bytes
 from .errors import SpecError
@@ -392,10 +393,7 @@ def measurement_from(
     )
 
 
-def _call_cost(fn: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    # Imported here: the decorator imports this module for ``f.benchmark``.
-    from .decorator import call_cost
-
+def _call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return call_cost(fn, args, kwargs)
 
 

@@ -18,25 +18,26 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 import sympy
 import torch
 
-from . import config
 from ._engine.calls import begin_call
 from ._engine.dryrun import Probe, measure
 from ._engine.frames import Frame, current_frame
 from ._engine.probes import call_dims, call_probe, estimate_probe
 from ._engine.session import RunSession
 from .annotation import ELLIPSIS, AxisKind
+from .bench import benchmark
+from .config import DISABLED_BY_ENVIRONMENT, disabled_flag
 from .contract import Contract, compile_contract
 from .cost import Cost
 from .errors import ContractError, DeviceError, SpecError
 from .expr import parse_expression
 from .scope import CallState, Size, call_scope, current_call, display_name, violation
 
-__all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "typed_flops"]
+__all__ = ["TypedFunction", "add_call_observer", "current_call", "typed_flops"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_checks_off = config._disabled
+_checks_off = disabled_flag
 # Dynamo folds this to True while it traces; eagerly it is a plain `return False` (25 ns).
 _is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
@@ -224,7 +225,7 @@ class TypedFunction(Generic[P, R]):
         # dynamo traces it. `disabled()` lives in a ContextVar, which dynamo cannot read;
         # only TYPEDFLOPS_DISABLE=1 (read at import) switches checks off in compiled code.
         # Nothing is recorded while compiling.
-        if config.DISABLED_BY_ENVIRONMENT:
+        if DISABLED_BY_ENVIRONMENT:
             return self._fn(*args, **kwargs)
         state = self._check_arguments(args, kwargs)
         result = self._fn(*args, **kwargs)
@@ -316,10 +317,17 @@ class TypedFunction(Generic[P, R]):
                 "with sizes the body accepts first, or pass flops= to @typed_flops"
             ) from None
 
+    def check_call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> CallState:
+        """Check a call's contract without running it (a module's parameters must be on the
+        arguments' device too); the dims it binds are in the returned state."""
+        state = self._check_arguments(args, kwargs)
+        owner = args[0] if args and self.contract.takes_self else None
+        if isinstance(owner, torch.nn.Module):
+            _check_module_device(self.name, owner, state)
+        return state
+
     def benchmark(self, *args: Any, **kwargs: Any) -> Any:
         """Time calls of this function: the same as ``typedflops.benchmark(self, ...)``."""
-        from .bench import benchmark
-
         return benchmark(self, *args, **kwargs)
 
     def __repr__(self) -> str:
@@ -408,45 +416,6 @@ def typed_flops(
     if fn is not None:
         return decorate(fn)
     return decorate
-
-
-def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
-    """The cost of ``fn(*args, **kwargs)`` from dry runs on fake copies of the arguments.
-
-    For a ``@typed_flops`` function the contract is checked on the real arguments first
-    (raising before anything runs). Module parameters are replaced by fake copies too.
-    """
-    owner: Any = None
-    target: Any = fn
-    if isinstance(fn, types.MethodType):
-        owner, target = fn.__self__, fn.__func__
-    elif isinstance(fn, torch.nn.Module):
-        owner, target = fn, type(fn).forward
-    if isinstance(target, TypedFunction):
-        full = (owner, *args) if owner is not None else args
-        state = target._check_arguments(full, kwargs)
-        if isinstance(owner, torch.nn.Module):
-            _check_module_device(target.name, owner, state)
-        return measure(target.probe_call(full, kwargs, state.sizes))
-    return measure(_plain_probe(fn, args, kwargs))
-
-
-def _plain_probe(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Probe:
-    """A probe of an undecorated call: its arguments' shapes as they are (no dims)."""
-    from ._engine.probes import materialize, stub
-
-    positional = [stub(a) for a in args]
-    named = {k: stub(v) for k, v in kwargs.items()}
-    device = next(
-        (a.device.type for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), "cpu"
-    )
-
-    def build(assignment: Mapping[str, Size], run_device: str) -> Callable[[], Any]:
-        call_args = [materialize(a, run_device) for a in positional]
-        call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
-        return lambda: fn(*call_args, **call_kwargs)
-
-    return Probe(function=display_name(fn), dims={}, variable=[], build=build, device=device)
 
 
 # Sizes for a formula when no sizes are given: distinct multiples of 24, so that the

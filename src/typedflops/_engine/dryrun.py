@@ -11,6 +11,7 @@ allocated, and kernels are chosen as on the device the call would run on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -21,11 +22,11 @@ import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .. import config
+from ..config import disabled
 from ..cost import Cost, OpCost
 from ..errors import ContractError
 from .backward import backward_of
-from .events import Event
+from .events import Event, saved_event
 from .fit import Plan, Size, evaluate, fit, size_value, total
 from .session import RunSession
 
@@ -57,10 +58,42 @@ class Probe:
 
 @dataclass
 class Run:
-    """The events of one dry run and the dims its outermost call bound."""
+    """The events of one dry run, the dims its outermost call bound, and the bytes of the
+    activations autograd saved for backward (each storage once, weights not included)."""
 
     events: list[Event]
     bound: dict[str, Size]
+    saved: list[Event] = field(default_factory=list)
+
+
+class _SavedTensors:
+    """``saved_tensors_hooks`` that note each storage autograd keeps for backward."""
+
+    def __init__(self) -> None:
+        # Kept alive while the run lasts: a freed storage's address could be reused.
+        self.storages: dict[int, tuple[Any, torch.Tensor]] = {}
+        self.weights: set[int] = set()
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        base = tensor._base if tensor._base is not None else tensor
+        self.storages.setdefault(key, (storage, base))
+        if base.is_leaf and base.requires_grad:
+            self.weights.add(key)  # a parameter (or an input needing grad), not an activation
+        return tensor
+
+    @staticmethod
+    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def events(self) -> list[Event]:
+        """One event per activation storage: its bytes as the count, its tensor's shape."""
+        return [
+            saved_event(base, int(storage.nbytes()))
+            for key, (storage, base) in self.storages.items()
+            if key not in self.weights
+        ]
 
 
 @contextlib.contextmanager
@@ -88,14 +121,18 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
     session = RunSession(probe.function, target)
     device = probe.device if fake else "meta"
     mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
-    with mode, torch.device(device), config.disabled(False), _quiet_fake_tensors():
+    saved = _SavedTensors()
+    with mode, torch.device(device), disabled(False), _quiet_fake_tensors():
         thunk = probe.build(assignment, device)
-        with session.active():
+        with (
+            session.active(),
+            torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
+        ):
             _finish(thunk())
     for event in session.events:
         if event.needs_grad:
             event.backward = backward_of(event).events
-    return Run(session.events, dict(session.bound))
+    return Run(session.events, dict(session.bound), saved.events())
 
 
 def _finish(result: Any) -> Any:
@@ -181,6 +218,7 @@ def measure(probe: Probe) -> Cost:
         base = run_once(probe, probe.dims, fake=True)
     ops = [event.op for event in base.events]
     runs = [base.events]
+    saved = [base.saved]
     assignments: list[dict[str, Size]] = [dict(probe.dims)]
     varied: list[str] = []
     for name in probe.variable:
@@ -190,6 +228,7 @@ def measure(probe: Probe) -> Cost:
             if found is not None:
                 varied.append(name)
                 runs.append(found.events)
+                saved.append(found.saved)
                 assignments.append(assignment)
                 break
     checked = not varied
@@ -200,6 +239,7 @@ def measure(probe: Probe) -> Cost:
         found = _run_or_none(probe, assignment, ops, fake)
         if found is not None:
             runs.append(found.events)
+            saved.append(found.saved)
             assignments.append(assignment)
             checked = True
             break
@@ -207,7 +247,23 @@ def measure(probe: Probe) -> Cost:
     names = _fixed_names(dims, varied, probe.names)
     plan = Plan(assignments, runs, varied, checked, names)
     fitted = fit(plan)
-    return assemble(probe, plan, fitted.forward, fitted.backward, fitted.exact, dims)
+    cost = assemble(probe, plan, fitted.forward, fitted.backward, fitted.exact, dims)
+    return _with_activations(cost, plan, saved)
+
+
+def _with_activations(cost: Cost, plan: Plan, saved: list[list[Event]]) -> Cost:
+    """The activation bytes of the base run, fitted like FLOPs (each saved storage's shape)."""
+    count = sum(event.flops for event in saved[0])
+    formula: sympy.Expr = sympy.Integer(count)
+    if all([e.op for e in run] == [e.op for e in saved[0]] for run in saved) and count:
+        bytes_plan = dataclasses.replace(plan, runs=saved, _series={}, _rules={})
+        fitted = fit(bytes_plan)
+        candidate = total(fitted.forward)
+        values = {name: size_value(size) for name, size in cost.dims.items()}
+        if fitted.exact and evaluate(candidate, values) == count:
+            used = {str(s) for s in candidate.free_symbols}
+            formula = candidate if used <= set(cost.dims) else formula
+    return dataclasses.replace(cost, activation_bytes=count, activation_formula=formula)
 
 
 def _fixed_names(
@@ -263,6 +319,14 @@ def assemble(
     backward_formula = _with_repeats(events, backward, repeat)
     for name in repeat.values():
         values[str(name)] = probe.repeats[str(name)]
+    matmul_forward = [
+        formula if event.entry is not None and event.entry.matmul else sympy.Integer(0)
+        for event, formula in zip(events, forward, strict=True)
+    ]
+    matmul_flops = sum(e.flops for e in events if e.entry is not None and e.entry.matmul)
+    matmul_formula = _with_repeats(events, matmul_forward, repeat)
+    if evaluate(matmul_formula, values) != matmul_flops:
+        matmul_formula = sympy.Integer(matmul_flops)
     if probe.declared is not None:
         formula = probe.declared
         flops = int(evaluate(formula, values))
@@ -270,7 +334,10 @@ def assemble(
         formula, exact = sympy.Integer(flops), False
     if evaluate(backward_formula, values) != backward_flops:
         backward_formula, exact = sympy.Integer(backward_flops), False
-    used = {str(s) for s in (formula.free_symbols | backward_formula.free_symbols)}
+    used = {
+        str(s)
+        for s in formula.free_symbols | backward_formula.free_symbols | matmul_formula.free_symbols
+    }
     shown = {name: values[name] for name in dims}
     shown.update({name: values[name] for name in sorted(used - set(shown))})
     return Cost(
@@ -285,6 +352,8 @@ def assemble(
         uncounted=_uncounted(events),
         function=probe.function,
         exact=exact,
+        matmul_flops=matmul_flops,
+        matmul_formula=matmul_formula,
     )
 
 

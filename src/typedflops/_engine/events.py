@@ -12,7 +12,16 @@ from typing import Any, Protocol
 
 from .rules import OpCall, RuleEntry
 
-__all__ = ["Event", "Group", "Sink", "current_group", "group", "new_group", "new_serial"]
+__all__ = [
+    "Event",
+    "Group",
+    "Sink",
+    "current_group",
+    "group",
+    "new_group",
+    "new_serial",
+    "saved_event",
+]
 
 
 @dataclass(frozen=True)
@@ -89,3 +98,27 @@ def new_serial() -> int:
 def new_group(name: str) -> Group:
     """A group of its own for one op that ran outside any named call."""
     return Group(name, None, next(_serial))
+
+
+def saved_event(tensor: Any, nbytes: int) -> Event:
+    """A storage autograd saved for backward, as an event whose count is its bytes (so that
+    its formula is fitted like an op's FLOPs)."""
+    from .rules import saved_bytes_rule
+    from .tensors import describe
+
+    return Event(
+        op="saved",
+        func=None,
+        group=Group("saved", None, -1),
+        args=(describe(tensor),),
+        kwargs=(),
+        out=None,
+        flops=nbytes,
+        entry=saved_bytes_rule,
+        counted=True,
+        bytes_read=0,
+        bytes_written=0,
+        view=False,
+        needs_grad=False,
+        torch_counted=False,
+    )

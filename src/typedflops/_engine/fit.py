@@ -28,7 +28,7 @@ from .events import Event
 from .rules import OpCall
 from .tensors import TensorMeta, flat_tensors, map_meta
 
-__all__ = ["Fitted", "Plan", "fit"]
+__all__ = ["Fitted", "Plan", "fit", "fit_count"]
 
 Size = int | tuple[int, ...]
 
@@ -98,7 +98,7 @@ def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
             exact &= ok
         return total, exact
     counts = [sum(b.flops for b in event.backward) for event in series]
-    return _fit_count(plan, counts)
+    return fit_count(plan, counts)
 
 
 def _fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
@@ -126,10 +126,12 @@ def _fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
                     and (not plan.checked or _value(plan, formula, -1) == series[-1].flops)
                 ):
                     return formula, exact
-    return _fit_count(plan, counts)
+    return fit_count(plan, counts)
 
 
-def _fit_count(plan: Plan, counts: Sequence[int]) -> tuple[sympy.Expr, bool]:
+def fit_count(plan: Plan, counts: Sequence[int]) -> tuple[sympy.Expr, bool]:
+    """A count seen in every run (an op's FLOPs, the bytes saved for backward) as a formula
+    in the varied dims; its base value, not exact, when it fits none."""
     expr, ok = _fit_series(plan, tuple(counts), name_constants=False)
     if expr is None:
         return sympy.Integer(counts[0]), False

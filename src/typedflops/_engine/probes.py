@@ -25,18 +25,21 @@ from torch.nn.utils.stateless import _reparametrize_module
 
 from ..annotation import ELLIPSIS, AxisKind, TensorSpec
 from ..contract import Contract, TensorParameter
+from ..cost import Cost
 from ..errors import SpecError
-from .dryrun import Probe, Thunk
+from .dryrun import Probe, Thunk, measure
 from .fit import Size
 
 __all__ = [
     "TensorStub",
+    "call_cost",
     "call_dims",
     "call_probe",
     "check_sizes",
     "estimate_probe",
     "module_names",
     "module_repeats",
+    "plain_probe",
     "stub",
 ]
 
@@ -501,3 +504,40 @@ def call_dims(
         after = len(p.spec.axes) - cut - 1
         dims[ELLIPSIS] = tuple(int(s) for s in shape[cut : len(shape) - after])
     return dims
+
+
+def plain_probe(
+    fn: Callable[..., Any], function: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Probe:
+    """A probe of an undecorated call: its arguments' shapes as they are (no dims)."""
+    positional = [stub(a) for a in args]
+    named = {k: stub(v) for k, v in kwargs.items()}
+    device = next(
+        (a.device.type for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), "cpu"
+    )
+
+    def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
+        call_args = [materialize(a, run_device) for a in positional]
+        call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
+        return lambda: fn(*call_args, **call_kwargs)
+
+    return Probe(function=function, dims={}, variable=[], build=build, device=device)
+
+
+def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
+    """The cost of ``fn(*args, **kwargs)`` from dry runs on meta copies of the arguments.
+
+    For a ``@typed_flops`` function (or a method, or a module whose forward is one) the
+    contract is checked on the real arguments first, raising before anything runs.
+    """
+    owner: Any = getattr(fn, "__self__", None)
+    target: Any = getattr(fn, "__func__", fn)
+    if isinstance(fn, torch.nn.Module):
+        owner, target = fn, type(fn).forward
+    check = getattr(target, "check_call", None)
+    if callable(check) and hasattr(target, "probe_call"):
+        full = (owner, *args) if owner is not None else args
+        state = check(full, kwargs)
+        return measure(target.probe_call(full, kwargs, state.sizes))
+    name = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
+    return measure(plain_probe(fn, name, args, kwargs))

@@ -112,6 +112,7 @@ class RuleEntry:
     source: str
     raw: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    matmul: bool = False  # a matrix-product kernel (matmuls, convolutions, attention)
 
     def count(
         self, call: OpCall, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
@@ -161,9 +162,13 @@ def _torch_entries() -> dict[Any, RuleEntry]:
     for target, wrapped in flop_counter.flop_registry.items():
         inner = getattr(wrapped, "__wrapped__", None)
         if inner is not None:  # a shape formula, wrapped by FlopCounterMode's shape_wrapper
-            entries[target] = RuleEntry(_torch_shape_rule(inner), symbolic=True, source="torch")
+            entries[target] = RuleEntry(
+                _torch_shape_rule(inner), symbolic=True, source="torch", matmul=True
+            )
         else:
-            entries[target] = RuleEntry(wrapped, symbolic=False, source="torch", raw=True)
+            entries[target] = RuleEntry(
+                wrapped, symbolic=False, source="torch", raw=True, matmul=True
+            )
     return entries
 
 
@@ -300,12 +305,12 @@ def _index_put(call: OpCall) -> Any:
 
 
 def _builtin_entries() -> dict[Any, RuleEntry]:
-    def entry(rule: Rule) -> RuleEntry:
-        return RuleEntry(rule, symbolic=True, source="typedflops")
+    def entry(rule: Rule, matmul: bool = False) -> RuleEntry:
+        return RuleEntry(rule, symbolic=True, source="typedflops", matmul=matmul)
 
     table: dict[Any, RuleEntry] = {}
     for name in ("mv", "dot", "vdot", "addmv"):
-        table[getattr(aten, name)] = entry(_matrix_vector)
+        table[getattr(aten, name)] = entry(_matrix_vector, matmul=True)
     table[aten.addr] = entry(_outer)
     for name in ("_softmax", "_log_softmax", "_safe_softmax"):
         table[getattr(aten, name)] = entry(_per_element(5))
@@ -318,12 +323,12 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         "_scaled_dot_product_fused_attention_overrideable",
         "_scaled_dot_product_attention_math_for_mps",
     ):
-        table[getattr(aten, name)] = entry(_attention)
+        table[getattr(aten, name)] = entry(_attention, matmul=True)
     for name in (
         "_scaled_dot_product_flash_attention_for_cpu_backward",
         "_scaled_dot_product_fused_attention_overrideable_backward",
     ):
-        table[getattr(aten, name)] = entry(_attention_backward)
+        table[getattr(aten, name)] = entry(_attention_backward, matmul=True)
     table[aten.native_layer_norm] = entry(_layer_norm)
     table[aten.native_group_norm] = entry(_group_norm)
     for name in (
@@ -353,6 +358,14 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten._index_put_impl_] = entry(_index_put)
     return table
 
+
+def _saved_bytes(call: OpCall) -> Any:
+    tensor = call.inputs[0]
+    return numel(tensor) * tensor.itemsize
+
+
+#: The bytes of a tensor autograd saves for backward (activation memory), fitted like FLOPs.
+saved_bytes_rule = RuleEntry(_saved_bytes, symbolic=True, source="typedflops")
 
 # Ops that cost 0 FLOPs whatever their inputs: creation, copies, movement, indexing.
 FREE = _words(
