@@ -60,11 +60,12 @@ PROGRESS_AFTER = 1.0
 
 
 class Progress(Protocol):
-    """The part of a ``tqdm`` bar that ``collect_times`` drives."""
+    """The part of a ``tqdm`` bar that ``collect_times`` drives: its total, set once the
+    number of runs is known, and ``update``."""
+
+    total: float | None
 
     def update(self, n: float | None = 1) -> bool | None: ...
-    def reset(self, total: float | None = None) -> None: ...
-    def set_description(self, desc: str | None = None, refresh: bool | None = True) -> None: ...
 
 
 class Clock(Protocol):
@@ -211,7 +212,8 @@ def collect_times(
     Warm-up runs at least ``warmup`` times and until ``warmup_time`` seconds of runs have
     passed (first calls are slow, clocks ramp up). The number of timed runs comes from the
     fastest warm-up run, capped at ``MAX_RUNS``. With a ``progress`` bar, each run (or chunk
-    of runs lasting about 0.1 s) advances it; the clock's own timing is unchanged.
+    of runs lasting about 0.1 s) advances it, warm-up included; its total is set when the
+    number of runs is known. The clock's own timing is unchanged.
     """
     warm: list[float] = []
     while len(warm) < warmup or (sum(warm) < warmup_time and len(warm) < MAX_RUNS):
@@ -223,8 +225,7 @@ def collect_times(
     count = max(repeat, min(wanted, MAX_RUNS))
     if progress is None:
         return clock.time(run, count)
-    progress.reset(total=count)
-    progress.set_description("timing")
+    progress.total = len(warm) + count
     chunk = max(1, min(count, math.ceil(0.1 / per_run))) if per_run > 0 else count
     times: list[float] = []
     while len(times) < count:
@@ -443,7 +444,7 @@ def _progress_bar(label: str, enabled: bool) -> Iterator[Progress | None]:
         return
     from tqdm import tqdm
 
-    bar = tqdm(desc=f"{label}: warm-up", unit="run", delay=PROGRESS_AFTER, file=stream, leave=False)
+    bar = tqdm(desc=label, unit="run", delay=PROGRESS_AFTER, file=stream, leave=False)
     try:
         yield bar
     finally:
