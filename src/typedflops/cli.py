@@ -271,9 +271,10 @@ def _peak_report(target: torch.device, dtype: torch.dtype, first: Measurement) -
     ]
     if first.ridge is not None:
         bandwidth = peak / first.ridge
+        measured = " (measured)" if target.type == "cpu" else ""
         lines.append(
             f"bound: FLOP/B against the ridge {first.ridge:.3g} FLOP/B = peak / bandwidth "
-            f"{format_si(bandwidth, 'B/s')}"
+            f"{format_si(bandwidth, 'B/s')}{measured}"
         )
     return lines
 
@@ -320,11 +321,14 @@ def devices_report(wide: bool = False) -> str:
         )
         lines.append(f"  peaks: {peaks}")
     else:
-        lines.append(f"  peaks: unknown: {spec.missing}")
+        lines.append(
+            f"  peaks: unknown, {spec.missing}; set {devices.ENV_PEAK_FLOPS}=<FLOP/s> to give one"
+        )
     if spec.bandwidth:
         measured = " (measured)" if spec.estimate else ""
         lines.append(f"  bandwidth: {format_si(spec.bandwidth, 'B/s')}{measured}")
-    lines.append(f"  source: {spec.source}")
+    if spec.source:
+        lines.append(f"  source: {spec.source}")
     return wrap_lines("\n".join(lines), width)
 
 

@@ -243,7 +243,7 @@ def cpu_peaks(threads: int | None = None, *, bandwidth: bool = True) -> CpuPeaks
     measured, copied = measured_bandwidth(threads) if bandwidth else (None, 0)
     copy_note = f"bandwidth measured: best of 10 copies of {copied // _MIB} MiB"
     if rates is None or hz is None:
-        source = missing + ("; " + copy_note if measured else "")
+        source = copy_note if measured else ""
         return CpuPeaks(info.identity.model_name, cores, {}, measured, source, missing)
     per_core = {
         torch.float32: rates.fp32,
