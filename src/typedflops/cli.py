@@ -30,15 +30,13 @@ __all__ = ["UsageError", "check_plot_path", "main", "resolve_device"]
 
 HELP = """\
 One jaxtyping annotation, three uses: shape checks, FLOP formulas and timings.
+"""
 
-commands:
-  demo     cost and time the linear and two-layer models of CS336 lecture 2
-  devices  the table of peak FLOP/s and bandwidth, and what this machine matched
-
+EXAMPLES = """\
 examples:
-  typedflops demo                      best device, the lecture's sizes
-  typedflops demo --quick --plot r.png tiny sizes, a roofline plot (needs matplotlib)
-  typedflops devices --wide            every column, with the source of each figure
+  typedflops demo                        the lecture's models on the best device
+  typedflops demo --quick --plot r.png   tiny sizes, and a roofline plot (needs matplotlib)
+  typedflops devices --wide              the peak table with the source of each row
 """
 
 
@@ -343,6 +341,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="typedflops",
         description=HELP,
+        epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -350,7 +349,9 @@ def _parser() -> argparse.ArgumentParser:
         action="version",
         version=f"typedflops {_version()} (torch {torch.__version__})",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", title="commands"
+    )
     demo_parser = commands.add_parser(
         "demo",
         help="cost and time the lecture's models",
