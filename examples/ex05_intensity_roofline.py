@@ -14,6 +14,7 @@ from torch import Tensor
 
 from typedflops import Cost, einsum, typed_flops
 from typedflops.roofline import roofline
+from typedflops.text import format_si, text_table
 
 
 @typed_flops
@@ -65,12 +66,19 @@ def main(quick: bool = False) -> None:
         print("no roofline for this device (see `typedflops devices`)")
     else:
         print(
-            f"float32 roofline: peak {roof.peak_flop_per_sec:.3g} FLOP/s, bandwidth "
-            f"{roof.bandwidth:.3g} B/s, ridge {roof.ridge:.3g} FLOP/B"
+            f"float32 roofline: peak {format_si(roof.peak_flop_per_sec, 'FLOP/s')}, bandwidth "
+            f"{format_si(roof.bandwidth, 'B/s')}, ridge {roof.ridge:.3g} FLOP/B"
         )
-    for name, cost in costs(n).items():
-        bound = "" if roof is None else f"{roof.bound(cost.intensity)}-bound"
-        print(f"{name:<7} {cost.intensity:8.3g} FLOP/B  {cost.formula!s:<22} {bound}")
+    rows = [
+        [
+            name,
+            f"{cost.intensity:.3g}",
+            str(cost.formula),
+            "n/a" if roof is None else roof.bound(cost.intensity),
+        ]
+        for name, cost in costs(n).items()
+    ]
+    print(text_table(["kernel", "FLOP/B", "FLOPs", "bound"], rows, right={1}))
 
 
 if __name__ == "__main__":

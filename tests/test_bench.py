@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -75,7 +77,32 @@ def test_noisy_flag() -> None:
     quiet = measurement_from([1.0, 1.0, 1.01, 1.02, 5.0], flops=1, bytes_moved=1, device="cpu")
     noisy = measurement_from([1.0, 1.3, 1.0, 1.4, 0.9], flops=1, bytes_moved=1, device="cpu")
     assert not quiet.noisy and noisy.noisy
-    assert "NOISY" in str(noisy) and "NOISY" not in str(quiet)
+    assert quiet.noise == "" and noisy.noise == "IQR 300 ms is 30.0% of the median (over 10.0%)"
+    assert str(noisy).endswith(" | NOISY: IQR 300 ms is 30.0% of the median (over 10.0%)")
+    assert "NOISY" not in str(quiet)
+
+
+def test_a_median_far_above_the_minimum_is_noise() -> None:
+    # one fast run and a tight cluster of slow ones: the IQR alone sees nothing
+    times = [2.74e-3, *[0.748] * 9]
+    m = measurement_from(times, flops=1, bytes_moved=1, device="cpu")
+    assert m.iqr == 0.0 and m.noisy
+    assert m.noise == "median 748 ms is 273x the minimum 2.74 ms"
+
+
+def test_both_reasons_are_given() -> None:
+    m = measurement_from([1.0, 2.0, 2.0, 3.0, 4.0], flops=1, bytes_moved=1, device="cpu")
+    assert m.noise == (
+        "IQR 1.00 s is 50.0% of the median (over 10.0%); median 2.00 s is 2x the minimum 1.00 s"
+    )
+
+
+@pytest.mark.parametrize("slowest_over_min", [1.49, 1.5])
+def test_the_median_threshold_is_1_5(slowest_over_min: float) -> None:
+    times = [1.0, slowest_over_min, slowest_over_min]
+    m = measurement_from(times, flops=1, bytes_moved=1, device="cpu")
+    assert m.noise.startswith("IQR")  # the IQR flags it, the ratio does not reach 1.5x
+    assert "minimum" not in m.noise
 
 
 def test_mfu_and_roofline_fields() -> None:
@@ -122,14 +149,14 @@ def test_str_is_one_line_and_to_dict_is_json() -> None:
     )
     text = str(m)
     assert "\n" not in text
-    for fragment in ["1.1 ms", "1.82 TFLOP/s", "MFU 18.2%", "compute-bound", "cpu float32 2"]:
+    for fragment in ["1.10 ms", "1.82 TFLOP/s", "MFU 18.2%", "compute-bound", "cpu float32 2"]:
         assert fragment in text
     data = json.loads(json.dumps(m.to_dict()))
     assert data["dtype"] == "float32" and data["times"] == [1e-3, 1.1e-3, 1.2e-3]
     assert set(data) == {
-        "times", "median", "min", "iqr", "noisy", "flops", "flop_per_sec", "peak_flop_per_sec",
-        "mfu", "bytes", "bytes_per_sec", "intensity", "ridge", "bound", "device", "dtype",
-        "threads",
+        "times", "median", "min", "iqr", "noisy", "noise", "flops", "flop_per_sec",
+        "peak_flop_per_sec", "mfu", "bytes", "bytes_per_sec", "intensity", "ridge", "bound",
+        "device", "dtype", "threads",
     }  # fmt: skip
 
 
@@ -335,3 +362,97 @@ def test_typed_function_end_to_end() -> None:
     assert m.flops == 2 * 64 * 32 * 16
     assert runs.count("cpu") == 2 + 5 and len(m.times) == 5
     assert m.bytes == 4 * (64 * 32 + 32 * 16 + 64 * 16)
+
+
+# --- progress and autocast -------------------------------------------------------------------
+
+
+class FakeBar:
+    """Records what ``collect_times`` tells a progress bar."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+        self._total: float | None = None
+
+    @property
+    def total(self) -> float | None:
+        return self._total
+
+    @total.setter
+    def total(self, value: float | None) -> None:
+        self.events.append(("total", value))
+        self._total = value
+
+    def update(self, n: float | None = 1) -> bool | None:
+        self.events.append(("update", n))
+        return None
+
+
+def test_progress_counts_warmup_then_timed_runs_in_chunks() -> None:
+    clock, bar = FakeClock([0.04]), FakeBar()  # 40 ms a run: chunks of 3 runs (~0.1 s)
+    times = collect_times(
+        clock, Counter(), warmup=2, warmup_time=0.0, repeat=10, min_time=0.0, progress=bar
+    )
+    assert len(times) == 10 and clock.runs == 12
+    assert bar.events == [
+        ("update", 1),
+        ("update", 1),
+        ("total", 12),
+        ("update", 3),
+        ("update", 3),
+        ("update", 3),
+        ("update", 1),
+    ]
+
+
+def test_progress_does_not_change_the_times() -> None:
+    seconds = [0.01, 0.02, 0.03, 0.05]
+    plain = collect_times(FakeClock(seconds), Counter(), warmup=1, warmup_time=0.0, repeat=20,
+                          min_time=0.0)  # fmt: skip
+    shown = collect_times(FakeClock(seconds), Counter(), warmup=1, warmup_time=0.0, repeat=20,
+                          min_time=0.0, progress=FakeBar())  # fmt: skip
+    assert shown == plain
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal_and_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tqdm import tqdm
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    with bench._progress_bar("f", True) as bar:
+        assert bar is None  # not a terminal
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with bench._progress_bar("f", False) as bar:
+        assert bar is None  # progress=False
+    with bench._progress_bar("f", True) as bar:
+        assert isinstance(bar, tqdm)
+        assert bar.desc == "f" and bar.delay == bench.PROGRESS_AFTER
+    assert terminal.getvalue() == ""  # closed before its delay: nothing was drawn
+
+
+def test_benchmark_without_progress(fake_cost: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(bench, "_clock_for", lambda device, flush: FakeClock([2.0]))
+    x = torch.ones(8, 8)
+    m = bench.benchmark(torch.matmul, x, x, repeat=3, min_time=0.0, peak=1e20, progress=False)
+    assert len(m.times) == 3 and terminal.getvalue() == ""
+
+
+def test_autocast_sets_the_peak_dtype_and_the_bytes(
+    fake_cost: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(devices.ENV_PEAK_FLOPS, "float32=1e18,bfloat16=4e18")
+    x = torch.randn(16, 16)
+    plain = bench.benchmark(torch.matmul, x, x, min_time=0.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = bench.benchmark(torch.matmul, x, x, min_time=0.0)
+    assert (plain.dtype, mixed.dtype) == (torch.float32, torch.bfloat16)
+    assert (plain.peak_flop_per_sec, mixed.peak_flop_per_sec) == (1e18, 4e18)
+    assert plain.bytes == 3 * 4 * 16 * 16 and mixed.bytes == 3 * 2 * 16 * 16
+    assert mixed.flops == plain.flops

@@ -1,9 +1,8 @@
-"""The device table: every name string of shared/NOTES.md, tie-breaks, unknowns, overrides."""
+"""The device table: every name string torch reports, tie-breaks, unknowns, overrides; the
+theoretical CPU peak from fake /proc/cpuinfo and sysfs contents."""
 
 from __future__ import annotations
 
-import platform
-import sys
 import warnings
 
 import pytest
@@ -15,7 +14,8 @@ from typedflops.errors import SpecError
 
 T = 1e12
 
-# name string seen from torch.cuda.get_device_name -> (SKU, FP32, BF16, bandwidth), from NOTES.
+# name string seen from torch.cuda.get_device_name -> (SKU, FP32, BF16, bandwidth), from the
+# vendors' datasheets.
 NAME_TO_EXPECTED = {
     "NVIDIA H100 80GB HBM3": ("H100 SXM5 80GB", 67 * T, 989.4 * T, 3.35 * T),
     "NVIDIA H100 PCIe": ("H100 PCIe", 51 * T, 756 * T, 2.0 * T),
@@ -33,6 +33,15 @@ NAME_TO_EXPECTED = {
     "NVIDIA GeForce RTX 4090": ("GeForce RTX 4090", 82.6 * T, 165.2 * T, 1.008 * T),
     "NVIDIA GeForce RTX 3090": ("GeForce RTX 3090", 35.6 * T, 71 * T, 0.936 * T),
     "NVIDIA GeForce RTX 5090": ("GeForce RTX 5090", 104.8 * T, 209.5 * T, 1.792 * T),
+    "Tesla V100-SXM2-16GB": ("V100 SXM2", 15.7 * T, None, 0.9 * T),
+    "Tesla V100-SXM2-32GB": ("V100 SXM2", 15.7 * T, None, 0.9 * T),
+    "Tesla V100-PCIE-16GB": ("V100 PCIe", 14 * T, None, 0.9 * T),
+    "Tesla V100-PCIE-32GB": ("V100 PCIe", 14 * T, None, 0.9 * T),
+    "NVIDIA A10G": ("A10G", 31.52 * T, 126.1 * T, 0.6 * T),
+    "NVIDIA L40": ("L40", 90.5 * T, 181.05 * T, 0.864 * T),
+    "AMD Instinct MI300X": ("MI300X", 163.4 * T, 1307.4 * T, 5.3 * T),
+    "AMD Instinct MI250X": ("MI250X (one GCD)", 47.85 * T, 191.5 * T, 1.6384 * T),
+    "AMD Instinct MI250": ("MI250 (one GCD)", 45.25 * T, 181.05 * T, 1.6384 * T),
 }
 
 
@@ -57,15 +66,42 @@ def test_l40s_is_never_the_l4() -> None:
     assert (l40s.name, l4.name) == ("L40S", "L4")
     assert l40s.peak_flops[torch.bfloat16] == pytest.approx(362.05 * T)
     assert devices.lookup("nvidia l40s") == l40s
-    assert devices.lookup("NVIDIA L40") is None  # the L40 is neither
+    l40 = devices.lookup("NVIDIA L40")  # neither the L40S nor the L4
+    assert l40 is not None and l40.name == "L40"
+    assert l40.peak_flops[torch.bfloat16] == pytest.approx(181.05 * T)
+    assert devices.explain("NVIDIA L40").startswith("'NVIDIA L40' is the L40 (NVIDIA L40 GPU")
 
 
 def test_a10g_is_not_the_a10() -> None:
-    assert devices.lookup("NVIDIA A10G") is None
-    reason = devices.explain("NVIDIA A10G")
-    assert "A10G" in reason and "clocks" in reason and devices.ENV_PEAK_FLOPS in reason
-    a10 = devices.lookup("NVIDIA A10")
-    assert a10 is not None and a10.name == "A10"
+    a10g, a10 = devices.lookup("NVIDIA A10G"), devices.lookup("NVIDIA A10")
+    assert a10g is not None and a10 is not None
+    assert (a10g.name, a10.name) == ("A10G", "A10")
+    assert a10g.peak_flops[torch.float32] != a10.peak_flops[torch.float32]
+    assert "72 SMs at its 1.71 GHz" in a10g.source
+
+
+def test_v100_by_form_factor_and_the_v100s_is_not_a_v100() -> None:
+    spec = devices.lookup("Tesla V100")
+    assert spec is not None and spec.name == "V100 SXM2" and "V100 PCIe" in spec.note
+    assert devices.lookup("Tesla V100S-PCIE-32GB") is None
+    assert devices.lookup("Tesla V100-SXM3-32GB") is None  # a token no record allows
+
+
+def test_mi250x_name_rocm_reports_is_one_gcd_of_the_higher_figures() -> None:
+    spec = devices.lookup("AMD Instinct MI250X/MI250")
+    assert spec is not None and spec.name == "MI250X (one GCD)"
+    assert "MI250 (one GCD)" in spec.note and "never overstated" in spec.note
+    assert spec.bandwidth == pytest.approx(3.2768 * T / 2)
+    assert spec.peak_flops[torch.float16] == pytest.approx(383 * T / 2)
+    assert torch.float8_e4m3fn not in spec.peak_flops and spec.tf32_flops is None
+
+
+def test_amd_names_need_their_own_tokens() -> None:
+    mi300x = devices.lookup("AMD Instinct MI300X VF")  # the SR-IOV function of a whole GPU
+    assert mi300x is not None and mi300x.name == "MI300X" and mi300x.source.startswith("AMD ")
+    assert devices.peak_flops(torch.float32, mi300x, tf32=True) == pytest.approx(653.7 * T)
+    for name in ["AMD Instinct MI300A", "AMD Instinct MI210", "AMD Radeon RX 7900 XTX"]:
+        assert devices.lookup(name) is None
 
 
 @pytest.mark.parametrize(
@@ -78,7 +114,8 @@ def test_a10g_is_not_the_a10() -> None:
         "NVIDIA GH200 480GB",
         "NVIDIA A100-SXM4-64GB",
         "NVIDIA RTX A6000",
-        "AMD Instinct MI300X",
+        "NVIDIA L40G",
+        "AMD Instinct MI325X",
         "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
         "",
     ],
@@ -125,7 +162,7 @@ def test_table_is_complete_data() -> None:
     skus = [record.sku for record in GPU_TABLE]
     assert len(skus) == len(set(skus))
     for record in GPU_TABLE:
-        assert record.source.startswith("NVIDIA ")
+        assert record.source.startswith(("NVIDIA ", "AMD "))
         assert record.bandwidth_tbs > 0
         assert all(v is None or v > 0 for v in record.tflops.values())
         assert record.model in record.allowed
@@ -216,74 +253,3 @@ def test_bad_env_override_is_a_spec_error(monkeypatch: pytest.MonkeyPatch, raw: 
     monkeypatch.setenv(devices.ENV_PEAK_FLOPS, raw)
     with pytest.raises(SpecError, match=devices.ENV_PEAK_FLOPS):
         devices.peak_flops(torch.float32, "cpu")
-
-
-INTEL = """processor\t: 0
-vendor_id\t: GenuineIntel
-cpu family\t: 6
-model name\t: Intel(R) Xeon(R) Platinum 8480+
-cpu MHz\t\t: 2000.000
-siblings\t: 4
-cpu cores\t: 2
-flags\t\t: fpu sse2 avx fma avx2 avx512f
-
-processor\t: 1
-cpu MHz\t\t: 3800.000
-"""
-
-
-def test_parse_cpuinfo() -> None:
-    info = devices.parse_cpuinfo(INTEL)
-    assert info is not None
-    assert info.model == "Intel(R) Xeon(R) Platinum 8480+"
-    assert info.threads_per_core == 2
-    assert info.reported_mhz == 3800.0
-    assert devices.flop_per_cycle(info.vendor, info.family, info.flags) == (
-        64,
-        "AVX-512 with 2 FMA units assumed",
-    )
-    assert devices.parse_cpuinfo("processor : 0\n") is None
-
-
-@pytest.mark.parametrize(
-    ("vendor", "family", "flags", "per_cycle"),
-    [
-        ("AuthenticAMD", 25, "avx2 fma avx512f", 32),  # Zen 4
-        ("AuthenticAMD", 26, "avx2 fma avx512f", 64),  # Zen 5
-        ("AuthenticAMD", 23, "avx avx2 fma", 32),  # Zen 2
-        ("GenuineIntel", 6, "avx avx2 fma", 32),
-        ("GenuineIntel", 6, "avx", 16),
-        ("GenuineIntel", 6, "sse2", None),
-    ],
-)
-def test_flop_per_cycle(vendor: str, family: int, flags: str, per_cycle: int | None) -> None:
-    found = devices.flop_per_cycle(vendor, family, frozenset(flags.split()))
-    assert (found and found[0]) == per_cycle
-
-
-X86_LINUX = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
-
-
-def test_cpu_estimate_is_labelled() -> None:
-    spec = devices.cpu_spec()
-    if not X86_LINUX:  # no ISA table elsewhere: no figure rather than a wrong one
-        assert spec is None
-        return
-    assert spec is not None
-    assert spec.estimate and spec.kind == "cpu"
-    assert spec.source.startswith("estimate: ") and "FLOP/cycle" in spec.source
-    assert spec.peak_flops[torch.float64] == pytest.approx(spec.peak_flops[torch.float32] / 2)
-    assert spec.bandwidth is not None and spec.bandwidth > 0
-    assert devices.peak_flops(torch.float32, "cpu") == spec.peak_flops[torch.float32]
-    assert devices.peak_flops(torch.float32, "cpu", tf32=True) == spec.peak_flops[torch.float32]
-
-
-def test_measured_clock_reads_the_add_chain_timing() -> None:
-    # A scripted timer: each of the 11 runs of 2n adds takes 2 ms, of n adds 1 ms, so n
-    # adds take 1 ms (the machine code runs for real; only the clock is scripted).
-    readings = iter([0.0, 2e-3] * 11 + [0.0, 1e-3] * 11)
-    hz = devices._measure_clock_hz(timer=lambda: next(readings))
-    if not X86_LINUX:  # the add chain is x86-64 machine code
-        assert hz is None
-        return
-    assert hz == pytest.approx(devices._ADD_CHAIN * (1 << 17) / 1e-3)  # about 1.05 GHz

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -328,3 +329,25 @@ def sys_executable() -> str:
     import sys
 
     return sys.executable
+
+
+def test_the_readme_example_layout_runs_with_plain_pytest(pytester: pytest.Pytester) -> None:
+    """The "In your tests" section followed literally: its files, its configuration, and
+    ``pytest --typedflops=mypkg --typedflops-report`` as a command (not ``python -m``)."""
+    from readme_blocks import after, blocks
+
+    files = {block.path: block.text for block in blocks() if block.path}
+    assert sorted(files) == ["mypkg/model.py", "pyproject.toml", "tests/test_model.py"]
+    pytester.mkpydir("mypkg")
+    for path, text in files.items():
+        target = pytester.path / path
+        target.parent.mkdir(exist_ok=True)
+        target.write_text(text)
+    command = after("Run them with the package checked").text.split()
+    assert command == ["pytest", "--typedflops=mypkg", "--typedflops-report"]
+    executable = Path(sys_executable()).with_name("pytest")
+    result = pytester.run(executable, *command[1:], *QUIET_ARGS, *PLUGIN_ARGS)
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=4)
+    shown = after("pytest --typedflops=mypkg --typedflops-report").text.splitlines()
+    assert _section(result, "typedflops report") == shown[1:]

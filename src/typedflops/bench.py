@@ -18,6 +18,7 @@ import contextlib
 import gc
 import math
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -30,9 +31,11 @@ from ._engine.counter import suspended
 from ._engine.frames import current_frame, no_frame
 from ._engine.probes import call_cost
 from ._engine.recorder import RecordSession
+from .cpu import last_level_cache_bytes
 from .errors import SpecError
 from .roofline import Bound, attainable, bound, ridge_point
 from .scope import display_name
+from .text import format_percent, format_si
 
 __all__ = [
     "Clock",
@@ -49,6 +52,20 @@ __all__ = [
 MAX_RUNS = 10_000
 #: IQR / median above which a measurement is flagged noisy (as torch.utils.benchmark warns).
 NOISY_IQR_RATIO = 0.1
+#: median / min above which a measurement is flagged noisy: the typical run was much slower
+#: than the machine can run it (preemption, a neighbour, a clock that ramped down).
+NOISY_MEDIAN_OVER_MIN = 1.5
+#: Timed runs whose expected total exceeds this many seconds show a progress bar.
+PROGRESS_AFTER = 1.0
+
+
+class Progress(Protocol):
+    """The part of a ``tqdm`` bar that ``collect_times`` drives: its total, set once the
+    number of runs is known, and ``update``."""
+
+    total: float | None
+
+    def update(self, n: float | None = 1) -> bool | None: ...
 
 
 class Clock(Protocol):
@@ -188,20 +205,34 @@ def collect_times(
     warmup_time: float,
     repeat: int,
     min_time: float,
+    progress: Progress | None = None,
 ) -> list[float]:
     """Warm up, then time runs: at least ``repeat``, enough to last ``min_time`` seconds.
 
     Warm-up runs at least ``warmup`` times and until ``warmup_time`` seconds of runs have
     passed (first calls are slow, clocks ramp up). The number of timed runs comes from the
-    fastest warm-up run, capped at ``MAX_RUNS``.
+    fastest warm-up run, capped at ``MAX_RUNS``. With a ``progress`` bar, each run (or chunk
+    of runs lasting about 0.1 s) advances it, warm-up included; its total is set when the
+    number of runs is known. The clock's own timing is unchanged.
     """
     warm: list[float] = []
     while len(warm) < warmup or (sum(warm) < warmup_time and len(warm) < MAX_RUNS):
         warm += clock.time(run, 1)
+        if progress is not None:
+            progress.update(1)
     per_run = min(warm, default=0.0)
     wanted = math.ceil(min_time / per_run) if per_run > 0 else MAX_RUNS
     count = max(repeat, min(wanted, MAX_RUNS))
-    return clock.time(run, count)
+    if progress is None:
+        return clock.time(run, count)
+    progress.total = len(warm) + count
+    chunk = max(1, min(count, math.ceil(0.1 / per_run))) if per_run > 0 else count
+    times: list[float] = []
+    while len(times) < count:
+        batch = min(chunk, count - len(times))
+        times += clock.time(run, batch)
+        progress.update(batch)
+    return times
 
 
 def _quartiles(sorted_times: Sequence[float]) -> tuple[float, float, float]:
@@ -217,9 +248,11 @@ def _quartiles(sorted_times: Sequence[float]) -> tuple[float, float, float]:
 class Measurement:
     """Timed runs of one call, with FLOP/s, MFU and its place on the roofline.
 
-    Times are seconds per run; ``flops`` and ``bytes`` are per call (forward, from the cost
-    model); ``intensity`` is FLOP/byte; ``ridge`` is peak / bandwidth in FLOP/byte; ``bound``
-    is ``"memory"`` below the ridge. Fields that need an unknown peak or bandwidth are None.
+    Times are seconds per run; ``noisy`` flags a spread-out sample (IQR over 10% of the
+    median, or a median over 1.5x the minimum) and ``noise`` says which ("" when quiet);
+    ``flops`` and ``bytes`` are per call (forward, from the cost model); ``intensity`` is
+    FLOP/byte; ``ridge`` is peak / bandwidth in FLOP/byte; ``bound`` is ``"memory"`` below
+    the ridge. Fields that need an unknown peak or bandwidth are None.
     """
 
     times: tuple[float, ...]
@@ -227,6 +260,7 @@ class Measurement:
     min: float
     iqr: float
     noisy: bool
+    noise: str
     flops: int
     flop_per_sec: float
     peak_flop_per_sec: float | None
@@ -249,20 +283,25 @@ class Measurement:
         return attainable(self.intensity, self.peak_flop_per_sec, bandwidth)
 
     def __str__(self) -> str:
+        spread = format_percent(self.iqr / self.median) if self.median else "0%"
         parts = [
-            f"median {_si(self.median, 's')} (min {_si(self.min, 's')}, IQR "
-            f"{100 * self.iqr / self.median if self.median else 0:.1f}%, {len(self.times)} runs)",
-            f"{_si(self.flops, 'FLOP')} -> {_si(self.flop_per_sec, 'FLOP/s')}",
+            f"median {format_si(self.median, 's')} (min {format_si(self.min, 's')}, IQR "
+            f"{spread}, {len(self.times)} runs)",
+            f"{format_si(self.flops, 'FLOP')} -> {format_si(self.flop_per_sec, 'FLOP/s')}",
         ]
         if self.mfu is not None and self.peak_flop_per_sec is not None:
-            parts.append(f"MFU {100 * self.mfu:.1f}% of {_si(self.peak_flop_per_sec, 'FLOP/s')}")
-        parts.append(_si(self.bytes_per_sec, "B/s"))
+            parts.append(
+                f"MFU {format_percent(self.mfu)} of {format_si(self.peak_flop_per_sec, 'FLOP/s')}"
+            )
+        parts.append(format_si(self.bytes_per_sec, "B/s"))
         if self.intensity is not None:
-            roof = f", ridge {self.ridge:.1f}, {self.bound}-bound" if self.ridge else ""
-            parts.append(f"{self.intensity:.1f} FLOP/B{roof}")
+            roof = f", ridge {self.ridge:.3g}, {self.bound}-bound" if self.ridge else ""
+            parts.append(f"{self.intensity:.3g} FLOP/B{roof}")
         dtype = str(self.dtype).removeprefix("torch.") if self.dtype is not None else "-"
         threads = f" {self.threads} threads" if self.threads is not None else ""
-        parts.append(f"{self.device} {dtype}{threads}" + (" NOISY" if self.noisy else ""))
+        parts.append(f"{self.device} {dtype}{threads}")
+        if self.noisy:
+            parts.append(f"NOISY: {self.noise}")
         return " | ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -279,16 +318,25 @@ class Measurement:
         return out
 
 
-def _si(value: float, unit: str) -> str:
-    if unit == "s":
-        for scale, prefix in ((1.0, ""), (1e-3, "m"), (1e-6, "µ")):
-            if abs(value) >= scale:
-                return f"{value / scale:.3g} {prefix}s"
-        return f"{value / 1e-9:.3g} ns"
-    for scale, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
+def noise_of(ordered: Sequence[float], median: float, iqr: float) -> str:
+    """Why sorted run times are noisy ("" when they are not): a wide IQR, a median far above
+    the minimum, or both.
+
+    >>> noise_of([2.74e-3, 0.7, 0.75, 0.76], 0.748, 0.03)
+    'median 748 ms is 273x the minimum 2.74 ms'
+    """
+    reasons = []
+    if median > 0 and iqr / median > NOISY_IQR_RATIO:
+        reasons.append(
+            f"IQR {format_si(iqr, 's')} is {format_percent(iqr / median)} of the median "
+            f"(over {format_percent(NOISY_IQR_RATIO)})"
+        )
+    if ordered and median > NOISY_MEDIAN_OVER_MIN * ordered[0]:
+        reasons.append(
+            f"median {format_si(median, 's')} is {median / ordered[0]:.3g}x the minimum "
+            f"{format_si(ordered[0], 's')}"
+        )
+    return "; ".join(reasons)
 
 
 def measurement_from(
@@ -315,19 +363,22 @@ def measurement_from(
     mfu = None if peak is None else flop_per_sec / peak
     if mfu is not None and mfu > 1:
         raise SpecError(
-            f"MFU {mfu:.2f} > 1 on {device} ({dtype}): {_si(flop_per_sec, 'FLOP/s')} measured "
-            f"against a peak of {_si(peak or 0.0, 'FLOP/s')} ({peak_source or 'peak='}). The peak "
+            f"MFU {mfu:.2f} > 1 on {device} ({dtype}): {format_si(flop_per_sec, 'FLOP/s')} "
+            f"measured against a peak of {format_si(peak or 0.0, 'FLOP/s')} "
+            f"({peak_source or 'peak='}). The peak "
             f"is wrong (or the call does less work than its {flops:,} counted FLOPs): pass "
             f"peak= or set {devices.ENV_PEAK_FLOPS}"
         )
     intensity = flops / bytes_moved if bytes_moved > 0 else None
     ridge = None if peak is None or bandwidth is None else ridge_point(peak, bandwidth)
+    noise = noise_of(ordered, median, q3 - q1)
     return Measurement(
         times=tuple(times),
         median=median,
         min=ordered[0],
         iqr=q3 - q1,
-        noisy=median > 0 and (q3 - q1) / median > NOISY_IQR_RATIO,
+        noisy=bool(noise),
+        noise=noise,
         flops=flops,
         flop_per_sec=flop_per_sec,
         peak_flop_per_sec=peak,
@@ -375,12 +426,37 @@ def _placement(
     return device, dtypes[0] if dtypes else None
 
 
+def _autocast_dtype(device: torch.device, dtype: torch.dtype | None) -> torch.dtype | None:
+    """The dtype autocast runs a floating ``dtype`` call in on ``device``, or None when off."""
+    if dtype is None or not dtype.is_floating_point or device.type not in ("cpu", "cuda"):
+        return None
+    if not torch.is_autocast_enabled(device.type):
+        return None
+    return torch.get_autocast_dtype(device.type)
+
+
+@contextlib.contextmanager
+def _progress_bar(label: str, enabled: bool) -> Iterator[Progress | None]:
+    """A tqdm bar on stderr, drawn once runs have gone on for ``PROGRESS_AFTER`` seconds."""
+    stream = sys.stderr
+    if not enabled or stream is None or not stream.isatty():
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(desc=label, unit="run", delay=PROGRESS_AFTER, file=stream, leave=False)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
 def _clock_for(device: torch.device, flush_l2: bool | None) -> Clock:
     if device.type == "cuda":
         return CudaClock.for_device(device, flush_l2=flush_l2 is not False)
     flush = None
     if flush_l2:
-        cache_bytes = devices._last_level_cache_bytes() or 64 << 20
+        cache_bytes = last_level_cache_bytes() or 64 << 20
         buffer = torch.empty(2 * cache_bytes, dtype=torch.int8, device=device)
         flush = buffer.zero_
     sync = torch.mps.synchronize if device.type == "mps" else None
@@ -397,6 +473,7 @@ def benchmark(
     min_time: float = 0.2,
     flush_l2: bool | None = None,
     peak: float | None = None,
+    progress: bool = True,
     **kwargs: Any,
 ) -> Measurement:
     """Time ``fn(*args, **kwargs)`` and relate it to its cost and the device's peaks.
@@ -408,7 +485,10 @@ def benchmark(
     of twice the cache size before each run, untimed. ``peak`` (FLOP/s) overrides
     ``TYPEDFLOPS_PEAK_FLOPS`` and the device table. CUDA runs are timed by events, host runs
     by ``time.perf_counter`` at torch's current thread count (recorded as ``threads``). The
-    timed call includes the decorator's contract check (a few µs).
+    timed call includes the decorator's contract check (a few µs). Under ``torch.autocast``
+    the peak is the autocast dtype's and the bytes of floating tensors are counted at its
+    size. Runs that last over a second show a progress bar on stderr (a terminal only;
+    ``progress=False`` turns it off).
     """
     if warmup < 0 or repeat < 1 or warmup_time < 0 or min_time < 0:
         raise ValueError(
@@ -419,6 +499,12 @@ def benchmark(
         raise SpecError(f"peak= must be a positive number of FLOP/s, got {peak!r}")
     cost = _call_cost(fn, args, kwargs)  # the contract first: nothing has run yet
     device, dtype = _placement(fn, args, kwargs)
+    bytes_moved = int(cost.bytes_read) + int(cost.bytes_written)
+    autocast = _autocast_dtype(device, dtype)
+    if autocast is not None and dtype is not None:
+        # the dry run does not see autocast: its floating bytes are at the tensors' dtype
+        bytes_moved = bytes_moved * autocast.itemsize // dtype.itemsize
+        dtype = autocast
     spec = devices.device_spec(device)
     source = "peak="
     if peak is None and dtype is not None:
@@ -434,7 +520,12 @@ def benchmark(
     # they are not recorded as calls of their own.
     frame = current_frame()
     session = frame.session if frame is not None else None
-    with config.disabled(), suspended(getattr(session, "mode", None)), no_frame():
+    with (
+        config.disabled(),
+        suspended(getattr(session, "mode", None)),
+        no_frame(),
+        _progress_bar(display_name(fn), progress) as bar,
+    ):
         times = collect_times(
             clock,
             lambda: fn(*args, **kwargs),
@@ -442,11 +533,12 @@ def benchmark(
             warmup_time=warmup_time,
             repeat=repeat,
             min_time=min_time,
+            progress=bar,
         )
     measurement = measurement_from(
         times,
         flops=int(cost.flops),
-        bytes_moved=int(cost.bytes_read) + int(cost.bytes_written),
+        bytes_moved=bytes_moved,
         device=str(device),
         dtype=dtype,
         threads=None if device.type == "cuda" else torch.get_num_threads(),

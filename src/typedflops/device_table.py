@@ -1,11 +1,13 @@
 """The promised dense peaks of GPUs, as data: one record per SKU, each with its source.
 
-Figures are copied from shared/NOTES.md ("Promised dense peaks"), in the units NOTES prints
-them: TFLOP/s for peaks and TB/s for bandwidth (``typedflops.devices`` turns them into FLOP/s
-and bytes/s). Datacenter datasheets print tensor-core figures with sparsity; the figures here
-are dense (half). GeForce cards run BF16/FP16 with FP32 accumulate (what PyTorch uses) at half
-the FP16-accumulate rate, and the figures here are those. ``None`` means the SKU has no such
-rate (T4 has no TF32 or BF16 tensor cores, Ampere has no FP8).
+Figures are in TFLOP/s for peaks and TB/s for bandwidth (``typedflops.devices`` turns them
+into FLOP/s and bytes/s), each from the vendor's datasheet or architecture whitepaper named
+in its ``source``. Datacenter datasheets print tensor-core figures with sparsity; the figures
+here are dense (half). GeForce cards run BF16/FP16 with FP32 accumulate (what PyTorch uses) at
+half the FP16-accumulate rate, and the figures here are those. ``None`` means the SKU has no
+such rate (T4 and V100 have no TF32 or BF16 tensor cores, Ampere has no FP8). AMD figures
+are the matrix-core rates; an MI250X or MI250 is two GCDs that ROCm shows as two devices, so
+its records are one GCD, half the board's datasheet figures.
 
 Matching is by tokens of the ``torch.cuda.get_device_name`` string, never by substring: a
 record's ``model`` token must be in the name and every other token of the name must be one the
@@ -21,16 +23,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["BRAND_TOKENS", "GPU_TABLE", "KNOWN_WITHOUT_FIGURES", "DeviceRecord"]
+__all__ = ["BRAND_TOKENS", "GPU_TABLE", "DeviceRecord"]
 
 #: Tokens that name a brand, not a SKU; dropped from a device name before matching.
-BRAND_TOKENS = frozenset({"nvidia", "geforce", "tesla"})
+BRAND_TOKENS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct"})
 
 _DATASHEET_NOTE = "dense = half the sparse tensor-core figures"
 _A100 = "NVIDIA A100 Tensor Core GPU datasheet"
 _A100_NOTE = f"FP64 on tensor cores; {_DATASHEET_NOTE}"
 _Rate = float | None
 _GEFORCE_NOTE = "BF16/FP16 with FP32 accumulate"
+_V100 = "NVIDIA Tesla V100 GPU datasheet"
+_V100_NOTE = "tensor-core FP16 with FP32 accumulate; Volta has no TF32 or BF16"
+_MI250 = (
+    "datasheet, one GCD: half the board's figures; FP64/FP32 on matrix cores; CDNA 2 has "
+    "no TF32 or FP8"
+)
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,44 @@ GPU_TABLE: tuple[DeviceRecord, ...] = (
         "NVIDIA T4 Tensor Core GPU datasheet (Turing: no TF32, BF16 or FP8 tensor cores)",
     ),
     _record(
+        "V100 SXM2", "v100", "sxm2 16gb 32gb",
+        (7.8, 15.7, None, None, 125, None), 0.900,
+        f"{_V100}, SXM2 ({_V100_NOTE})",
+    ),
+    _record(
+        "V100 PCIe", "v100", "pcie 16gb 32gb",
+        (7, 14, None, None, 112, None), 0.900,
+        f"{_V100}, PCIe ({_V100_NOTE})",
+    ),
+    _record(
+        "A10G", "a10g", "",
+        (0.49, 31.52, 63.0, 126.1, 126.1, None), 0.60,
+        "NVIDIA Ampere GA102 GPU architecture whitepaper: per-SM rates (128 FP32 lanes, 4 "
+        "tensor cores of 128 dense FP16/BF16 FMA a clock) x the A10G's 72 SMs at its 1.71 GHz "
+        "boost clock; NVIDIA publishes no A10G datasheet (AWS EC2 G5 GPU)",
+    ),
+    _record(
+        "L40", "l40", "",
+        (1.41, 90.5, 90.5, 181.05, 181.05, 362), 0.864,
+        f"NVIDIA L40 GPU datasheet (FP64 approximate, 1/64 of FP32; {_DATASHEET_NOTE})",
+    ),
+    _record(
+        "MI300X", "mi300x", "oam vf",
+        (163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9), 5.3,
+        "AMD Instinct MI300X accelerator datasheet (FP64/FP32 on matrix cores; dense = half "
+        "the structured-sparsity figures; one device is the whole GPU in SPX partition mode)",
+    ),
+    _record(
+        "MI250X (one GCD)", "mi250x", "mi250",
+        (47.85, 47.85, None, 191.5, 191.5, None), 1.6384,
+        f"AMD Instinct MI250X {_MI250}",
+    ),
+    _record(
+        "MI250 (one GCD)", "mi250", "mi250x",
+        (45.25, 45.25, None, 181.05, 181.05, None), 1.6384,
+        f"AMD Instinct MI250 {_MI250}",
+    ),
+    _record(
         "GeForce RTX 4090", "4090", "rtx",
         (1.29, 82.6, 82.6, 165.2, 165.2, 330.3), 1.008,
         f"NVIDIA Ada Lovelace architecture whitepaper, RTX 4090 ({_GEFORCE_NOTE})",
@@ -159,13 +205,3 @@ GPU_TABLE: tuple[DeviceRecord, ...] = (
         f"NVIDIA RTX Blackwell GPU architecture whitepaper, RTX 5090 ({_GEFORCE_NOTE})",
     ),
 )  # fmt: skip
-
-#: Model tokens of devices that are known but have no cited figure here, with the reason.
-KNOWN_WITHOUT_FIGURES: Mapping[str, str] = MappingProxyType(
-    {
-        "a10g": (
-            "the A10G is AWS's variant of the A10 with different clocks, and NVIDIA publishes no "
-            "datasheet figures for it; the A10's figures would be wrong for it"
-        ),
-    }
-)
