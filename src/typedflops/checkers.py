@@ -8,24 +8,19 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from beartype.door import die_if_unbearable, is_bearable
-from beartype.roar import BeartypeDoorHintViolation
+from beartype.door import is_bearable
 
 from .annotation import AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
 from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
 from .expr import Expression
+from .plain_hints import Checker, hint_text, plain_checker, type_name
 from .scope import CallState, shape_text, size_text, violation
 
 __all__ = ["Checker", "UnresolvedHintError", "compile_hint", "hint_text", "tensor_specs"]
-
-
-# A checker inspects one value at a place ("argument 'x'", "argument 'xs[2]'", "the return
-# value") and binds dims in the state, raising a ContractError subclass on a violation.
-Checker = Callable[[Any, CallState, str], None]
 
 
 def _tensor_checker(spec: TensorSpec) -> Checker:
@@ -40,6 +35,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
     rules_before = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in before)
     rules_after = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in after)
     variadic_axis = None if variadic is None else axes[variadic]
+    rank_text = f"{rank} dimension{'s' if rank != 1 else ''}"
     plain_names: tuple[str, ...] | None = None
     if variadic is None and all(
         a.kind is AxisKind.NAMED and not a.broadcastable and a.name for a in axes
@@ -139,9 +135,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
         ndim = len(shape)
         if variadic is None:
             if ndim != rank:
-                raise shape_error(
-                    state, where, shape, f"{rank} dimension{'s' * (rank != 1)}", None, rank, ndim
-                )
+                raise shape_error(state, where, shape, rank_text, None, rank, ndim)
             if plain_names is None:
                 check_axes(rules_before, shape, 0, state, where)
                 return
@@ -237,69 +231,16 @@ def _wrong_kind(
         ContractError,
         state,
         where,
-        f"is {_type_name(value)} but {needs}",
+        f"is {type_name(value)} but {needs}",
         expected=expected,
         actual=type(value).__name__,
     )
-
-
-def _type_name(value: Any) -> str:
-    name = type(value).__name__
-    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
 
 
 def _contains_tensor_annotation(hint: Any) -> bool:
     if is_tensor_annotation(hint):
         return True
     return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))
-
-
-def _beartype_checker(hint: Any) -> Checker:
-    """Non-tensor hints follow beartype's semantics; plain classes take a fast isinstance."""
-    fast_class = hint if isinstance(hint, type) and hint not in (float, complex) else None
-
-    def check(value: Any, state: CallState, where: str) -> None:
-        if fast_class is not None and isinstance(value, fast_class):
-            return
-        if is_bearable(value, hint):
-            return
-        try:
-            die_if_unbearable(value, hint)
-        except BeartypeDoorHintViolation as exc:
-            reason = _beartype_reason(str(exc))
-        else:  # pragma: no cover - beartype disagreed with itself
-            return
-        raise violation(
-            ContractError,
-            state,
-            where,
-            f"violates its hint {hint_text(hint)}: {reason}",
-            expected=hint_text(hint),
-            actual=type(value).__name__,
-        )
-
-    return check
-
-
-def _beartype_reason(text: str) -> str:
-    """beartype's reason without its preamble: ``Die_if_unbearable() value 'a' violates
-    type hint <class 'int'>, as str 'a' not instance of int.`` -> ``str 'a' not instance
-    of int``."""
-    first = text.splitlines()[0] if text else text
-    _, found, tail = first.partition(" violates type hint ")
-    if found:
-        _, found, reason = tail.partition(", as ")
-        if found:
-            return reason.rstrip(".")
-    return first.removeprefix("Die_if_unbearable() ")
-
-
-def hint_text(hint: Any) -> str:
-    if is_tensor_annotation(hint):
-        return tensor_spec(hint).label
-    if isinstance(hint, type):
-        return hint.__name__
-    return repr(hint).replace("typing.", "")
 
 
 def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
@@ -335,7 +276,7 @@ def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
             ContractError,
             state,
             where,
-            f"is {_type_name(value)} which matches none of {hint_text(hint)}",
+            f"is {type_name(value)} which matches none of {hint_text(hint)}",
             expected=hint_text(hint),
             actual=type(value).__name__,
         )
@@ -396,7 +337,7 @@ def compile_hint(hint: Any) -> Checker:
     if is_tensor_annotation(hint):
         return _tensor_checker(tensor_spec(hint))
     if not _contains_tensor_annotation(hint):
-        return _beartype_checker(hint)
+        return plain_checker(hint)
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):

@@ -133,8 +133,12 @@ class TypedFunction(Generic[P, R]):
     # -- calling ------------------------------------------------------------------------
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        # A plain bound method, created in C: methods and nn.Module.forward stay cheap.
-        return self if instance is None else types.MethodType(self, instance)
+        if instance is None:
+            return self
+        if _is_compiling():
+            # dynamo builds partials of objects it traces (it cannot build our class)
+            return functools.partial(self, instance)
+        return TypedMethod(self, instance)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         # is_compiling() first: dynamo folds it to a constant, and it cannot trace the
@@ -217,9 +221,21 @@ class TypedFunction(Generic[P, R]):
         # Nothing is recorded while compiling.
         if config.DISABLED_BY_ENVIRONMENT:
             return self._fn(*args, **kwargs)
-        state = self._check_arguments(args, kwargs)
+        contract = self.contract
+        state = CallState(self.name)
+        try:
+            if contract.takes_self and args:
+                _bind_module_dims(args[0], state)
+            contract.check_arguments(args, kwargs, state)
+        except ContractError as exc:
+            _report_to_dynamo(exc)
+            raise
         result = self._fn(*args, **kwargs)
-        self._check_return(result, state)
+        try:
+            contract.check_return(result, state)
+        except ContractError as exc:
+            _report_to_dynamo(exc)
+            raise
         return result
 
     # -- costs --------------------------------------------------------------------------
@@ -315,6 +331,60 @@ class TypedFunction(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<typed_flops {self.name}{self.contract.signature}>"
+
+
+class TypedMethod(functools.partial[Any]):
+    """A ``@typed_flops`` function bound to an object, as ``obj.method`` returns it.
+
+    Called like a bound method (in C, as a partial). ``__func__`` is the
+    :class:`TypedFunction`, ``__self__`` the object; ``estimate(**dims)`` estimates the
+    call on that object, and other attributes are the function's.
+    """
+
+    __slots__ = ()
+
+    @property
+    def __func__(self) -> TypedFunction[..., Any]:
+        return self.func  # type: ignore[no-any-return]
+
+    @property
+    def __self__(self) -> Any:
+        return self.args[0]
+
+    def estimate(self, *args: Any, **kwargs: Any) -> Cost:
+        """:meth:`TypedFunction.estimate` with this object first."""
+        return self.func.estimate(self.args[0], *args, **kwargs)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.func, name)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TypedMethod):
+            return NotImplemented
+        return self.func is other.func and self.args[0] is other.args[0]
+
+    def __hash__(self) -> int:
+        return hash((self.func, id(self.args[0])))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # By reference, as Python pickles bound methods: the object, then the name.
+        return getattr, (self.args[0], self.func.__name__)
+
+    def __repr__(self) -> str:
+        return f"<bound typed_flops {self.func.name} of {self.args[0]!r}>"
+
+
+def _report_to_dynamo(error: ContractError) -> None:
+    """Put a contract error's message in what dynamo reports while it traces a call.
+
+    With ``fullgraph=True`` dynamo turns any exception raised while tracing into its own
+    error, quoting ours only as a ``repr``; a graph break with our message keeps it
+    readable there. Without fullgraph, the break makes dynamo run the rest of the call
+    eagerly, which raises ``error`` itself.
+    """
+    graph_break = getattr(torch._dynamo, "graph_break", None)
+    if graph_break is not None:
+        graph_break(msg=error.args[0])
 
 
 def _check_module_device(function: str, module: torch.nn.Module, state: CallState) -> None:

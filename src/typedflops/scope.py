@@ -96,12 +96,16 @@ def current_call() -> CallState | None:
     return call_scope.get()
 
 
+# Messages are built with f-strings only (no str() of a size): torch.compile traces them
+# when a compiled call breaks the contract, with sizes that may be symbolic.
+
+
 def size_text(size: Size) -> str:
-    return str(size) if isinstance(size, int) else shape_text(size)
+    return f"{size}" if isinstance(size, int) else shape_text(size)
 
 
 def shape_text(shape: Sequence[int]) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+    return "(" + ", ".join(f"{s}" for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def display_name(fn: Callable[..., Any]) -> str:
