@@ -14,13 +14,23 @@ from typing import Any
 import torch
 from beartype.door import is_bearable
 
-from .annotation import AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
+from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
 from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
 from .expr import Expression
 from .plain_hints import Checker, hint_text, plain_checker, type_name
 from .scope import CallState, shape_text, size_text, violation
 
 __all__ = ["Checker", "UnresolvedHintError", "compile_hint", "hint_text", "tensor_specs"]
+
+
+# One axis of an annotation, flat: kind, name, fixed size, broadcastable, expression, and
+# "size 3" (the text a message needs for a fixed size).
+Rule = tuple[AxisKind, str | None, int | None, bool, Expression | None, str]
+
+
+def _rule(axis: Axis) -> Rule:
+    fixed_text = f"size {axis.size}"
+    return (axis.kind, axis.name, axis.size, axis.broadcastable, axis.expression, fixed_text)
 
 
 def _tensor_checker(spec: TensorSpec) -> Checker:
@@ -32,10 +42,13 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
     before = axes if variadic is None else axes[:variadic]
     after = () if variadic is None else axes[variadic + 1 :]
     # Flatten the rules to tuples so the per-call loop touches no attributes.
-    rules_before = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in before)
-    rules_after = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in after)
+    # (Message pieces are made here, as text: under torch.compile with dynamic shapes, the
+    # ints of these rules may be traced as symbols, which an f-string cannot format.)
+    rules_before = tuple(_rule(a) for a in before)
+    rules_after = tuple(_rule(a) for a in after)
     variadic_axis = None if variadic is None else axes[variadic]
     rank_text = f"{rank} dimension{'s' if rank != 1 else ''}"
+    minimum_text = f"at least {rank - 1} dimensions"
     plain_names: tuple[str, ...] | None = None
     if variadic is None and all(
         a.kind is AxisKind.NAMED and not a.broadcastable and a.name for a in axes
@@ -65,14 +78,14 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
         )
 
     def check_axes(
-        rules: tuple[tuple[AxisKind, str | None, int | None, bool, Expression | None], ...],
+        rules: tuple[Rule, ...],
         shape: tuple[int, ...],
         offset: int,
         state: CallState,
         where: str,
     ) -> None:
         sizes = state.sizes
-        for index, (kind, name, fixed, broadcastable, expression) in enumerate(rules):
+        for index, (kind, name, fixed, broadcastable, expression, fixed_text) in enumerate(rules):
             axis = offset + index
             size = shape[axis]
             if broadcastable and size == 1:
@@ -97,7 +110,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
             elif kind is AxisKind.FIXED:
                 if size != fixed:
                     raise shape_error(
-                        state, where, shape, f"size {fixed} at axis {axis}", None, fixed, size
+                        state, where, shape, f"{fixed_text} at axis {axis}", None, fixed, size
                     )
             elif kind is AxisKind.SYMBOLIC:
                 assert expression is not None
@@ -153,9 +166,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
                     )
             return
         if ndim < rank - 1:
-            raise shape_error(
-                state, where, shape, f"at least {rank - 1} dimensions", None, rank - 1, ndim
-            )
+            raise shape_error(state, where, shape, minimum_text, None, rank - 1, ndim)
         check_axes(rules_before, shape, 0, state, where)
         middle_end = ndim - len(rules_after)
         check_axes(rules_after, shape, middle_end, state, where)

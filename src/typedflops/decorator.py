@@ -329,6 +329,11 @@ class TypedFunction(Generic[P, R]):
 
         return benchmark(self, *args, **kwargs)
 
+    def __reduce__(self) -> str:
+        # By reference, as functions pickle: the name this object has in its module (a
+        # method's ``Class.name``). Spawned worker processes import it from there.
+        return self.__qualname__
+
     def __repr__(self) -> str:
         return f"<typed_flops {self.name}{self.contract.signature}>"
 
@@ -479,7 +484,7 @@ def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str
     """
     owner: Any = None
     target: Any = fn
-    if isinstance(fn, types.MethodType):
+    if isinstance(fn, (types.MethodType, TypedMethod)):
         owner, target = fn.__self__, fn.__func__
     elif isinstance(fn, torch.nn.Module):
         owner, target = fn, type(fn).forward
