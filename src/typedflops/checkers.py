@@ -6,18 +6,26 @@ tensors check every element; other hints follow beartype's semantics.
 
 from __future__ import annotations
 
+import collections
+import collections.abc
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
-from beartype.door import is_bearable
 
 from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
 from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
 from .expr import Expression
-from .plain_hints import Checker, hint_text, plain_checker, type_name
+from .plain_hints import (
+    Checker,
+    hint_text,
+    plain_checker,
+    plain_predicate,
+    type_name,
+    type_name_of,
+)
 from .scope import CallState, shape_text, size_text, violation
 
 __all__ = ["Checker", "UnresolvedHintError", "compile_hint", "hint_text", "tensor_specs"]
@@ -263,20 +271,13 @@ def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
             return  # `X | None` given None: nothing to try, no error to build
         first_error: ContractError | None = None
         for _option, checker in checkers:
-            trial = CallState(state.function)
-            trial.sizes = dict(state.sizes)
-            trial.origins = dict(state.origins)
-            trial.device, trial.device_where = state.device, state.device_where
-            trial.broadcast_variadic = state.broadcast_variadic
+            trial = state.copy()
             try:
                 checker(value, trial, where)
             except ContractError as exc:
                 first_error = first_error or exc
                 continue
-            state.sizes, state.origins = trial.sizes, trial.origins
-            state.device, state.device_where = trial.device, trial.device_where
-            state.broadcast_variadic = trial.broadcast_variadic
-            state.pending.extend(trial.pending)
+            state.adopt(trial)
             return
         if len(checkers) == 1 or (
             value is not None and sum(o is not type(None) for o, _ in checkers) == 1
@@ -303,70 +304,130 @@ def _item_where(where: str, key: str) -> str:
     return f"{where}[{key}]"
 
 
-def _sequence_checker(container: type, item_checker: Checker) -> Checker:
-    # Every element is checked: beartype samples one element of a container per call.
+def _elements_checker(container: type, item_checker: Checker, *, reiterable: bool) -> Checker:
+    """A container's check: its type, then every element (beartype samples one element).
+
+    ``reiterable``: the hint promises a collection that can be iterated again; otherwise
+    (``Iterable[...]``) an iterator given for it is not consumed, only its type checked.
+    """
+    needs = f"its hint needs {type_name_of(container)}"
+
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, container):
-            needs = f"its hint needs a {container.__name__}"
             raise _wrong_kind(state, where, value, needs, container.__name__)
+        if not reiterable and isinstance(value, Iterator):
+            return
         for index, item in enumerate(typing.cast(Iterable[Any], value)):
-            item_checker(item, state, _item_where(where, str(index)))
+            item_checker(item, state, _item_where(where, f"{index}"))
 
     return check
 
 
 def _tuple_checker(item_checkers: list[Checker]) -> Checker:
+    count = len(item_checkers)
+    needs = f"its hint needs a tuple of {count}"
+
     def check(value: Any, state: CallState, where: str) -> None:
-        if not isinstance(value, tuple) or len(value) != len(item_checkers):
-            needs = f"its hint needs a tuple of {len(item_checkers)}"
-            raise _wrong_kind(state, where, value, needs, len(item_checkers))
+        if not isinstance(value, tuple) or len(value) != count:
+            raise _wrong_kind(state, where, value, needs, count)
         for index, (item, item_checker) in enumerate(zip(value, item_checkers, strict=True)):
-            item_checker(item, state, _item_where(where, str(index)))
+            item_checker(item, state, _item_where(where, f"{index}"))
 
     return check
 
 
-def _mapping_checker(key_hint: Any, value_checker: Checker) -> Checker:
+def _mapping_checker(container: type, key_hint: Any, value_checker: Checker) -> Checker:
+    key_ok = plain_predicate(key_hint)
+    key_text = hint_text(key_hint)
+    kind = "a mapping" if container is collections.abc.Mapping else type_name_of(container)
+    needs = f"its hint needs {kind}"
+
     def check(value: Any, state: CallState, where: str) -> None:
-        if not isinstance(value, Mapping):
-            raise _wrong_kind(state, where, value, "its hint needs a mapping", "Mapping")
+        if not isinstance(value, container):
+            raise _wrong_kind(state, where, value, needs, container.__name__)
         for key, item in value.items():
-            if not is_bearable(key, key_hint):
-                raise violation(
-                    ContractError,
-                    state,
-                    where,
-                    f"has key {key!r} that violates {hint_text(key_hint)}",
-                )
+            if not key_ok(key):
+                reason = f"has key {key!r} that violates {key_text}"
+                raise violation(ContractError, state, where, reason)
             value_checker(item, state, _item_where(where, repr(key)))
 
     return check
 
 
+def _type_checker(container: type) -> Checker:
+    """Only the value's type: what cannot be checked without consuming or calling it."""
+    needs = f"its hint needs {type_name_of(container)}"
+
+    def check(value: Any, state: CallState, where: str) -> None:
+        if not isinstance(value, container):
+            raise _wrong_kind(state, where, value, needs, container.__name__)
+
+    return check
+
+
+def _accept(value: Any, state: CallState, where: str) -> None:
+    """A hint whose tensors cannot be checked and which names no class to check instead."""
+
+
+# Containers that can be iterated again without being used up: every element is checked.
+_COLLECTIONS: frozenset[Any] = frozenset(
+    {
+        list,
+        set,
+        frozenset,
+        collections.deque,
+        collections.abc.Collection,
+        collections.abc.Sequence,
+        collections.abc.MutableSequence,
+        collections.abc.Set,
+        collections.abc.MutableSet,
+        collections.abc.KeysView,
+        collections.abc.ValuesView,
+    }
+)
+_MAPPINGS: frozenset[Any] = frozenset(
+    {
+        dict,
+        collections.defaultdict,
+        collections.OrderedDict,
+        collections.abc.Mapping,
+        collections.abc.MutableMapping,
+    }
+)
+
+
 def compile_hint(hint: Any) -> Checker:
-    """Compile one type hint into a checker (tensor annotations, containers of them, others)."""
+    """Compile one type hint into a checker (tensor annotations, containers of them, others).
+
+    What can be checked is: tensors, in any container that can be iterated again. What
+    cannot (the values an iterator or generator will give, a callable's arguments) is
+    accepted with only its type checked.
+    """
     if is_tensor_annotation(hint):
         return _tensor_checker(tensor_spec(hint))
-    if not _contains_tensor_annotation(hint):
-        return plain_checker(hint)
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return compile_hint(args[0])
+    if not _contains_tensor_annotation(hint):
+        return plain_checker(hint)
     if origin in (typing.Union, types.UnionType):
         return _union_checker(hint, args)
-    if origin in (list, Sequence, set, frozenset, typing.Iterable) and len(args) == 1:
-        container = (
-            origin
-            if isinstance(origin, type) and origin is not Sequence
-            else (Sequence if origin is Sequence else object)
-        )
-        return _sequence_checker(container, compile_hint(args[0]))
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return _sequence_checker(tuple, compile_hint(args[0]))
+            return _elements_checker(tuple, compile_hint(args[0]), reiterable=True)
         return _tuple_checker([compile_hint(arg) for arg in args])
-    if origin in (dict, Mapping) and len(args) == 2:
-        return _mapping_checker(args[0], compile_hint(args[1]))
-    raise SpecError(f"hint {hint_text(hint)}: typedflops cannot check tensors inside {origin}")
+    if origin in _MAPPINGS and len(args) == 2:
+        # dict[...] takes any mapping, as it always has here (beartype wants a dict)
+        container = collections.abc.Mapping if origin is dict else origin
+        return _mapping_checker(container, args[0], compile_hint(args[1]))
+    if origin in _COLLECTIONS and len(args) == 1:
+        return _elements_checker(origin, compile_hint(args[0]), reiterable=True)
+    if origin is collections.abc.Iterable and len(args) == 1:
+        return _elements_checker(origin, compile_hint(args[0]), reiterable=False)
+    if isinstance(origin, type):  # Iterator[...], Callable[...], a user's generic class
+        return _type_checker(origin)
+    return _accept
 
 
 def tensor_specs(hint: Any) -> list[TensorSpec]:

@@ -8,6 +8,7 @@ formatting and beartype's reasons are only touched when something is wrong.
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import types
 import typing
@@ -95,11 +96,17 @@ class Contract:
             p.name: p for p in self.parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY
         }
         self.return_hint = hints.get("return")
-        self.return_checker = (
-            compile_hint(self.return_hint)
-            if "return" in hints and self.return_hint is not Any
-            else None
-        )
+        # A generator's body runs later: its return hint types what it yields (and, for a
+        # Generator[Y, S, R], what it returns), checked as the body runs.
+        self.kind = function_kind(fn)
+        self.yield_checker: Checker | None = None
+        self.return_checker: Checker | None = None
+        if self.kind in (GENERATOR, ASYNC_GENERATOR):
+            yielded, returned = generator_hints(self.return_hint)
+            self.yield_checker = _checker_or_none(yielded)
+            self.return_checker = _checker_or_none(returned)
+        elif "return" in hints:
+            self.return_checker = _checker_or_none(self.return_hint)
         if self.return_hint is not None:
             self.specs["return"] = tensor_specs(self.return_hint)
         self.checked = [p for p in self.parameters if p.checker is not None]
@@ -201,6 +208,18 @@ class Contract:
             if state.pending:
                 self.resolve_symbolic(state)
 
+    def check_yield(self, value: Any, state: CallState) -> None:
+        """Check one value a generator yielded, against the dims its arguments bound.
+
+        Dims that only the yield annotation names are bound anew for each value (a data
+        generator's last batch may be smaller): ``state`` is not changed.
+        """
+        if self.yield_checker is not None:
+            trial = state.copy()
+            self.yield_checker(value, trial, "the yielded value")
+            if trial.pending:
+                self.resolve_symbolic(trial)
+
     def resolve_symbolic(self, state: CallState) -> None:
         """Check symbolic axes (``n+1``) once every named dim of the arguments is bound."""
         pending, state.pending = state.pending, []
@@ -232,6 +251,59 @@ class Contract:
                     actual=size,
                     origin_dims=sorted(expression.names),
                 )
+
+
+FUNCTION, COROUTINE, GENERATOR, ASYNC_GENERATOR = (
+    "function",
+    "coroutine",
+    "generator",
+    "async generator",
+)
+
+
+def function_kind(fn: Callable[..., Any]) -> str:
+    """``"generator"``, ``"async generator"``, ``"coroutine"`` or ``"function"``."""
+    if inspect.isasyncgenfunction(fn):
+        return ASYNC_GENERATOR
+    if inspect.isgeneratorfunction(fn):
+        return GENERATOR
+    if inspect.iscoroutinefunction(fn):
+        return COROUTINE
+    return FUNCTION
+
+
+_YIELDING = {
+    collections.abc.Iterator,
+    collections.abc.Iterable,
+    collections.abc.Generator,
+    collections.abc.AsyncIterator,
+    collections.abc.AsyncIterable,
+    collections.abc.AsyncGenerator,
+}
+
+
+def generator_hints(hint: Any) -> tuple[Any, Any]:
+    """What a generator annotated ``hint`` yields and returns (None: not said).
+
+    >>> generator_hints(collections.abc.Generator[int, None, str])
+    (<class 'int'>, <class 'str'>)
+    >>> generator_hints(typing.Iterator[int])
+    (<class 'int'>, None)
+    """
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin not in _YIELDING or not args:
+        return None, None
+    returned = args[2] if origin is collections.abc.Generator and len(args) == 3 else None
+    return args[0], returned
+
+
+def _checker_or_none(hint: Any) -> Checker | None:
+    if hint is None or hint is Any:
+        return None
+    return compile_hint(hint)
 
 
 def _is_union(hint: Any) -> bool:

@@ -24,10 +24,11 @@ from ._engine.probes import call_dims, call_probe, estimate_probe
 from ._engine.recorder import begin_call, counted_call
 from ._engine.session import RunSession, current_frame
 from .annotation import ELLIPSIS, AxisKind
-from .contract import Contract, compile_contract
+from .contract import COROUTINE, FUNCTION, GENERATOR, Contract, compile_contract, function_kind
 from .cost import Cost
 from .errors import ContractError, DeviceError, SpecError
 from .expr import parse_expression
+from .generators import checked_async_generator, checked_generator
 from .scope import CallState, Size, call_scope, current_call, display_name, violation
 
 __all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "typed_flops"]
@@ -89,8 +90,10 @@ class TypedFunction(Generic[P, R]):
         self.__wrapped__ = fn
         self._fn = fn
         self.name = name or display_name(fn)
-        self._is_async = inspect.iscoroutinefunction(fn)
-        if self._is_async:
+        self._kind = function_kind(fn)
+        # Coroutines and generators run their body after the call returns.
+        self._deferred = self._kind != FUNCTION
+        if self._kind == COROUTINE:
             _mark_coroutine_function(self)
         self._contract: Contract | None = None
         self._last_estimate: dict[str, Any] | None = None
@@ -148,8 +151,8 @@ class TypedFunction(Generic[P, R]):
         if _checks_off.get():
             return self._fn(*args, **kwargs)
         state = self._check_arguments(args, kwargs)
-        if self._is_async:
-            return self._call_async(args, kwargs, state)  # type: ignore[return-value]
+        if self._deferred:
+            return self._call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
         token = call_scope.set(state)
         try:
             frame = current_frame()
@@ -192,6 +195,16 @@ class TypedFunction(Generic[P, R]):
             self.contract.check_return(result, state)
         except ContractError as exc:
             raise exc.with_traceback(None) from None
+
+    def _call_deferred(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
+    ) -> Any:
+        if self._kind == COROUTINE:
+            return self._call_async(args, kwargs, state)
+        body: Any = self._fn(*args, **kwargs)
+        if self._kind == GENERATOR:
+            return checked_generator(body, self.contract, state)
+        return checked_async_generator(body, self.contract, state)
 
     async def _call_async(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState

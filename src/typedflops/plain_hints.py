@@ -21,7 +21,7 @@ from .annotation import is_tensor_annotation, tensor_spec
 from .errors import ContractError
 from .scope import CallState, violation
 
-__all__ = ["Checker", "hint_text", "plain_checker", "type_name"]
+__all__ = ["Checker", "hint_text", "plain_checker", "plain_predicate", "type_name", "type_name_of"]
 
 # A checker inspects one value at a place ("argument 'x'", "argument 'xs[2]'", "the return
 # value") and binds dims in the state, raising a ContractError subclass on a violation.
@@ -34,7 +34,12 @@ _is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is
 
 def type_name(value: Any) -> str:
     """``a str``, ``an int``: the value's type, with its article."""
-    name = type(value).__name__
+    return type_name_of(type(value))
+
+
+def type_name_of(cls: type) -> str:
+    """``a list``, ``an Iterator``: a class's name, with its article."""
+    name = cls.__name__
     return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
 
 
@@ -87,6 +92,15 @@ def simple_predicate(hint: Any) -> Predicate | None:
         checks = typing.cast(list[Predicate], options)
         return lambda value: any(check(value) for check in checks)
     return None
+
+
+def plain_predicate(hint: Any) -> Predicate:
+    """Whether a value satisfies ``hint`` (beartype's verdict; True under torch.compile
+    when the hint is not simple)."""
+    predicate = simple_predicate(hint)
+    if predicate is not None:
+        return predicate
+    return lambda value: _is_compiling() or is_bearable(value, hint)
 
 
 def _beartype_reason(text: str) -> str:

@@ -65,6 +65,22 @@ class CallState:
         # binding may still grow by broadcasting against a later argument).
         self.broadcast_variadic: frozenset[str] = _NO_NAMES
 
+    def copy(self) -> CallState:
+        """A state with the same bindings and device, to try a value against."""
+        trial = CallState(self.function)
+        trial.sizes = dict(self.sizes)
+        trial.origins = dict(self.origins)
+        trial.device, trial.device_where = self.device, self.device_where
+        trial.broadcast_variadic = self.broadcast_variadic
+        return trial
+
+    def adopt(self, trial: CallState) -> None:
+        """Keep what a trial state (from :meth:`copy`) bound."""
+        self.sizes, self.origins = trial.sizes, trial.origins
+        self.device, self.device_where = trial.device, trial.device_where
+        self.broadcast_variadic = trial.broadcast_variadic
+        self.pending.extend(trial.pending)
+
     def bind(self, name: str, size: Size, origin: Origin | str) -> None:
         """Bind ``name`` before any argument is seen (e.g. from a module's own sizes)."""
         self.sizes[name] = size
@@ -131,9 +147,10 @@ def violation(
     if state.sizes:
         lines.append(f"bound so far: {state.bound_so_far()}")
     if argument is None:
-        argument = (
-            where.removeprefix("argument ").strip("'") if where.startswith("arg") else "return"
-        )
+        if where.startswith("arg"):
+            argument = where.removeprefix("argument ").strip("'")
+        else:
+            argument = "yield" if where.startswith("the yielded") else "return"
     return cls(
         "\n  ".join(lines),
         function=state.function,
