@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import collections
 import collections.abc
+import dataclasses
 import types
 import typing
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
+from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation
+from .deferred import spec_of
 from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
 from .expr import Expression
 from .plain_hints import (
@@ -228,7 +230,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
             state,
             where,
             shape,
-            f"*{name}={size_text(bound)}",
+            f"{name if name.startswith('*') else '*' + name}={size_text(bound)}",
             name,
             bound,
             group,
@@ -262,8 +264,8 @@ def _contains_tensor_annotation(hint: Any) -> bool:
     return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))
 
 
-def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
-    checkers = [(option, compile_hint(option)) for option in options]
+def _union_checker(hint: Any, options: tuple[Any, ...], apart: frozenset[str]) -> Checker:
+    checkers = [(option, compile_hint(option, apart)) for option in options]
     none_allowed = type(None) in options
 
     def check(value: Any, state: CallState, where: str) -> None:
@@ -345,7 +347,7 @@ def _mapping_checker(container: type, key_hint: Any, value_checker: Checker) -> 
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, container):
             raise _wrong_kind(state, where, value, needs, container.__name__)
-        for key, item in value.items():
+        for key, item in typing.cast(Mapping[Any, Any], value).items():
             if not key_ok(key):
                 reason = f"has key {key!r} that violates {key_text}"
                 raise violation(ContractError, state, where, reason)
@@ -396,41 +398,56 @@ _MAPPINGS: frozenset[Any] = frozenset(
 )
 
 
-def compile_hint(hint: Any) -> Checker:
+def _kept_apart(spec: TensorSpec, apart: frozenset[str]) -> TensorSpec:
+    """``spec`` with its ``*name`` dim bound as ``*name`` when ``name`` is in ``apart``."""
+    if spec.variadic_index is None:
+        return spec
+    axis = spec.axes[spec.variadic_index]
+    if axis.kind is not AxisKind.VARIADIC or axis.name not in apart:
+        return spec
+    axes = list(spec.axes)
+    axes[spec.variadic_index] = dataclasses.replace(axis, name=f"*{axis.name}")
+    return dataclasses.replace(spec, axes=tuple(axes))
+
+
+def compile_hint(hint: Any, apart: frozenset[str] = frozenset()) -> Checker:
     """Compile one type hint into a checker (tensor annotations, containers of them, others).
 
     What can be checked is: tensors, in any container that can be iterated again. What
     cannot (the values an iterator or generator will give, a callable's arguments) is
-    accepted with only its type checked.
+    accepted with only its type checked. ``apart``: names that the function uses both as a
+    dim and as a variadic dim (``"n"`` and ``"*n"``), which jaxtyping keeps apart: their
+    variadic dims are bound as ``*n``.
     """
     if is_tensor_annotation(hint):
-        return _tensor_checker(tensor_spec(hint))
+        return _tensor_checker(_kept_apart(spec_of(hint), apart))
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Annotated:
-        return compile_hint(args[0])
+        return compile_hint(args[0], apart)
     if not _contains_tensor_annotation(hint):
         return plain_checker(hint)
     if origin in (typing.Union, types.UnionType):
-        return _union_checker(hint, args)
+        return _union_checker(hint, args, apart)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return _elements_checker(tuple, compile_hint(args[0]), reiterable=True)
-        return _tuple_checker([compile_hint(arg) for arg in args])
+            return _elements_checker(tuple, compile_hint(args[0], apart), reiterable=True)
+        return _tuple_checker([compile_hint(arg, apart) for arg in args])
     if origin in _MAPPINGS and len(args) == 2:
         # dict[...] takes any mapping, as it always has here (beartype wants a dict)
         container = collections.abc.Mapping if origin is dict else origin
-        return _mapping_checker(container, args[0], compile_hint(args[1]))
+        return _mapping_checker(container, args[0], compile_hint(args[1], apart))
     if origin in _COLLECTIONS and len(args) == 1:
-        return _elements_checker(origin, compile_hint(args[0]), reiterable=True)
+        return _elements_checker(origin, compile_hint(args[0], apart), reiterable=True)
     if origin is collections.abc.Iterable and len(args) == 1:
-        return _elements_checker(origin, compile_hint(args[0]), reiterable=False)
+        return _elements_checker(origin, compile_hint(args[0], apart), reiterable=False)
     if isinstance(origin, type):  # Iterator[...], Callable[...], a user's generic class
         return _type_checker(origin)
     return _accept
 
 
 def tensor_specs(hint: Any) -> list[TensorSpec]:
+    """Every tensor annotation in ``hint``, parsed (deferred dims included)."""
     if is_tensor_annotation(hint):
-        return [tensor_spec(hint)]
+        return [spec_of(hint)]
     return [spec for arg in typing.get_args(hint) for spec in tensor_specs(arg)]

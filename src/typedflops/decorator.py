@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 import types
+import typing
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -24,6 +26,7 @@ from ._engine.probes import call_dims, call_probe, estimate_probe
 from ._engine.recorder import begin_call, counted_call
 from ._engine.session import RunSession, current_frame
 from .annotation import ELLIPSIS, AxisKind
+from .classes import typed_class
 from .contract import COROUTINE, FUNCTION, GENERATOR, Contract, compile_contract, function_kind
 from .cost import Cost
 from .errors import ContractError, DeviceError, SpecError
@@ -35,6 +38,7 @@ __all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "t
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T", bound=type)
 
 _checks_off = config._disabled
 # Dynamo folds this to True while it traces; eagerly it is a plain `return False` (25 ns).
@@ -99,11 +103,20 @@ class TypedFunction(Generic[P, R]):
         self._last_estimate: dict[str, Any] | None = None
         self._formula: sympy.Expr | None = None
         self._flops = None if flops is None else parse_expression(flops, origin="flops=")
-        # A forward reference not defined yet (NameError): compile at the first call.
-        with contextlib.suppress(NameError):
+        # A string annotation may name a class local to the function that defines `fn`
+        # (resolved with its locals), or something defined later (at the first call).
+        self._scopes: list[types.FrameType] = []
+        try:
             self._contract = compile_contract(fn, self.name)
+        except NameError:
+            self._scopes = _defining_frames()
+            with contextlib.suppress(NameError):
+                self._contract = compile_contract(fn, self.name, localns=_locals(self._scopes))
+                self._scopes = []
         if self._flops is not None and self._contract is not None:
             self._check_formula_names(self._contract)
+        if getattr(fn, "__no_type_check__", False):
+            self.__no_type_check__ = True
 
     def _check_formula_names(self, contract: Contract) -> None:
         assert self._flops is not None
@@ -128,10 +141,26 @@ class TypedFunction(Generic[P, R]):
     def contract(self) -> Contract:
         """The compiled contract (compiled at decoration, or at first use for forward refs)."""
         if self._contract is None:
-            self._contract = compile_contract(self._fn, self.name)
+            scopes, self._scopes = self._scopes, []
+            self._contract = compile_contract(self._fn, self.name, localns=_locals(scopes))
             if self._flops is not None:
                 self._check_formula_names(self._contract)
         return self._contract
+
+    @property
+    def __no_type_check__(self) -> bool:
+        """Set by ``@typing.no_type_check`` (placed over or under ``@typed_flops``): calls
+        are not checked."""
+        return isinstance(self, _UncheckedFunction)
+
+    @__no_type_check__.setter
+    def __no_type_check__(self, value: bool) -> None:
+        # A change of class, not a flag: the checked call path tests nothing for it.
+        if value and not isinstance(self, _UncheckedFunction):
+            self.__dict__["_checked_class"] = type(self)
+            self.__class__ = _UncheckedFunction
+        elif not value and isinstance(self, _UncheckedFunction):
+            self.__class__ = self.__dict__.pop("_checked_class")
 
     # -- calling ------------------------------------------------------------------------
 
@@ -351,6 +380,29 @@ class TypedFunction(Generic[P, R]):
         return f"<typed_flops {self.name}{self.contract.signature}>"
 
 
+class _UncheckedFunction(TypedFunction[P, R]):
+    """A :class:`TypedFunction` marked ``@typing.no_type_check``: calls run unchecked."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._fn(*args, **kwargs)
+
+
+class DataclassInit(TypedFunction[..., None]):
+    """A dataclass's checked ``__init__`` (see :func:`typedflops.classes.typed_class`).
+
+    Not checked once its class is marked ``@typing.no_type_check``.
+    """
+
+    def __init__(self, fn: Callable[..., None], *, owner: type) -> None:
+        super().__init__(fn, flops=None, name=None)
+        self._owner = owner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if getattr(self._owner, "__no_type_check__", False):
+            return self._fn(*args, **kwargs)
+        return TypedFunction.__call__(self, *args, **kwargs)
+
+
 class TypedMethod(functools.partial[Any]):
     """A ``@typed_flops`` function bound to an object, as ``obj.method`` returns it.
 
@@ -363,7 +415,7 @@ class TypedMethod(functools.partial[Any]):
 
     @property
     def __func__(self) -> TypedFunction[..., Any]:
-        return self.func  # type: ignore[no-any-return]
+        return typing.cast(TypedFunction[..., Any], self.func)
 
     @property
     def __self__(self) -> Any:
@@ -371,7 +423,8 @@ class TypedMethod(functools.partial[Any]):
 
     def estimate(self, *args: Any, **kwargs: Any) -> Cost:
         """:meth:`TypedFunction.estimate` with this object first."""
-        return self.func.estimate(self.args[0], *args, **kwargs)  # type: ignore[no-any-return]
+        cost: Cost = self.__func__.estimate(self.args[0], *args, **kwargs)
+        return cost
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.func, name)
@@ -389,7 +442,28 @@ class TypedMethod(functools.partial[Any]):
         return getattr, (self.args[0], self.func.__name__)
 
     def __repr__(self) -> str:
-        return f"<bound typed_flops {self.func.name} of {self.args[0]!r}>"
+        return f"<bound typed_flops {self.__func__.name} of {self.args[0]!r}>"
+
+
+def _defining_frames(limit: int = 8) -> list[types.FrameType]:
+    """The frames of the functions (and class bodies) that are defining a decorated
+    function, innermost first, up to its module's: where its local names live."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("typedflops."):
+        frame = frame.f_back  # type: ignore[assignment]
+    found: list[types.FrameType] = []
+    while frame is not None and len(found) < limit and frame.f_code.co_name != "<module>":
+        found.append(frame)
+        frame = frame.f_back  # type: ignore[assignment]
+    return found
+
+
+def _locals(frames: list[types.FrameType]) -> dict[str, Any]:
+    """The names those frames define now (inner frames first)."""
+    names: dict[str, Any] = {}
+    for frame in reversed(frames):
+        names.update(frame.f_locals)
+    return names
 
 
 def _report_to_dynamo(error: ContractError) -> None:
@@ -445,6 +519,10 @@ def _bind_module_dims(obj: Any, state: CallState) -> None:
 
 
 @overload
+def typed_flops(fn: type[T], /) -> type[T]: ...  # type: ignore[overload-overlap]
+
+
+@overload
 def typed_flops(fn: Callable[P, R], /) -> TypedFunction[P, R]: ...
 
 
@@ -454,9 +532,7 @@ def typed_flops(
 ) -> Callable[[Callable[P, R]], TypedFunction[P, R]]: ...
 
 
-def typed_flops(
-    fn: Callable[P, R] | None = None, /, *, flops: str | None = None, name: str | None = None
-) -> TypedFunction[P, R] | Callable[[Callable[P, R]], TypedFunction[P, R]]:
+def typed_flops(fn: Any = None, /, *, flops: str | None = None, name: str | None = None) -> Any:
     """Check a function's jaxtyping contract on every call and give it a cost model.
 
     Bare (``@typed_flops``) or with options (``@typed_flops(flops="2*m*n*k", name="mm")``).
@@ -476,12 +552,20 @@ def typed_flops(
     2*batch*d_in*d_out
     """
 
-    def decorate(function: Callable[P, R]) -> TypedFunction[P, R]:
+    def decorate(function: Any) -> Any:
         if isinstance(function, TypedFunction):
             return function  # already decorated: one contract, checked once
+        if isinstance(function, type):
+            return typed_class(function)
         if isinstance(function, (classmethod, staticmethod)):
-            inner = TypedFunction(function.__func__, flops=flops, name=name)
-            return type(function)(inner)  # type: ignore[return-value]
+            return type(function)(decorate(function.__func__))
+        if isinstance(function, property):
+            return property(
+                fget=None if function.fget is None else decorate(function.fget),
+                fset=None if function.fset is None else decorate(function.fset),
+                fdel=None if function.fdel is None else decorate(function.fdel),
+                doc=function.__doc__,
+            )
         return TypedFunction(function, flops=flops, name=name)
 
     if fn is not None:

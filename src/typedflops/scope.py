@@ -43,6 +43,7 @@ class CallState:
     """
 
     __slots__ = (
+        "arguments",
         "broadcast_variadic",
         "device",
         "device_where",
@@ -64,6 +65,8 @@ class CallState:
         # Variadic dims last bound by a broadcastable ``#*name`` (jaxtyping's rule: such a
         # binding may still grow by broadcasting against a later argument).
         self.broadcast_variadic: frozenset[str] = _NO_NAMES
+        # The call's arguments by name, when `{name}` dims need them.
+        self.arguments: dict[str, Any] | None = None
 
     def copy(self) -> CallState:
         """A state with the same bindings and device, to try a value against."""
@@ -72,6 +75,7 @@ class CallState:
         trial.origins = dict(self.origins)
         trial.device, trial.device_where = self.device, self.device_where
         trial.broadcast_variadic = self.broadcast_variadic
+        trial.arguments = self.arguments
         return trial
 
     def adopt(self, trial: CallState) -> None:
