@@ -32,6 +32,7 @@ from .cost import Cost
 from .errors import ContractError, DeviceError, SpecError
 from .expr import parse_expression
 from .generators import checked_async_generator, checked_generator
+from .memo import reads_memo, with_memo
 from .scope import CallState, Size, call_scope, current_call, display_name, violation
 
 __all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "typed_flops"]
@@ -99,6 +100,11 @@ class TypedFunction(Generic[P, R]):
         self._deferred = self._kind != FUNCTION
         if self._kind == COROUTINE:
             _mark_coroutine_function(self)
+        # The body as checked calls run it: with jaxtyping's memo holding the call's dims
+        # when it reads them (isinstance, print_bindings).
+        self._body: Callable[..., Any] = (
+            with_memo(fn) if self._kind == FUNCTION and reads_memo(fn) else fn
+        )
         self._contract: Contract | None = None
         self._last_estimate: dict[str, Any] | None = None
         self._formula: sympy.Expr | None = None
@@ -186,7 +192,7 @@ class TypedFunction(Generic[P, R]):
         try:
             frame = current_frame()
             if frame is None:
-                result = self._fn(*args, **kwargs)
+                result = self._body(*args, **kwargs)
                 self._check_return(result, state)
             else:
                 result = counted_call(
@@ -215,7 +221,7 @@ class TypedFunction(Generic[P, R]):
         return state
 
     def _run_checked(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState) -> R:
-        result = self._fn(*args, **kwargs)
+        result: R = self._body(*args, **kwargs)
         self._check_return(result, state)
         return result
 
