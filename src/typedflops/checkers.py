@@ -154,7 +154,10 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
                 expected=state.device,
                 actual=device,
             )
-        shape: tuple[int, ...] = value.shape
+        try:
+            shape: tuple[int, ...] = value.shape
+        except RuntimeError:  # a nested tensor of the strided layout has no shape
+            raise _shapeless(state, where, value, spec) from None
         ndim = len(shape)
         if variadic is None:
             if ndim != rank:
@@ -240,6 +243,20 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
     return check
 
 
+def _shapeless(state: CallState, where: str, value: torch.Tensor, spec: TensorSpec) -> ShapeError:
+    """The error for a tensor without a shape (a nested tensor of the strided layout)."""
+    kind = f"a nested tensor of layout {value.layout}" if value.is_nested else "a tensor"
+    return violation(
+        ShapeError,
+        state,
+        where,
+        f"is {kind}, which has no shape to check against its annotation "
+        f'"{spec.dim_str}" (nested tensors of layout torch.jagged have one)',
+        expected=spec.dim_str,
+        actual=f"{value.layout}",
+    )
+
+
 class UnresolvedHintError(SpecError, NameError):
     """A type hint names something that is not defined (yet)."""
 
@@ -271,26 +288,34 @@ def _union_checker(hint: Any, options: tuple[Any, ...], apart: frozenset[str]) -
     def check(value: Any, state: CallState, where: str) -> None:
         if value is None and none_allowed:
             return  # `X | None` given None: nothing to try, no error to build
-        first_error: ContractError | None = None
-        for _option, checker in checkers:
+        errors: list[tuple[Any, ContractError]] = []
+        for option, checker in checkers:
             trial = state.copy()
             try:
                 checker(value, trial, where)
             except ContractError as exc:
-                first_error = first_error or exc
+                errors.append((option, exc))
                 continue
             state.adopt(trial)
             return
         if len(checkers) == 1 or (
             value is not None and sum(o is not type(None) for o, _ in checkers) == 1
         ):
-            assert first_error is not None
-            raise first_error
+            raise errors[0][1]
+        # Why each option failed, one line each, without the call's own prefix.
+        prefix = f"{state.function}(): "
+        reasons = []
+        for option, error in errors:
+            why = f"{error}".split("\n", 1)[0].removeprefix(prefix)
+            why = why.removeprefix(f"{where} ")
+            if option is type(None):
+                why = "is not None"
+            reasons.append(f"\n  {hint_text(option)}: {why}")
         raise violation(
             ContractError,
             state,
             where,
-            f"is {type_name(value)} which matches none of {hint_text(hint)}",
+            f"is {type_name(value)} which matches none of {hint_text(hint)}:" + "".join(reasons),
             expected=hint_text(hint),
             actual=type(value).__name__,
         )

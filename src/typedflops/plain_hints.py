@@ -17,7 +17,7 @@ import torch
 from beartype.door import die_if_unbearable, is_bearable
 from beartype.roar import BeartypeDoorHintViolation
 
-from .annotation import is_tensor_annotation, tensor_spec
+from .annotation import is_tensor_annotation
 from .errors import ContractError
 from .scope import CallState, violation
 
@@ -44,11 +44,27 @@ def type_name_of(cls: type) -> str:
 
 
 def hint_text(hint: Any) -> str:
-    """How messages show a hint: ``int``, ``Float[Tensor, "n"]``, ``list[int] | None``."""
+    """How messages show a hint: ``int``, ``Float[Tensor, "n"]``, ``list[int] | None``.
+
+    >>> from torch import Tensor
+    >>> from jaxtyping import Float
+    >>> hint_text(list[Float[Tensor, "n"]] | None)
+    'list[Float[Tensor, "n"]] | None'
+    """
     if is_tensor_annotation(hint):
-        return tensor_spec(hint).label
-    if isinstance(hint, type):
+        return f'{getattr(hint.dtype, "__name__", "Shaped")}[Tensor, "{hint.dim_str}"]'
+    if hint is None or hint is type(None):
+        return "None"
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(hint_text(arg) for arg in args)
+    if isinstance(hint, type) and origin is None:
         return hint.__name__
+    if origin is not None and args and origin is not typing.Literal:
+        name = getattr(origin, "__name__", None) or repr(origin).replace("typing.", "")
+        shown = ", ".join("..." if arg is Ellipsis else hint_text(arg) for arg in args)
+        return f"{name}[{shown}]"
     return repr(hint).replace("typing.", "")
 
 
