@@ -124,7 +124,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
                     )
             elif kind is AxisKind.SYMBOLIC:
                 assert expression is not None
-                state.pending.append((expression, spec.dim_str, axis, size, where, shape))
+                state.pending += ((expression, spec.dim_str, axis, size, where, shape),)
 
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, torch.Tensor):

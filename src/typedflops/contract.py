@@ -266,7 +266,7 @@ class Contract:
 
     def resolve_symbolic(self, state: CallState) -> None:
         """Check symbolic axes (``n+1``) once every named dim of the arguments is bound."""
-        pending, state.pending = state.pending, []
+        pending, state.pending = state.pending, ()
         for expression, dim_str, axis, size, where, shape in pending:
             sizes = typing.cast(Mapping[str, int], state.sizes)
             if state.arguments is not None:

@@ -9,6 +9,7 @@ few microseconds over a plain one.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
 import sys
@@ -78,6 +79,14 @@ def _notify(
         observer(function, args, kwargs, state)
 
 
+# Nested checked calls up to this depth run as they are; deeper ones (recursion) raise the
+# interpreter's recursion limit by the frames a checked call adds (the call of the object
+# and __call__), while they run: a decorated recursive function goes as deep as a plain one.
+_SHALLOW = 8
+_OWN_FRAMES = 2
+_NO_PARENT = contextvars.Token.MISSING
+
+
 class TypedFunction(Generic[P, R]):
     """A function with a checked jaxtyping contract and a cost model (see :func:`typed_flops`).
 
@@ -102,7 +111,7 @@ class TypedFunction(Generic[P, R]):
             _mark_coroutine_function(self)
         # The body as checked calls run it: with jaxtyping's memo holding the call's dims
         # when it reads them (isinstance, print_bindings).
-        self._body: Callable[..., Any] = (
+        self._body: Callable[P, R] = (
             with_memo(fn) if self._kind == FUNCTION and reads_memo(fn) else fn
         )
         self._contract: Contract | None = None
@@ -185,15 +194,33 @@ class TypedFunction(Generic[P, R]):
             return self._call_compiled(args, kwargs)
         if _checks_off.get():
             return self._fn(*args, **kwargs)
-        state = self._check_arguments(args, kwargs)
+        # (_check_arguments and _check_return, inlined: this is the hot path)
+        contract = self._contract or self.contract
+        state = CallState(self.name)
+        try:
+            if contract.takes_self and args:
+                _bind_module_dims(args[0], state)
+            contract.check_arguments(args, kwargs, state)
+        except ContractError as exc:
+            raise exc.with_traceback(None) from None
         if self._deferred:
             return self._call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
         token = call_scope.set(state)
+        parent = token.old_value
+        deep = False
+        if parent is not None and parent is not _NO_PARENT:
+            state.depth = parent.depth + 1
+            if state.depth > _SHALLOW:
+                deep = True  # recursion: this call's own frames do not count against it
+                sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
         try:
             frame = current_frame()
             if frame is None:
                 result = self._body(*args, **kwargs)
-                self._check_return(result, state)
+                try:
+                    contract.check_return(result, state)
+                except ContractError as exc:
+                    raise exc.with_traceback(None) from None
             else:
                 result = counted_call(
                     frame,
@@ -205,6 +232,8 @@ class TypedFunction(Generic[P, R]):
                 )
         finally:
             call_scope.reset(token)
+            if deep:
+                sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
         if _observers:
             _notify(self, args, kwargs, state)
         return result

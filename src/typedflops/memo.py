@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import functools
 import types
+import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from jaxtyping._storage import get_shape_memo, pop_shape_memo, push_shape_memo
+from jaxtyping._storage import get_shape_memo as _get_shape_memo
+from jaxtyping._storage import pop_shape_memo, push_shape_memo
 
 from .scope import CallState, call_scope, size_text
 
 __all__ = ["print_bindings", "reads_memo", "with_memo"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+Memo = tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]
+
+# (jaxtyping leaves this one unannotated)
+get_shape_memo = typing.cast(Callable[[], Memo], _get_shape_memo)
 
 _MEMO_READERS = frozenset({"isinstance", "print_bindings"})
 
