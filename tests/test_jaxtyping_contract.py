@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import re
@@ -178,7 +179,7 @@ def test_yielded_values_are_checked_against_the_arguments_dims() -> None:
     with pytest.raises(ShapeError) as caught:
         next(steps)
     assert str(caught.value).splitlines()[0] == (
-        "wrong(): the yielded value has shape (1, 4) but its annotation \"b d\" needs d=3"
+        'wrong(): the yielded value has shape (1, 4) but its annotation "b d" needs d=3'
     )
     assert caught.value.argument == "yield"
 
@@ -189,10 +190,8 @@ def test_generator_send_throw_and_return_value() -> None:
         x: Float[Tensor, " n"],
     ) -> Generator[Float[Tensor, " n"], int, Float[Tensor, " m"]]:
         count = yield x
-        try:
+        with contextlib.suppress(KeyError):
             yield x * count
-        except KeyError:
-            pass
         return ones(count + 1)
 
     steps = echo(ones(3))
@@ -255,7 +254,7 @@ def test_hint_forms_jaxtyping_accepts() -> None:
         every(iter([]), [], [], {}.items(), vector, abs)  # type: ignore[arg-type]
 
 
-# -- isinstance and print_bindings in a checked body ------------------------------------------------
+# -- isinstance and print_bindings in a checked body --------------------------------------------
 
 
 def test_isinstance_in_the_body_sees_the_call_dims() -> None:
@@ -327,7 +326,7 @@ def test_deferred_dims_read_the_arguments_and_their_defaults() -> None:
         values: Float[Tensor, " {length}"]
 
     Sequence(3, ones(3))
-    with pytest.raises(ShapeError, match=re.escape('needs {length}=3 at axis 0')):
+    with pytest.raises(ShapeError, match=re.escape("needs {length}=3 at axis 0")):
         Sequence(3, ones(4))
 
 
@@ -368,7 +367,7 @@ def test_string_annotations_of_local_classes_are_checked() -> None:
         pass
 
     @typed_flops
-    def keep(x: "LocalFoo") -> "LocalFoo":  # noqa: UP037
+    def keep(x: "LocalFoo") -> "LocalFoo":
         return x
 
     keep(LocalFoo())
@@ -377,7 +376,7 @@ def test_string_annotations_of_local_classes_are_checked() -> None:
 
     class Later:
         @typed_flops
-        def clone(self) -> "Later":  # noqa: UP037 (the class is defined after this method)
+        def clone(self) -> "Later":  # (a class defined after this method)
             return Later()
 
     assert isinstance(Later().clone(), Later)

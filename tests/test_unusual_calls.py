@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
@@ -66,19 +67,20 @@ def _depth(fn: object) -> int:
         reached[0] = depth
         fn(probe, depth + 1)  # type: ignore[operator]
 
-    try:
+    with contextlib.suppress(RecursionError):
         probe(0)
-    except RecursionError:
-        pass
     return reached[0]
 
 
-def _plain_step(again: object, depth: int, x: Tensor = ones(1)) -> None:
+_VECTOR = ones(1)
+
+
+def _plain_step(again: object, depth: int, x: Tensor = _VECTOR) -> None:
     again(depth)  # type: ignore[operator]
 
 
 @typed_flops
-def _checked_step(again: object, depth: int, x: Float[Tensor, " n"] = ones(1)) -> None:
+def _checked_step(again: object, depth: int, x: Float[Tensor, " n"] = _VECTOR) -> None:
     again(depth)  # type: ignore[operator]
 
 
@@ -131,7 +133,7 @@ def test_a_union_failure_says_why_each_option_failed() -> None:
         'Float[Tensor, "n"] | list[Float[Tensor, "n"]] | Int[Tensor, "n m"] | None:',
         '  Float[Tensor, "n"]: is a list but its annotation Float[Tensor, "n"] needs a '
         "torch.Tensor",
-        "  list[Float[Tensor, \"n\"]]: argument 'x[1]' has shape (3,) but its annotation \"n\" "
+        '  list[Float[Tensor, "n"]]: argument \'x[1]\' has shape (3,) but its annotation "n" '
         "needs n=2",
         '  Int[Tensor, "n m"]: is a list but its annotation Int[Tensor, "n m"] needs a '
         "torch.Tensor",

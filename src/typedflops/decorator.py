@@ -587,25 +587,27 @@ def typed_flops(fn: Any = None, /, *, flops: str | None = None, name: str | None
     2*batch*d_in*d_out
     """
 
-    def decorate(function: Any) -> Any:
-        if isinstance(function, TypedFunction):
-            return function  # already decorated: one contract, checked once
-        if isinstance(function, type):
-            return typed_class(function)
-        if isinstance(function, (classmethod, staticmethod)):
-            return type(function)(decorate(function.__func__))
-        if isinstance(function, property):
-            return property(
-                fget=None if function.fget is None else decorate(function.fget),
-                fset=None if function.fset is None else decorate(function.fset),
-                fdel=None if function.fdel is None else decorate(function.fdel),
-                doc=function.__doc__,
-            )
-        return TypedFunction(function, flops=flops, name=name)
-
     if fn is not None:
-        return decorate(fn)
-    return decorate
+        return _decorate(fn, flops, name)
+    return functools.partial(_decorate, flops=flops, name=name)
+
+
+def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
+    """What ``typed_flops`` returns for ``function`` (a module-level function, not a
+    closure: a closure calling itself would leave a reference cycle per decoration)."""
+    if isinstance(function, TypedFunction):
+        return function  # already decorated: one contract, checked once
+    if isinstance(function, type):
+        return typed_class(function)
+    if isinstance(function, (classmethod, staticmethod)):
+        return type(function)(_decorate(function.__func__, flops, name))
+    if isinstance(function, property):
+        fget, fset, fdel = (
+            None if accessor is None else _decorate(accessor, flops, name)
+            for accessor in (function.fget, function.fset, function.fdel)
+        )
+        return property(fget, fset, fdel, function.__doc__)
+    return TypedFunction(function, flops=flops, name=name)
 
 
 def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
