@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import os
 import sys
 import types
 import typing
@@ -480,15 +481,20 @@ class TypedMethod(functools.partial[Any]):
         return f"<bound typed_flops {self.__func__.name} of {self.args[0]!r}>"
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
 def _defining_frames(limit: int = 8) -> list[types.FrameType]:
     """The frames of the functions (and class bodies) that are defining a decorated
-    function, innermost first, up to its module's: where its local names live."""
+    function, innermost first, and its module's: where its local names live."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("typedflops."):
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back  # type: ignore[assignment]
     found: list[types.FrameType] = []
-    while frame is not None and len(found) < limit and frame.f_code.co_name != "<module>":
+    while frame is not None and len(found) < limit:
         found.append(frame)
+        if frame.f_code.co_name == "<module>":  # (its globals may not be fn's: exec, doctest)
+            break
         frame = frame.f_back  # type: ignore[assignment]
     return found
 
