@@ -4,6 +4,7 @@ spawn-based worker processes (DataLoader workers, multiprocessing pools)."""
 from __future__ import annotations
 
 import copy
+import inspect
 import multiprocessing
 import pickle
 import re
@@ -40,6 +41,8 @@ def test_bound_methods_pickle_their_object_and_name() -> None:
         assert loaded.__func__ is method.__func__
         assert loaded.__self__.factor == 3
         torch.testing.assert_close(loaded(torch.ones(2)), torch.full((2,), 3.0))
+    assert list(inspect.signature(scaler.forward).parameters) == ["x"]  # as a bound method
+    assert scaler.forward == scaler.forward and scaler.forward != Scaler(3).forward
     loaded_cls = _round_trip(Scaler.unit)  # a classmethod, bound to the class
     assert loaded_cls == Scaler.unit
     assert loaded_cls.__self__ is Scaler

@@ -463,6 +463,8 @@ class TypedMethod(functools.partial[Any]):
         return cost
 
     def __getattr__(self, name: str) -> Any:
+        if name == "__wrapped__":  # inspect.signature would skip the binding of the object
+            raise AttributeError(name)
         return getattr(self.func, name)
 
     def __eq__(self, other: object) -> bool:
