@@ -29,7 +29,8 @@ class Block(torch.nn.Module):
 
     @typed_flops
     def forward(self, x: Float[Tensor, "n 4"]) -> Float[Tensor, "n 3"]:
-        return self.mlp(torch.relu(self.inner(x))) + self.score(x)
+        out: Tensor = self.mlp(torch.relu(self.inner(x))) + self.score(x)
+        return out
 
     @typed_flops
     def score(self, x: Float[Tensor, "n d"]) -> Float[Tensor, "n 1"]:
@@ -69,8 +70,8 @@ def test_compiled_modules_run_valid_calls_and_report_broken_ones(
 
 def test_typed_linear_under_inductor() -> None:
     layer = Linear(4, 3)
-    for options in ({}, {"fullgraph": True, "dynamic": True}):
-        compiled = torch.compile(layer, backend="inductor", **options)
+    for fullgraph, dynamic in ((False, None), (True, True)):
+        compiled = torch.compile(layer, backend="inductor", fullgraph=fullgraph, dynamic=dynamic)
         x = torch.randn(6, 4)
         torch.testing.assert_close(compiled(x), layer(x))
         torch.testing.assert_close(compiled(torch.randn(2, 3, 4)).shape, (2, 3, 3))
@@ -92,9 +93,11 @@ def test_no_graph_breaks_from_the_checks(model: torch.nn.Module) -> None:
 
 def test_other_methods_and_in_place_compile() -> None:
     model = Block()
-    score = torch.compile(model.score, backend="eager", fullgraph=True)
+    score: Callable[[Tensor], Tensor] = torch.compile(model.score, backend="eager", fullgraph=True)
     assert score(torch.ones(3, 4)).tolist() == [[4.0], [4.0], [4.0]]
-    unbound = torch.compile(Block.score, backend="eager", fullgraph=True)
+    unbound: Callable[[Block, Tensor], Tensor] = torch.compile(
+        Block.score, backend="eager", fullgraph=True
+    )
     assert unbound(model, torch.ones(1, 2)).tolist() == [[2.0]]
     with pytest.raises(torch._dynamo.exc.Unsupported, match="needs 2 dimensions"):
         unbound(model, torch.ones(3))
@@ -126,7 +129,7 @@ def test_non_tensor_hints_compile_in_one_graph() -> None:
     compiled = torch.compile(both, backend="eager", fullgraph=True)
     assert compiled(torch.ones(2, 3)).tolist() == [[2.5] * 3] * 2
     with pytest.raises(ContractError, match=r"argument 'mode' violates its hint"):
-        torch.compile(mode_scale, backend="eager")(torch.ones(2, 3), "triple")
+        torch.compile(mode_scale, backend="eager")(torch.ones(2, 3), "triple")  # type: ignore[arg-type]
 
 
 def test_dtype_and_return_errors_under_compile() -> None:

@@ -70,7 +70,7 @@ class M(metaclass=abc.ABCMeta):
 
 
 class N:
-    @typed_flops
+    @typed_flops  # type: ignore[prop-decorator]
     @property
     def j1(self) -> int:
         return 3
@@ -183,7 +183,7 @@ def test_local_stringified_annotation() -> None:
 def test_print_bindings(capfd: pytest.CaptureFixture[str]) -> None:
     @typed_flops
     def f(x: Float[Tensor, "foo bar"]) -> None:
-        jaxtyping.print_bindings()
+        jaxtyping.print_bindings()  # type: ignore[no-untyped-call]
 
     capfd.readouterr()
     f(torch.zeros(3, 4))
@@ -216,8 +216,8 @@ def test_no_type_check() -> None:
     class Bar:
         x: Float[Tensor, "foo bar"]
 
-    f("not an array")  # type: ignore[arg-type]
-    g("not an array")  # type: ignore[arg-type]
+    f("not an array")
+    g("not an array")
     Foo(x="not an array")  # type: ignore[arg-type]
     Bar(x="not an array")  # type: ignore[arg-type]
 
@@ -250,11 +250,11 @@ def test_no_rewrapping_of_dataclass_init() -> None:
     class Foo:
         x: int
 
-        @typed_flops
+        @typed_flops  # type: ignore[misc]
         def __init__(self, x: int) -> None:
             self.x = x
 
-    wrapped = Foo.__init__.__wrapped__  # type: ignore[attr-defined]
+    wrapped = Foo.__init__.__wrapped__
     with pytest.raises(AttributeError):
         wrapped.__wrapped__  # noqa: B018
 
@@ -389,7 +389,7 @@ def test_threading_jaxtyped() -> None:
 
 def test_threading_nojaxtyped() -> None:
     def run() -> None:
-        assert isinstance(torch.tensor([[1.0, 2.0]]), Float[Tensor, "..."])
+        assert isinstance(torch.tensor([[1.0, 2.0]]), Float[Tensor, "..."])  # type: ignore[arg-type]
 
     _in_thread(run)
 

@@ -8,7 +8,10 @@ purpose, the test asserts typedflops' behaviour and says so (the README's table 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any
 
 import jaxtyping
 import numpy as np
@@ -31,16 +34,23 @@ def test_basic() -> None:
     g(torch.tensor(1.0))
 
 
+def _annotated(**hints: Any) -> Callable[..., None]:
+    """A function of these parameters, annotated with hints made at run time."""
+
+    def f(*args: Any) -> None:
+        pass
+
+    parameters = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY) for name in hints]
+    f.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    f.__annotations__ = dict(hints)
+    return f
+
+
 def test_dtypes() -> None:
     # The torch dtypes each of jaxtyping's dtype classes allows, resolved at decoration.
     for name in ("Float", "Float16", "BFloat16", "Float32", "Float64", "Int", "UInt8", "Bool"):
         dtype = getattr(jaxtyping, name)
-
-        @typed_flops
-        def f(x: dtype[Tensor, " n"]) -> None:  # type: ignore[valid-type]
-            pass
-
-        assert isinstance(f, TypedFunction)
+        assert isinstance(typed_flops(_annotated(x=dtype[Tensor, " n"])), TypedFunction)
 
 
 def test_return() -> None:
@@ -123,10 +133,10 @@ def test_isinstance() -> None:
     @typed_flops
     def g(x: Float32[Tensor, "b c"]) -> Float32[Tensor, " z"]:
         y = torch.transpose(x, 0, 1)
-        assert isinstance(y, Float32[Tensor, "c b"])
-        assert not isinstance(y, Float32[Tensor, "b z"])  # z left unbound as b!=c
+        assert isinstance(y, Float32[Tensor, "c b"])  # type: ignore[arg-type]
+        assert not isinstance(y, Float32[Tensor, "b z"])  # type: ignore[arg-type]  # z left unbound as b!=c
         out = randn(500)
-        assert isinstance(out, Float32[Tensor, "z"])  # z now bound
+        assert isinstance(out, Float32[Tensor, "z"])  # type: ignore[arg-type]  # z now bound
         return out
 
     g(randn(2, 3))
@@ -357,10 +367,7 @@ def test_deferred_symbolic_dataclass() -> None:
 
 
 def _checks(annotation: Any, shape: tuple[int, ...]) -> bool:
-    @typed_flops
-    def f(x: annotation) -> None:  # type: ignore[valid-type]
-        pass
-
+    f = typed_flops(_annotated(x=annotation))
     try:
         f(torch.zeros(shape))
     except ContractError:
@@ -394,13 +401,10 @@ def test_symbolic_functions() -> None:
 
 
 def test_extension() -> None:
-    x_type = Float[Tensor, "a"]
-    y_type = Float[x_type, "b"]  # type: ignore[valid-type]
+    x_type: Any = Float[Tensor, "a"]
+    y_type: Any = Float[x_type, "b"]
     assert y_type.dim_str == "b a"
-
-    @typed_flops
-    def f(a: x_type, b: y_type) -> None:  # type: ignore[valid-type]
-        pass
+    f = typed_flops(_annotated(a=x_type, b=y_type))
 
     a, b, c = randn(3, 4), randn(4), randn(3)
     f(b, a)
@@ -416,15 +420,12 @@ def test_custom_array() -> None:
         shape = (3,)
 
     class FooDtype(jaxtyping.AbstractDtype):
-        dtypes: ClassVar[list[str]] = ["foo"]
+        dtypes = ["foo"]  # noqa: RUF012 (jaxtyping's own attribute)
 
     # Differs on purpose: typedflops checks torch tensors; another array type is a
     # SpecError at decoration.
     with pytest.raises(SpecError, match=r"is not torch\.Tensor"):
-
-        @typed_flops
-        def f(x: FooDtype[MyArray1, "3"]) -> None:  # type: ignore[valid-type]
-            pass
+        typed_flops(_annotated(x=typing.cast(Any, FooDtype)[MyArray1, "3"]))
 
 
 def test_any() -> None:

@@ -8,6 +8,7 @@ import inspect
 import multiprocessing
 import pickle
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from typedflops import ShapeError, TypedFunction, typed_flops
 from typedflops.decorator import TypedMethod
 
 
-def _round_trip(obj: object) -> object:
+def _round_trip(obj: Any) -> Any:
     return pickle.loads(pickle.dumps(obj))
 
 
