@@ -62,4 +62,5 @@ def test_example_runs(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_there_is_one_example_per_topic() -> None:
-    assert len(EXAMPLES) == 5
+    # The lecture's five topics, and a transformer LM written with plain modules.
+    assert len(EXAMPLES) == 6

@@ -140,3 +140,15 @@ def test_a_method_needs_its_object_to_be_estimated() -> None:
     with pytest.raises(SpecError, match=r"a method needs its object first"):
         layer.forward.formula  # noqa: B018
     assert str(Linear.forward.estimate(layer, batch=2).formula) == "2*batch*d_in*d_out"
+
+
+def test_activation_bytes_are_what_autograd_saves() -> None:
+    from typedflops.nn import TwoLayerMLP
+
+    model = TwoLayerMLP(16, 32, 8)
+    cost = model.estimate(batch=4)
+    # x (for w1's gradient) and h1 (for w2's): 4 bytes each element, weights not counted.
+    assert cost.activation_bytes == 4 * 4 * (16 + 32)
+    assert str(cost.activation_formula) == "4*batch*(d_hidden + d_in)"
+    with torch.no_grad():
+        assert model.estimate(batch=4).activation_bytes == 0

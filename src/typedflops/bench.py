@@ -1,6 +1,6 @@
 """Timed execution: ``benchmark(fn, *args, **kwargs) -> Measurement``.
 
-The call's contract is checked (on metadata, through ``typedflops.decorator.call_cost``)
+The call's contract is checked (on metadata, by the cost engine's ``call_cost``)
 before anything runs. Then the function is warmed up (by count, since first calls pay for
 allocation and dispatch caches, and by time, so that clocks ramp up) and timed per run: CUDA
 events around each run with an L2 flush before it (outside the timed region), or
@@ -27,8 +27,9 @@ import torch
 
 from . import config, devices
 from ._engine.counter import suspended
+from ._engine.frames import current_frame, no_frame
+from ._engine.probes import call_cost
 from ._engine.recorder import RecordSession
-from ._engine.session import current_frame, no_frame
 from .errors import SpecError
 from .roofline import Bound, attainable, bound, ridge_point
 from .scope import display_name
@@ -342,10 +343,7 @@ def measurement_from(
     )
 
 
-def _call_cost(fn: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    # Imported here: the decorator imports this module for ``f.benchmark``.
-    from .decorator import call_cost
-
+def _call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return call_cost(fn, args, kwargs)
 
 

@@ -19,7 +19,7 @@ DISABLED_BY_ENVIRONMENT = os.environ.get("TYPEDFLOPS_DISABLE", "").strip().lower
 
 # A ContextVar, not a global: `disabled()` in one thread or asyncio task must not switch
 # checks off in another.
-_disabled: ContextVar[bool] = ContextVar("typedflops_disabled", default=DISABLED_BY_ENVIRONMENT)
+disabled_flag: ContextVar[bool] = ContextVar("typedflops_disabled", default=DISABLED_BY_ENVIRONMENT)
 
 
 def enabled() -> bool:
@@ -31,7 +31,7 @@ def enabled() -> bool:
     ...     enabled()
     False
     """
-    return not _disabled.get()
+    return not disabled_flag.get()
 
 
 @contextlib.contextmanager
@@ -41,8 +41,8 @@ def disabled(off: bool = True) -> Iterator[None]:
     Nestable: the previous state is restored on exit, also when the block raises.
     The environment variable ``TYPEDFLOPS_DISABLE=1`` sets the default for the process.
     """
-    token = _disabled.set(off)
+    token = disabled_flag.set(off)
     try:
         yield
     finally:
-        _disabled.reset(token)
+        disabled_flag.reset(token)

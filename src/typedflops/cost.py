@@ -66,6 +66,10 @@ class Cost:
     ``exact`` is True when the formulas were checked against dry runs at other sizes of
     the dims, so they hold at any sizes; when False they hold at ``dims`` only (the body
     branches on sizes, or an op's cost could not be followed), and tables mark them ``~``.
+    ``activation_bytes`` (and its formula) are the bytes autograd saves for backward in a dry
+    run, each storage once, weights excluded (0 where no dry run was made).
+    ``matmul_flops`` (and its formula) are the forward FLOPs of matrix-product kernels
+    (matmuls, convolutions, attention's two products): what papers' closed forms count.
     """
 
     flops: int
@@ -79,6 +83,10 @@ class Cost:
     uncounted: tuple[str, ...] = ()
     function: str | None = field(default=None, compare=False)
     exact: bool = True
+    activation_bytes: int = 0
+    activation_formula: sympy.Expr = field(default_factory=lambda: sympy.Integer(0))
+    matmul_flops: int = 0
+    matmul_formula: sympy.Expr = field(default_factory=lambda: sympy.Integer(0))
 
     @property
     def bytes(self) -> int:
@@ -105,6 +113,10 @@ class Cost:
             "ops": [op.to_dict() for op in self.ops],
             "uncounted": list(self.uncounted),
             "exact": self.exact,
+            "activation_bytes": self.activation_bytes,
+            "activation_formula": str(self.activation_formula),
+            "matmul_flops": self.matmul_flops,
+            "matmul_formula": str(self.matmul_formula),
         }
 
     def to_json(self) -> str:

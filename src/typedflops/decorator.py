@@ -22,13 +22,15 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 import sympy
 import torch
 
-from . import config
+from ._engine.calls import begin_call
 from ._engine.dryrun import Probe, measure
+from ._engine.frames import Frame, current_frame
 from ._engine.probes import call_dims, call_probe, estimate_probe
-from ._engine.recorder import begin_call, counted_call
-from ._engine.session import RunSession, current_frame
+from ._engine.session import RunSession
 from .annotation import ELLIPSIS, AxisKind
+from .bench import benchmark
 from .classes import typed_class
+from .config import DISABLED_BY_ENVIRONMENT, disabled_flag
 from .contract import COROUTINE, FUNCTION, GENERATOR, Contract, compile_contract, function_kind
 from .cost import Cost
 from .errors import ContractError, DeviceError, SpecError
@@ -37,13 +39,13 @@ from .generators import checked_async_generator, checked_generator
 from .memo import reads_memo, with_memo
 from .scope import CallState, Size, call_scope, current_call, display_name, violation
 
-__all__ = ["TypedFunction", "add_call_observer", "call_cost", "current_call", "typed_flops"]
+__all__ = ["TypedFunction", "add_call_observer", "current_call", "typed_flops"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T", bound=type)
 
-_checks_off = config._disabled
+_checks_off = disabled_flag
 # Dynamo folds this to True while it traces; eagerly it is a plain `return False` (25 ns).
 _is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
@@ -195,6 +197,9 @@ class TypedFunction(Generic[P, R]):
             return self._call_compiled(args, kwargs)
         if _checks_off.get():
             return self._fn(*args, **kwargs)
+        frame = current_frame()
+        if frame is not None:
+            return self._call_counted(frame, args, kwargs)
         # (_check_arguments and _check_return, inlined: this is the hot path)
         contract = self._contract or self.contract
         state = CallState(self.name)
@@ -215,26 +220,36 @@ class TypedFunction(Generic[P, R]):
                 deep = True  # recursion: this call's own frames do not count against it
                 sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
         try:
-            frame = current_frame()
-            if frame is None:
-                result = self._body(*args, **kwargs)
-                try:
-                    contract.check_return(result, state)
-                except ContractError as exc:
-                    raise exc.with_traceback(None) from None
-            else:
-                result = counted_call(
-                    frame,
-                    self,
-                    args,
-                    kwargs,
-                    lambda: state.sizes,
-                    lambda: self._run_checked(args, kwargs, state),
-                )
+            result = self._body(*args, **kwargs)
+            try:
+                contract.check_return(result, state)
+            except ContractError as exc:
+                raise exc.with_traceback(None) from None
         finally:
             call_scope.reset(token)
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
+        if _observers:
+            _notify(self, args, kwargs, state)
+        return result
+
+    def _call_counted(self, frame: Frame, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> R:
+        # While a session counts: typedflops' own work (checks, bookkeeping) runs with the
+        # torch-function modes off, so that only the body's ops are seen.
+        with torch._C.DisableTorchFunction():
+            state = self._check_arguments(args, kwargs)
+            if self._deferred:
+                return self._call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
+            handle = begin_call(frame, self, args, kwargs)
+        token = call_scope.set(state)
+        try:
+            with handle.scope():
+                result = self._body(*args, **kwargs)
+            with torch._C.DisableTorchFunction():
+                self._check_return(result, state)
+                handle.finish(state.sizes)
+        finally:
+            call_scope.reset(token)
         if _observers:
             _notify(self, args, kwargs, state)
         return result
@@ -249,11 +264,6 @@ class TypedFunction(Generic[P, R]):
         except ContractError as exc:
             raise exc.with_traceback(None) from None
         return state
-
-    def _run_checked(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState) -> R:
-        result: R = self._body(*args, **kwargs)
-        self._check_return(result, state)
-        return result
 
     def _check_return(self, result: Any, state: CallState) -> None:
         try:
@@ -297,7 +307,7 @@ class TypedFunction(Generic[P, R]):
         # dynamo traces it. `disabled()` lives in a ContextVar, which dynamo cannot read;
         # only TYPEDFLOPS_DISABLE=1 (read at import) switches checks off in compiled code.
         # Nothing is recorded while compiling.
-        if config.DISABLED_BY_ENVIRONMENT:
+        if DISABLED_BY_ENVIRONMENT:
             return self._fn(*args, **kwargs)
         contract = self.contract
         state = CallState(self.name)
@@ -401,10 +411,17 @@ class TypedFunction(Generic[P, R]):
                 "with sizes the body accepts first, or pass flops= to @typed_flops"
             ) from None
 
+    def check_call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> CallState:
+        """Check a call's contract without running it (a module's parameters must be on the
+        arguments' device too); the dims it binds are in the returned state."""
+        state = self._check_arguments(args, kwargs)
+        owner = args[0] if args and self.contract.takes_self else None
+        if isinstance(owner, torch.nn.Module):
+            _check_module_device(self.name, owner, state)
+        return state
+
     def benchmark(self, *args: Any, **kwargs: Any) -> Any:
         """Time calls of this function: the same as ``typedflops.benchmark(self, ...)``."""
-        from .bench import benchmark
-
         return benchmark(self, *args, **kwargs)
 
     def __reduce__(self) -> str:
@@ -616,45 +633,6 @@ def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
         )
         return property(fget, fset, fdel, function.__doc__)
     return TypedFunction(function, flops=flops, name=name)
-
-
-def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
-    """The cost of ``fn(*args, **kwargs)`` from dry runs on fake copies of the arguments.
-
-    For a ``@typed_flops`` function the contract is checked on the real arguments first
-    (raising before anything runs). Module parameters are replaced by fake copies too.
-    """
-    owner: Any = None
-    target: Any = fn
-    if isinstance(fn, (types.MethodType, TypedMethod)):
-        owner, target = fn.__self__, fn.__func__
-    elif isinstance(fn, torch.nn.Module):
-        owner, target = fn, type(fn).forward
-    if isinstance(target, TypedFunction):
-        full = (owner, *args) if owner is not None else args
-        state = target._check_arguments(full, kwargs)
-        if isinstance(owner, torch.nn.Module):
-            _check_module_device(target.name, owner, state)
-        return measure(target.probe_call(full, kwargs, state.sizes))
-    return measure(_plain_probe(fn, args, kwargs))
-
-
-def _plain_probe(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Probe:
-    """A probe of an undecorated call: its arguments' shapes as they are (no dims)."""
-    from ._engine.probes import _materialize, stub
-
-    positional = [stub(a) for a in args]
-    named = {k: stub(v) for k, v in kwargs.items()}
-    device = next(
-        (a.device.type for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), "cpu"
-    )
-
-    def build(assignment: Mapping[str, Size], fake: Any) -> Callable[[], Any]:
-        call_args = [_materialize(a) for a in positional]
-        call_kwargs = {k: _materialize(v) for k, v in named.items()}
-        return lambda: fn(*call_args, **call_kwargs)
-
-    return Probe(function=display_name(fn), dims={}, variable=[], build=build, device=device)
 
 
 # Sizes for a formula when no sizes are given: distinct multiples of 24, so that the

@@ -26,8 +26,8 @@ from typing import Literal, TypeVar, cast, overload
 import einops
 import torch
 
-from ._engine.counter import group
-from ._engine.session import current_frame
+from ._engine.events import group
+from ._engine.frames import current_frame
 from .errors import ShapeError
 from .patterns import (
     EinsumLayout,

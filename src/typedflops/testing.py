@@ -22,9 +22,9 @@ import sympy
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import config
 from ._engine.recorder import torch_counts
 from ._engine.report import record
+from .config import enabled
 from .cost import Cost
 from .decorator import TypedFunction, TypedMethod
 from .errors import ContractError
@@ -233,7 +233,7 @@ def assert_contract_error(
 def _why_unchecked(fn: Any) -> str:
     if _typed_target(fn) is None:
         return f" ({_name(fn)} is not a @typed_flops function; is the import hook installed?)"
-    if not config.enabled():
+    if not enabled():
         return " (contract checks are off: TYPEDFLOPS_DISABLE=1 or typedflops.disabled())"
     return ""
 

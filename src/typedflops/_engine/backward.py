@@ -14,9 +14,10 @@ from collections import OrderedDict
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .counter import Event, counting
+from .counter import counting
+from .events import Event
+from .frames import no_frame
 from .tensors import TensorMeta, is_float, map_meta
 
 __all__ = ["BackwardResult", "backward_of"]
@@ -81,12 +82,10 @@ def _replay(event: Event) -> BackwardResult:
     leaves: list[torch.Tensor] = []
     sink = _ListSink()
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        with torch.device("meta"), no_frame():
 
             def build(meta: TensorMeta) -> torch.Tensor:
-                tensor = torch.empty_strided(
-                    meta.shape, meta.stride, dtype=meta.dtype, device=meta.device
-                )
+                tensor = torch.empty_strided(meta.shape, meta.stride, dtype=meta.dtype)
                 if meta.requires_grad and is_float(meta):
                     tensor.requires_grad_(True)
                     leaves.append(tensor)

@@ -13,100 +13,26 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 from collections.abc import Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..memory import nbytes
+from .attention import SDPA, attention_on_meta
+from .events import Event, Sink, current_group, group, new_group
+from .functions import inside_rule, watching
 from .rules import OpCall, RuleEntry, find_rule, is_torch_counted, op_name
 from .tensors import describe, flat_tensors, is_float, nbytes_of
 
-__all__ = [
-    "CountingMode",
-    "Event",
-    "Group",
-    "GroupingMode",
-    "Sink",
-    "counting",
-    "current_group",
-    "group",
-]
+__all__ = ["CountingMode", "GroupingMode", "counting", "make_event", "paused", "suspended"]
 
 
 def _words(text: str) -> frozenset[str]:
     """A set of op names written as words (easier to read and extend than a list)."""
     return frozenset(text.split())
-
-
-@dataclass(frozen=True)
-class Group:
-    """One call a user wrote (``x @ w``, ``einsum(...)``): the events it ran form one row."""
-
-    name: str
-    pattern: str | None
-    serial: int
-
-
-@dataclass
-class Event:
-    """One ``aten`` op as it ran: what it saw (no tensors, only their metadata) and costs."""
-
-    op: str
-    func: Any
-    group: Group
-    args: tuple[Any, ...]
-    kwargs: tuple[tuple[str, Any], ...]
-    out: Any
-    flops: int
-    entry: RuleEntry | None
-    counted: bool
-    bytes_read: int
-    bytes_written: int
-    view: bool
-    needs_grad: bool
-    torch_counted: bool
-    path: tuple[str, ...] = ()
-    backward: list[Event] = field(default_factory=list)
-
-    def call(self) -> OpCall:
-        """The op as a rule sees it."""
-        return OpCall(self.op, self.args, dict(self.kwargs), self.out)
-
-    @property
-    def signature(self) -> tuple[Any, ...]:
-        """What determines the op's cost: the op and its arguments' metadata."""
-        return (self.func, self.args, self.kwargs)
-
-
-class Sink(Protocol):
-    """Where events go: a list for dry runs, a row aggregate for ``record()``."""
-
-    def add(self, event: Event) -> None: ...
-
-
-_group: ContextVar[Group | None] = ContextVar("typedflops_group", default=None)
-_serial = itertools.count()
-
-
-def current_group() -> Group | None:
-    """The user-level call the current ops belong to, if any."""
-    return _group.get()
-
-
-@contextlib.contextmanager
-def group(name: str, pattern: str | None = None) -> Iterator[None]:
-    """Name the ops run inside the block as one call (the wrapped einops ops use this)."""
-    token = _group.set(Group(name, pattern, next(_serial)))
-    try:
-        yield
-    finally:
-        _group.reset(token)
 
 
 _METADATA = {
@@ -143,6 +69,9 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.phase = phase
         self.paused = False
         self.grouping: GroupingMode | None = None
+        # A dry run on meta tensors for a call that would run on this device type: its
+        # attention takes the kernel that device would pick (see .attention).
+        self.target: str | None = None
 
     def __torch_dispatch__(
         self,
@@ -165,7 +94,10 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if decomposed is not NotImplemented:
                 return decomposed
         out = func(*args, **kwargs)
-        self.sink.add(make_event(func, found, args, kwargs, out))
+        event = make_event(func, found, args, kwargs, out)
+        if inside_rule():
+            event.flops = 0  # a registered Python function's rule gives its count
+        self.sink.add(event)
         return out
 
 
@@ -177,6 +109,8 @@ def make_event(
     out: Any,
 ) -> Event:
     """The event of one op that ran: its costs by its rule (``found``), its metadata."""
+    if found == "free" and not _needs_grad(args, kwargs):
+        return _free_event(func, args, kwargs, out)
     described_args = describe(args)
     described_kwargs = tuple((key, describe(value)) for key, value in kwargs.items())
     described_out = describe(out)
@@ -198,7 +132,7 @@ def make_event(
     return Event(
         op=name,
         func=func,
-        group=_group.get() or Group(name, None, next(_serial)),
+        group=current_group() or new_group(name),
         args=described_args,
         kwargs=described_kwargs,
         out=described_out,
@@ -210,6 +144,36 @@ def make_event(
         view=view,
         needs_grad=needs_grad,
         torch_counted=is_torch_counted(func._overloadpacket),
+    )
+
+
+def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    return any(
+        t.requires_grad and t.is_floating_point() for t in _tensors((args, tuple(kwargs.values())))
+    )
+
+
+def _free_event(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Event:
+    """A zero-FLOP op that needs no backward: its bytes, not its arguments' description."""
+    name = op_name(func)
+    view = _is_view(func)
+    return Event(
+        op=name,
+        func=func,
+        group=current_group() or new_group(name),
+        args=(),
+        kwargs=(),
+        out=None,
+        flops=0,
+        entry=None,
+        counted=True,
+        bytes_read=0 if view else _unique_bytes(args, kwargs),
+        bytes_written=0 if view else sum(nbytes(t) for t in _tensors(out)),
+        view=view,
+        needs_grad=False,
+        torch_counted=False,
     )
 
 
@@ -301,7 +265,7 @@ class GroupingMode(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if self.counter.paused or _group.get() is not None:
+        if self.counter.paused or current_group() is not None:
             return func(*args, **kwargs)
         try:
             name = _group_name(func)
@@ -309,21 +273,24 @@ class GroupingMode(TorchFunctionMode):
             name = None
         if name is None:
             return func(*args, **kwargs)
-        token = _group.set(Group(name, None, next(_serial)))
-        try:
+        with group(name):
+            if func is SDPA and self.counter.target is not None:
+                return attention_on_meta(self.counter.target, args, kwargs)
             return func(*args, **kwargs)
-        finally:
-            _group.reset(token)
 
 
 @contextlib.contextmanager
-def counting(sink: Sink, phase: str = "forward") -> Iterator[CountingMode]:
-    """Count the ops run inside the block into ``sink`` (and name them by user call)."""
+def counting(
+    sink: Sink, phase: str = "forward", target: str | None = None
+) -> Iterator[CountingMode]:
+    """Count the ops run inside the block into ``sink`` (and name them by user call);
+    ``target``: the device type a meta dry run stands for."""
     mode = CountingMode(sink, phase)
+    mode.target = target
     with mode:
         if phase == "forward":
             mode.grouping = GroupingMode(mode)
-            with mode.grouping:
+            with mode.grouping, watching(sink):
                 yield mode
         else:
             yield mode

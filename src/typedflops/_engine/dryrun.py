@@ -10,11 +10,11 @@ allocated, and kernels are chosen as on the device the call would run on.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import dataclasses
 import inspect
-import math
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +22,11 @@ import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .. import config
+from ..config import disabled
 from ..cost import Cost, OpCost
+from ..errors import ContractError
 from .backward import backward_of
-from .counter import Event
+from .events import Event, saved_event
 from .fit import Plan, Size, evaluate, fit, size_value, total
 from .session import RunSession
 
@@ -39,40 +40,99 @@ class Probe:
     """A call that can be built at any sizes of its dims.
 
     ``dims`` are the base sizes of every dim of the call, ``variable`` those that may be
-    changed independently, ``names`` other named sizes (a module's own), ``build`` makes the
-    call at an assignment of sizes (inside the fake mode), ``declared`` a ``flops=`` formula
-    that replaces the count of the outermost call.
+    changed independently, ``names`` other named sizes (a module's own), ``repeats`` names
+    for a module's count of repeated blocks, ``build`` makes the call at an assignment of
+    sizes with its tensors on a device (``"meta"``), ``device`` the device type the call
+    would run on, ``declared`` a ``flops=`` formula replacing the outermost call's count.
     """
 
     function: str
     dims: dict[str, Size]
     variable: list[str]
-    build: Callable[[Mapping[str, Size], FakeTensorMode], Thunk]
+    build: Callable[[Mapping[str, Size], str], Thunk]
     device: str = "cpu"
     names: dict[str, int] = field(default_factory=dict)
+    repeats: dict[str, int] = field(default_factory=dict)
     declared: sympy.Expr | None = None
 
 
 @dataclass
 class Run:
-    """The events of one dry run and the dims its outermost call bound."""
+    """The events of one dry run, the dims its outermost call bound, and the bytes of the
+    activations autograd saved for backward (each storage once, weights not included)."""
 
     events: list[Event]
     bound: dict[str, Size]
+    saved: list[Event] = field(default_factory=list)
 
 
-def run_once(probe: Probe, assignment: Mapping[str, Size]) -> Run:
-    """Run the probe's call once at ``assignment`` and collect its events (and backward)."""
-    session = RunSession(probe.function)
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake, torch.device(probe.device), config.disabled(False):
-        thunk = probe.build(assignment, fake)
-        with session.active():
+class _SavedTensors:
+    """``saved_tensors_hooks`` that note each storage autograd keeps for backward."""
+
+    def __init__(self) -> None:
+        # Kept alive while the run lasts: a freed storage's address could be reused.
+        self.storages: dict[int, tuple[Any, torch.Tensor]] = {}
+        self.weights: set[int] = set()
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        base = tensor._base if tensor._base is not None else tensor
+        self.storages.setdefault(key, (storage, base))
+        if base.is_leaf and base.requires_grad:
+            self.weights.add(key)  # a parameter (or an input needing grad), not an activation
+        return tensor
+
+    @staticmethod
+    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def events(self) -> list[Event]:
+        """One event per activation storage: its bytes as the count, its tensor's shape."""
+        return [
+            saved_event(base, int(storage.nbytes()))
+            for key, (storage, base) in self.storages.items()
+            if key not in self.weights
+        ]
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensors() -> Iterator[None]:
+    """Keep FakeTensorMode from logging the errors of runs at sizes the body refuses (a
+    changed dim that the weights fix): those runs are expected to fail, quietly."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False) -> Run:
+    """Run the probe's call once at ``assignment`` and collect its events (and backward).
+
+    On ``meta`` tensors (the default: fast, and tensors made inside the body are meta too),
+    attention taking the kernel the call's device would pick; with ``fake=True`` under
+    ``FakeTensorMode`` on the call's own device (slower; for bodies that mix in tensors
+    that are not arguments, such as module-level constants).
+    """
+    target = None if fake or probe.device == "meta" else probe.device
+    session = RunSession(probe.function, target)
+    device = probe.device if fake else "meta"
+    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+    saved = _SavedTensors()
+    with mode, torch.device(device), disabled(False), _quiet_fake_tensors():
+        thunk = probe.build(assignment, device)
+        with (
+            session.active(),
+            torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
+        ):
             _finish(thunk())
     for event in session.events:
         if event.needs_grad:
             event.backward = backward_of(event).events
-    return Run(session.events, dict(session.bound))
+    return Run(session.events, dict(session.bound), saved.events())
 
 
 def _finish(result: Any) -> Any:
@@ -105,9 +165,11 @@ def _drive(coroutine: Any) -> Any:
             coroutine.close()
 
 
-def _run_or_none(probe: Probe, assignment: Mapping[str, Size], ops: list[str]) -> Run | None:
+def _run_or_none(
+    probe: Probe, assignment: Mapping[str, Size], ops: list[str], fake: bool
+) -> Run | None:
     try:
-        run = run_once(probe, assignment)
+        run = run_once(probe, assignment, fake=fake)
     except Exception:
         return None
     return run if [event.op for event in run.events] == ops else None
@@ -129,11 +191,11 @@ def _candidates_int(value: int) -> list[int]:
 
 
 def _third(size: Size, taken: Size, attempt: int) -> Size:
+    # A variadic dim is one symbol, the product of its sizes: both the change and the
+    # check scale its first axis, so that each of its axes stays a function of the product.
     if isinstance(size, tuple):
-        if len(size) > 1:
-            last = _third_int(size[-1], size[-1], attempt)
-            return (*size[:-1], last)
-        return (_third_int(size[0], taken[0] if isinstance(taken, tuple) else taken, attempt),)
+        first = taken[0] if isinstance(taken, tuple) else taken
+        return (_third_int(size[0], first, attempt), *size[1:])
     assert isinstance(taken, int)
     return _third_int(size, taken, attempt)
 
@@ -146,18 +208,27 @@ def _third_int(value: int, taken: int, attempt: int) -> int:
 
 def measure(probe: Probe) -> Cost:
     """The cost of the probe's call at its base sizes, with formulas fitted in its dims."""
-    base = run_once(probe, probe.dims)
+    fake = False
+    try:
+        base = run_once(probe, probe.dims)
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        if isinstance(exc, ContractError):
+            raise
+        fake = True  # e.g. a module-level tensor the body uses: meta cannot mix with it
+        base = run_once(probe, probe.dims, fake=True)
     ops = [event.op for event in base.events]
     runs = [base.events]
+    saved = [base.saved]
     assignments: list[dict[str, Size]] = [dict(probe.dims)]
     varied: list[str] = []
     for name in probe.variable:
         for candidate in _candidates(probe.dims[name])[:3]:
             assignment = {**probe.dims, name: candidate}
-            found = _run_or_none(probe, assignment, ops)
+            found = _run_or_none(probe, assignment, ops, fake)
             if found is not None:
                 varied.append(name)
                 runs.append(found.events)
+                saved.append(found.saved)
                 assignments.append(assignment)
                 break
     checked = not varied
@@ -165,9 +236,10 @@ def measure(probe: Probe) -> Cost:
         assignment = dict(probe.dims)
         for index, name in enumerate(varied):
             assignment[name] = _third(probe.dims[name], assignments[1 + index][name], attempt)
-        found = _run_or_none(probe, assignment, ops)
+        found = _run_or_none(probe, assignment, ops, fake)
         if found is not None:
             runs.append(found.events)
+            saved.append(found.saved)
             assignments.append(assignment)
             checked = True
             break
@@ -175,19 +247,47 @@ def measure(probe: Probe) -> Cost:
     names = _fixed_names(dims, varied, probe.names)
     plan = Plan(assignments, runs, varied, checked, names)
     fitted = fit(plan)
-    return assemble(probe, plan, fitted.forward, fitted.backward, fitted.exact, dims)
+    cost = assemble(probe, plan, fitted.forward, fitted.backward, fitted.exact, dims)
+    return _with_activations(cost, plan, saved)
+
+
+def _with_activations(cost: Cost, plan: Plan, saved: list[list[Event]]) -> Cost:
+    """The activation bytes of the base run, fitted like FLOPs (each saved storage's shape)."""
+    count = sum(event.flops for event in saved[0])
+    formula: sympy.Expr = sympy.Integer(count)
+    if all([e.op for e in run] == [e.op for e in saved[0]] for run in saved) and count:
+        bytes_plan = dataclasses.replace(plan, runs=saved, _series={}, _rules={})
+        fitted = fit(bytes_plan)
+        candidate = total(fitted.forward)
+        values = {name: size_value(size) for name, size in cost.dims.items()}
+        if fitted.exact and evaluate(candidate, values) == count:
+            used = {str(s) for s in candidate.free_symbols}
+            formula = candidate if used <= set(cost.dims) else formula
+    return dataclasses.replace(cost, activation_bytes=count, activation_formula=formula)
 
 
 def _fixed_names(
     dims: Mapping[str, Size], varied: Sequence[str], extra: Mapping[str, int]
 ) -> dict[int, str]:
+    """Names for sizes that stayed fixed: the call's own dims first, then the module's.
+
+    A value that two names share at the same level is left a number (naming it after
+    either could be wrong), and so are 0 and 1.
+    """
     names: dict[int, str] = {}
-    for name, size in [*dims.items(), *extra.items()]:
-        if name in varied:
-            continue
-        value = size_value(size)
-        if value >= 2:
-            names.setdefault(value, name)
+    blocked: set[int] = set()
+    fixed = {name: size_value(size) for name, size in dims.items() if name not in varied}
+    for level in (fixed, {n: v for n, v in extra.items() if n not in dims}):
+        by_value: dict[int, set[str]] = {}
+        for name, value in level.items():
+            by_value.setdefault(value, set()).add(name)
+        for value, found in by_value.items():
+            if value < 2 or value in names or value in blocked:
+                continue
+            if len(found) == 1:
+                names[value] = found.pop()
+            else:
+                blocked.add(value)
     return names
 
 
@@ -214,8 +314,19 @@ def assemble(
         start = end
     flops = sum(op.flops for op in ops)
     backward_flops = sum(op.backward_flops for op in ops)
-    formula = total(op.formula for op in ops)
-    backward_formula = total(op.backward_formula for op in ops)
+    repeat = _repeat_symbols(probe.repeats, plan.names, values)
+    formula = _with_repeats(events, forward, repeat)
+    backward_formula = _with_repeats(events, backward, repeat)
+    for name in repeat.values():
+        values[str(name)] = probe.repeats[str(name)]
+    matmul_forward = [
+        formula if event.entry is not None and event.entry.matmul else sympy.Integer(0)
+        for event, formula in zip(events, forward, strict=True)
+    ]
+    matmul_flops = sum(e.flops for e in events if e.entry is not None and e.entry.matmul)
+    matmul_formula = _with_repeats(events, matmul_forward, repeat)
+    if evaluate(matmul_formula, values) != matmul_flops:
+        matmul_formula = sympy.Integer(matmul_flops)
     if probe.declared is not None:
         formula = probe.declared
         flops = int(evaluate(formula, values))
@@ -223,7 +334,10 @@ def assemble(
         formula, exact = sympy.Integer(flops), False
     if evaluate(backward_formula, values) != backward_flops:
         backward_formula, exact = sympy.Integer(backward_flops), False
-    used = {str(s) for s in (formula.free_symbols | backward_formula.free_symbols)}
+    used = {
+        str(s)
+        for s in formula.free_symbols | backward_formula.free_symbols | matmul_formula.free_symbols
+    }
     shown = {name: values[name] for name in dims}
     shown.update({name: values[name] for name in sorted(used - set(shown))})
     return Cost(
@@ -238,7 +352,52 @@ def assemble(
         uncounted=_uncounted(events),
         function=probe.function,
         exact=exact,
+        matmul_flops=matmul_flops,
+        matmul_formula=matmul_formula,
     )
+
+
+def _repeat_symbols(
+    repeats: Mapping[str, int], names: Mapping[int, str], values: Mapping[str, int]
+) -> dict[int, sympy.Symbol]:
+    by_value: dict[int, list[str]] = {}
+    for name, value in repeats.items():
+        by_value.setdefault(value, []).append(name)
+    return {
+        value: sympy.Symbol(found[0])
+        for value, found in by_value.items()
+        if len(found) == 1
+        and value >= 2
+        and (names.get(value, found[0]) == found[0])
+        and found[0] not in values
+    }
+
+
+def _with_repeats(
+    events: Sequence[Event], formulas: Sequence[sympy.Expr], repeat: Mapping[int, sympy.Symbol]
+) -> sympy.Expr:
+    """The sum of the formulas, with k identical calls of one block written ``n_layers * F``
+    when the module names k (its ``num_layers`` beside a ``ModuleList`` of k blocks)."""
+    own: list[sympy.Expr] = []
+    calls: dict[int, list[sympy.Expr]] = {}
+    names: dict[int, tuple[str, ...]] = {}
+    for event, formula in zip(events, formulas, strict=True):
+        if len(event.calls) >= 2:
+            calls.setdefault(event.calls[1], []).append(formula)
+            names[event.calls[1]] = event.path[:2]
+        else:
+            own.append(formula)
+    if not repeat:
+        return total([*own, *(f for group in calls.values() for f in group)])
+    blocks: dict[tuple[tuple[str, ...], sympy.Expr], int] = {}
+    for serial, group in calls.items():
+        key = (names[serial], total(group, factor=False))
+        blocks[key] = blocks.get(key, 0) + 1
+    terms = list(own)
+    for (_, formula), count in blocks.items():
+        terms.append(repeat.get(count, count) * formula)
+    summed = sympy.expand(sympy.Add(*terms))
+    return sympy.factor(summed) if summed.free_symbols else summed
 
 
 def _op_cost(
@@ -268,18 +427,3 @@ def _uncounted(events: Sequence[Event]) -> tuple[str, ...]:
         if event.needs_grad:
             found.extend(backward_of(event).uncounted)
     return tuple(dict.fromkeys(found))
-
-
-def ellipsis_value(size: Size) -> tuple[int, ...]:
-    """An ``ellipsis=`` size as the shape of the axes it stands for."""
-    return (size,) if isinstance(size, int) else tuple(size)
-
-
-def product(size: Size) -> int:
-    """A dim's value as one number (a variadic dim's sizes multiplied)."""
-    return size if isinstance(size, int) else math.prod(size)
-
-
-def run_coroutine_threadsafe(coroutine: Any) -> Any:
-    """Run a coroutine that waits on an event loop, in a loop of its own."""
-    return asyncio.run(coroutine)

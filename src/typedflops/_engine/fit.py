@@ -15,6 +15,7 @@ value where there is one (a weight's ``d_model``), so that formulas read in the 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,11 +24,11 @@ from typing import Any
 
 import sympy
 
-from .counter import Event
+from .events import Event
 from .rules import OpCall
 from .tensors import TensorMeta, flat_tensors, map_meta
 
-__all__ = ["Fitted", "Plan", "fit"]
+__all__ = ["Fitted", "Plan", "fit", "fit_count"]
 
 Size = int | tuple[int, ...]
 
@@ -97,7 +98,7 @@ def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
             exact &= ok
         return total, exact
     counts = [sum(b.flops for b in event.backward) for event in series]
-    return _fit_count(plan, counts)
+    return fit_count(plan, counts)
 
 
 def _fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
@@ -125,10 +126,12 @@ def _fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
                     and (not plan.checked or _value(plan, formula, -1) == series[-1].flops)
                 ):
                     return formula, exact
-    return _fit_count(plan, counts)
+    return fit_count(plan, counts)
 
 
-def _fit_count(plan: Plan, counts: Sequence[int]) -> tuple[sympy.Expr, bool]:
+def fit_count(plan: Plan, counts: Sequence[int]) -> tuple[sympy.Expr, bool]:
+    """A count seen in every run (an op's FLOPs, the bytes saved for backward) as a formula
+    in the varied dims; its base value, not exact, when it fits none."""
     expr, ok = _fit_series(plan, tuple(counts), name_constants=False)
     if expr is None:
         return sympy.Integer(counts[0]), False
@@ -267,11 +270,17 @@ def evaluate(formula: sympy.Expr, dims: Mapping[str, int]) -> Any:
     return formula.xreplace({sympy.Symbol(name): value for name, value in dims.items()})
 
 
-def total(formulas: Iterable[sympy.Expr]) -> sympy.Expr:
-    """The sum of many formulas, grouped first (an LM repeats the same op formulas)."""
+def total(formulas: Iterable[sympy.Expr], *, factor: bool = True) -> sympy.Expr:
+    """The sum of many formulas, grouped first (an LM repeats the same op formulas);
+    ``factor`` writes it factored (``b*s*(2*d + 1)``), for the formulas people read."""
     counts: dict[sympy.Expr, int] = {}
     for formula in formulas:
         if formula != 0:
             counts[formula] = counts.get(formula, 0) + 1
     summed = sympy.expand(sympy.Add(*(k * f for f, k in counts.items())))
-    return sympy.factor(summed) if summed.free_symbols else summed
+    return _factored(summed) if factor and summed.free_symbols else summed
+
+
+@functools.lru_cache(maxsize=4096)
+def _factored(expr: sympy.Expr) -> sympy.Expr:
+    return sympy.factor(expr)

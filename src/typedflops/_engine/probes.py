@@ -6,8 +6,10 @@
 - :func:`call_probe`: a call that ran (a ``record()`` row, ``benchmark``) — its tensors'
   shapes, with the annotated axes resized.
 
-A module (``self``) takes part with fake copies of its parameters and buffers, or, for the
-typed modules of :mod:`typedflops.nn`, rebuilt at other sizes of its own dims.
+Tensors are built on the device a dry run gives (``meta``: shapes, dtypes and
+``requires_grad``, no storage). A module (``self``) takes part with such copies of its
+parameters and buffers, or, for the typed modules of :mod:`typedflops.nn`, rebuilt there
+at other sizes of its own dims.
 """
 
 from __future__ import annotations
@@ -19,16 +21,27 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.utils.stateless import _reparametrize_module
 
 from ..annotation import ELLIPSIS, AxisKind, TensorSpec
 from ..contract import Contract, TensorParameter
+from ..cost import Cost
 from ..errors import SpecError
-from .dryrun import Probe, Thunk
+from .dryrun import Probe, Thunk, measure
 from .fit import Size
 
-__all__ = ["TensorStub", "call_probe", "check_sizes", "estimate_probe", "module_names", "stub"]
+__all__ = [
+    "TensorStub",
+    "call_cost",
+    "call_dims",
+    "call_probe",
+    "check_sizes",
+    "estimate_probe",
+    "module_names",
+    "module_repeats",
+    "plain_probe",
+    "stub",
+]
 
 # Sizes past this are not sizes torch can index (int64), whatever the device.
 _MAX_SIZE = 2**62
@@ -57,15 +70,15 @@ def stub(value: Any) -> Any:
     return value
 
 
-def _materialize(value: Any) -> Any:
-    """A fake tensor for a stub (under the fake mode), recursively in lists and tuples."""
+def materialize(value: Any, device: str) -> Any:
+    """A storage-less tensor for a stub, on ``device``, recursively in lists and tuples."""
     if isinstance(value, TensorStub):
-        tensor = torch.empty(value.shape, dtype=value.dtype, device=value.device)
+        tensor = torch.empty(value.shape, dtype=value.dtype, device=device)
         return tensor.requires_grad_(value.requires_grad) if tensor.is_floating_point() else tensor
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, list | tuple) and any(isinstance(v, TensorStub) for v in value):
-        return type(value)(_materialize(v) for v in value)
+        return type(value)(materialize(v, device) for v in value)
     return value
 
 
@@ -155,19 +168,30 @@ def _group(size: Size) -> tuple[int, ...]:
     return (size,) if isinstance(size, int) else tuple(size)
 
 
-def _fake_like(fake: FakeTensorMode, tensor: torch.Tensor, dtype: torch.dtype | None) -> Any:
-    copy: torch.Tensor = fake.from_tensor(tensor)
-    if dtype is not None and copy.is_floating_point() and copy.dtype != dtype:
-        copy = copy.detach().to(dtype).requires_grad_(tensor.requires_grad)
-    return copy
+def _copy_on(device: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """A storage-less copy: same shape, strides and ``requires_grad``; floats in ``dtype``."""
+    cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+    copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=cast, device=device)
+    return copy.requires_grad_(tensor.requires_grad) if copy.is_floating_point() else copy
 
 
 def _module_state(
-    fake: FakeTensorMode, module: torch.nn.Module, dtype: torch.dtype | None
-) -> dict[str, Any]:
-    state: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
-    state.update(module.named_buffers(remove_duplicate=False))
-    return {name: _fake_like(fake, tensor, dtype) for name, tensor in state.items()}
+    device: str, module: torch.nn.Module, dtype: torch.dtype | None
+) -> dict[str, torch.Tensor]:
+    # Each module object once (a module shared by two parents is one place to set), each of
+    # its own tensors by name (a weight tied between two modules is set in both, to one copy).
+    state: dict[str, torch.Tensor] = {}
+    for prefix, sub in module.named_modules():
+        for name, tensor in (
+            *sub.named_parameters(recurse=False),
+            *sub.named_buffers(recurse=False),
+        ):
+            state[f"{prefix}.{name}" if prefix else name] = tensor
+    copies: dict[int, torch.Tensor] = {}
+    for tensor in state.values():
+        if id(tensor) not in copies:
+            copies[id(tensor)] = _copy_on(device, tensor, dtype)
+    return {name: copies[id(tensor)] for name, tensor in state.items()}
 
 
 def module_dims(obj: Any) -> dict[str, int]:
@@ -177,17 +201,51 @@ def module_dims(obj: Any) -> dict[str, int]:
 
 
 def module_names(module: Any) -> dict[str, int]:
-    """Sizes a module names: its declared dims, then int attributes of its own classes."""
+    """Sizes a module names: its declared dims (``typedflops_dims()``), then int attributes
+    of its own classes whose value is the size of one of its weights' (or buffers') axes
+    (``self.d_ff = d_ff`` beside a ``(d_ff, d_model)`` weight)."""
     found = module_dims(module)
     if not isinstance(module, torch.nn.Module):
         return found
+    axes = {size for t in (*module.parameters(), *module.buffers()) for size in t.shape}
     for sub in module.modules():
         if type(sub).__module__.startswith("torch."):
             continue
         for name, value in vars(sub).items():
-            if type(value) is int and not name.startswith("_") and name not in found:
+            if (
+                type(value) is int
+                and value in axes
+                and not name.startswith("_")
+                and name not in found
+            ):
                 found[name] = value
     return found
+
+
+def module_repeats(module: Any) -> dict[str, int]:
+    """Names for how many times a module repeats a block: its int attributes (or declared
+    dims) equal to the length of one of its ``ModuleList``/``Sequential`` children, those
+    that say "layer", "block" or "depth" first (``self.num_layers`` beside 12 blocks)."""
+    if not isinstance(module, torch.nn.Module):
+        return {}
+    lengths = {
+        len(sub)
+        for sub in module.modules()
+        if isinstance(sub, torch.nn.ModuleList | torch.nn.Sequential) and len(sub) > 1
+    }
+    candidates = dict(module_dims(module))
+    candidates.update(
+        (name, value)
+        for name, value in vars(module).items()
+        if type(value) is int and not name.startswith("_")
+    )
+    found = {name: value for name, value in candidates.items() if value in lengths}
+    preferred = {
+        name: value
+        for name, value in found.items()
+        if any(word in name.lower() for word in ("layer", "block", "depth"))
+    }
+    return preferred or found
 
 
 def _module_device(module: Any) -> str | None:
@@ -203,29 +261,29 @@ def _resizable(module: Any) -> bool:
 
 def _with_module(
     module: Any,
-    fake: FakeTensorMode,
+    device: str,
     sizes: Mapping[str, Size],
     dtype: torch.dtype | None,
 ) -> tuple[Any, Callable[[Thunk], Any]]:
-    """The module to call at ``sizes`` and how to run a thunk with its fake state."""
+    """The module to call at ``sizes`` and how to run a thunk with its state on ``device``."""
     if not isinstance(module, torch.nn.Module):
         return module, lambda thunk: thunk()
     own = module_dims(module)
     if _resizable(module) and own:
         wanted = {name: sizes.get(name, size) for name, size in own.items()}
-        with torch.device(_module_device(module) or "cpu"):
+        with torch.device(device):
             resize = cast(Callable[..., torch.nn.Module], module.typedflops_resized)
-            rebuilt = resize(wanted, dtype)  # built under the fake mode
+            rebuilt = resize(wanted, dtype)  # built on the dry run's device: no storage
         rebuilt.train(module.training)
         original = dict(module.named_parameters())
         for name, parameter in rebuilt.named_parameters():
             if name in original:
                 parameter.requires_grad_(original[name].requires_grad)
         return rebuilt, lambda thunk: thunk()
-    state = _module_state(fake, module, dtype)
+    state = _module_state(device, module, dtype)
 
     def run(thunk: Thunk) -> Any:
-        with _reparametrize_module(module, state, tie_weights=True, strict=False):
+        with _reparametrize_module(module, state, strict=False):
             return thunk()
 
     return module, run
@@ -329,17 +387,17 @@ def estimate_probe(
     device = _module_device(module) or "cpu"
     variable = list(sizes) + ([n for n in own if n not in sizes] if _resizable(module) else [])
 
-    def build(assignment: Mapping[str, Size], fake: FakeTensorMode) -> Thunk:
-        target, runner = _with_module(module, fake, assignment, dtype)
+    def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
+        target, runner = _with_module(module, run_device, assignment, dtype)
         positional = [target, *args[1:]] if module is not None else list(args)
         kwargs: dict[str, Any] = {}
         for key, value in passthrough.items():
             kwargs[key] = (
-                _fake_like(fake, value, dtype) if isinstance(value, torch.Tensor) else value
+                _copy_on(run_device, value, dtype) if isinstance(value, torch.Tensor) else value
             )
         for p in build_params:
             shape = shape_at(p.spec, assignment)
-            tensor = torch.empty(shape, dtype=_default_dtype(p.spec, dtype), device=device)
+            tensor = torch.empty(shape, dtype=_default_dtype(p.spec, dtype), device=run_device)
             if p.name in grad and tensor.is_floating_point():
                 tensor.requires_grad_(True)
             kwargs[p.name] = tensor
@@ -352,6 +410,7 @@ def estimate_probe(
         build=build,
         device=device,
         names=module_names(module),
+        repeats=module_repeats(module),
     )
 
 
@@ -397,15 +456,15 @@ def call_probe(
     devices = [value.device for _, value, _ in found.values()]
     device = devices[0] if devices else _module_device(module) or "cpu"
 
-    def build(assignment: Mapping[str, Size], fake: FakeTensorMode) -> Thunk:
-        target, runner = _with_module(module, fake, assignment, None)
-        call_args = [_materialize(a) for a in positional]
-        call_kwargs = {k: _materialize(v) for k, v in named.items()}
+    def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
+        target, runner = _with_module(module, run_device, assignment, None)
+        call_args = [materialize(a, run_device) for a in positional]
+        call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
         if module is not None:
             call_args[0] = target
         for name, (spec, value, index) in found.items():
             resized = shape_at(spec, assignment, value.shape)
-            tensor = torch.empty(resized, dtype=value.dtype, device=value.device)
+            tensor = torch.empty(resized, dtype=value.dtype, device=run_device)
             if value.requires_grad and tensor.is_floating_point():
                 tensor.requires_grad_(True)
             if index is not None:
@@ -421,6 +480,7 @@ def call_probe(
         build=build,
         device=device,
         names=module_names(module),
+        repeats=module_repeats(module),
     )
 
 
@@ -444,3 +504,40 @@ def call_dims(
         after = len(p.spec.axes) - cut - 1
         dims[ELLIPSIS] = tuple(int(s) for s in shape[cut : len(shape) - after])
     return dims
+
+
+def plain_probe(
+    fn: Callable[..., Any], function: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Probe:
+    """A probe of an undecorated call: its arguments' shapes as they are (no dims)."""
+    positional = [stub(a) for a in args]
+    named = {k: stub(v) for k, v in kwargs.items()}
+    device = next(
+        (a.device.type for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), "cpu"
+    )
+
+    def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
+        call_args = [materialize(a, run_device) for a in positional]
+        call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
+        return lambda: fn(*call_args, **call_kwargs)
+
+    return Probe(function=function, dims={}, variable=[], build=build, device=device)
+
+
+def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
+    """The cost of ``fn(*args, **kwargs)`` from dry runs on meta copies of the arguments.
+
+    For a ``@typed_flops`` function (or a method, or a module whose forward is one) the
+    contract is checked on the real arguments first, raising before anything runs.
+    """
+    owner: Any = getattr(fn, "__self__", None)
+    target: Any = getattr(fn, "__func__", fn)
+    if isinstance(fn, torch.nn.Module):
+        owner, target = fn, type(fn).forward
+    check = getattr(target, "check_call", None)
+    if callable(check) and hasattr(target, "probe_call"):
+        full = (owner, *args) if owner is not None else args
+        state = check(full, kwargs)
+        return measure(target.probe_call(full, kwargs, state.sizes))
+    name = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
+    return measure(plain_probe(fn, name, args, kwargs))

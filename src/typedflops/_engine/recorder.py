@@ -24,13 +24,16 @@ import torch
 
 from ..cost import Cost, OpCost
 from .backward import backward_of
-from .counter import Event, counting, suspended
+from .counter import counting
 from .dryrun import Probe, measure
+from .events import Event
 from .fit import Size, evaluate, size_value, total
+from .frames import Frame, current_frame, in_frame
 from .probes import stub
-from .session import Frame, RunSession, Session, current_frame, declared_event, in_frame
+from .session import Session, declared_event
+from .signature import signature, signature_without_sizes
 
-__all__ = ["CountedFunction", "RecordSession", "Row", "counted_call"]
+__all__ = ["CountedFunction", "RecordSession", "Row", "merged_total", "torch_counts"]
 
 
 class CountedFunction(Protocol):
@@ -53,15 +56,21 @@ class CountedFunction(Protocol):
 class Row:
     """One decorated function with one signature under one parent: its calls and costs."""
 
-    def __init__(self, function: str, parent: Row | None) -> None:
+    def __init__(self, function: str, parent: Row | None, key: Any = None) -> None:
         self.function = function
         self.parent = parent
+        self.key = key
         self.children: dict[Any, Row] = {}
         self.calls = 0
         self.events: list[Event] = []
         self.dims: dict[str, Size] = {}
         self.complete = False
-        self.per_call: list[tuple[Row, int]] = []
+        # Its descendants' calls per call of it: taken at its second call (after one call
+        # each descendant's count is its count per call).
+        self.per_call: list[tuple[Row, int]] | None = None
+        # One clock per session: any change ticks it, and a cost computed earlier is stale.
+        self.clock: list[int] = parent.clock if parent is not None else [0]
+        self._cost_at = -1
         self.probe: Callable[[], Probe] | None = None
         self.fitting_key: Any = None
         self.measurement: Any = None
@@ -90,16 +99,15 @@ class Row:
 
     def add_cached_call(self) -> None:
         """One more call with the same signature: this row and its subtree, once more."""
+        if self.per_call is None:
+            self.per_call = [(desc, desc.calls) for desc in self.descendants()]
         self.calls += 1
         for row, count in self.per_call:
             row.calls += count
         self._invalidate()
 
     def _invalidate(self) -> None:
-        row: Row | None = self
-        while row is not None:
-            row._cost = None
-            row = row.parent
+        self.clock[0] += 1
 
     def own_counts(self) -> tuple[int, int, int, int]:
         """Forward, backward, bytes read and written of the row's own ops, per call."""
@@ -139,8 +147,9 @@ class Row:
     def cost(self) -> Cost:
         """The cost of one call, in the row's own dim names (fitted formulas when they give
         this row's counts, else the counts, marked not exact)."""
-        if self._cost is None:
+        if self._cost is None or self._cost_at != self.clock[0]:
             self._cost = self._compute_cost()
+            self._cost_at = self.clock[0]
         return self._cost
 
     def _compute_cost(self) -> Cost:
@@ -272,46 +281,73 @@ class RecordSession(Session):
                 self.mode = None
 
     def begin(
-        self, frame: Frame, fn: CountedFunction, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> CallHandle:
-        """Open a decorated call inside ``frame``: a row to count into, or a row whose count
-        is known (its body then runs with counting paused)."""
+        self,
+        frame: Frame,
+        fn: CountedFunction,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        *,
+        fresh: bool = False,
+    ) -> tuple[str, Frame | None, Row | None]:
+        """Open a decorated call inside ``frame``: ``("count", frame, row)`` to count it into
+        its row, ``("cached", None, row)`` for a row whose count is known (the body then runs
+        with counting out of the way), ``("inline", frame, None)`` inside a declared call.
+
+        ``fresh``: count into a row of its own, merged at :meth:`finish` (an async call,
+        which other calls of the same row may overlap).
+        """
         if frame.declared or frame.inside_declared():
-            return CallHandle(self, frame, fn, args, kwargs, None, "inline")
+            return "inline", frame, None
         parent: Row = frame.row
-        key = (id(fn), _signature(args, kwargs))
+        key = (id(fn), signature(args, kwargs))
         row = parent.children.get(key)
-        if row is not None and row.complete:
-            return CallHandle(self, None, fn, args, kwargs, row, "cached")
-        if row is None:
-            row = Row(fn.name, parent)
+        if fresh:
+            row = Row(fn.name, parent, key)
+        elif row is not None and row.complete:
+            return "cached", None, row
+        elif row is None:
+            row = Row(fn.name, parent, key)
             parent.children[key] = row
         row.events.clear()
         child = Frame(self, (*frame.path, fn.name), frame, row.events, fn.declared is not None)
         child.row = row
-        return CallHandle(self, child, fn, args, kwargs, row, "count")
+        return "count", child, row
 
-    def finish(self, handle: CallHandle, bound: Mapping[str, Size]) -> None:
+    def finish(
+        self,
+        kind: str,
+        row: Row | None,
+        frame: Frame | None,
+        fn: CountedFunction,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        bound: Mapping[str, Size],
+    ) -> None:
         """Close a call that returned: its row's dims, probe and call count."""
-        row = handle.row
-        if handle.kind == "inline" or row is None:
+        if kind == "inline" or row is None:
             return
-        if handle.kind == "cached":
+        if kind == "cached":
             row.add_cached_call()
             return
-        fn, args, kwargs = handle.fn, handle.args, handle.kwargs
         sizes = dict(bound)
         row.dims = fn.call_dims(args, kwargs, sizes)
         declared = fn.declared
         if declared is not None:
             value = int(evaluate(declared, {k: size_value(v) for k, v in row.dims.items()}))
-            assert handle.frame is not None
-            row.events.append(declared_event(fn.name, value, handle.frame.path))
+            assert frame is not None
+            row.events.append(declared_event(fn.name, value, frame))
         row.probe = _probe_factory(fn, args, kwargs, sizes)
-        row.fitting_key = (id(fn), _signature_without_sizes(args, kwargs))
+        row.fitting_key = (id(fn), signature_without_sizes(args, kwargs))
         row.calls = 1
         row.complete = True
-        row.per_call = [(desc, desc.calls) for desc in row.descendants()]
+        parent = row.parent
+        assert parent is not None
+        if parent.children.get(row.key) is not row:  # a fresh row: merge it or keep it apart
+            known = parent.children.get(row.key)
+            if known is not None and known.complete and known.counts() == row.counts():
+                known.add_cached_call()
+            else:
+                parent.children[row.key if known is None else (row.key, id(row))] = row
         row._invalidate()
 
     def add_measured(self, name: str, cost: Cost, measurement: Any) -> None:
@@ -349,130 +385,6 @@ def _probe_factory(
         return fn.probe_call(positional, named, bound)
 
     return make
-
-
-def _signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    return (
-        tuple(_describe(a) for a in args),
-        tuple(sorted((k, _describe(v)) for k, v in kwargs.items())),
-        torch.is_grad_enabled(),
-    )
-
-
-def _signature_without_sizes(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    def strip(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return (value.dim(), value.dtype, value.device.type, value.requires_grad)
-        return _describe(value)
-
-    return (tuple(strip(a) for a in args), tuple(sorted((k, strip(v)) for k, v in kwargs.items())))
-
-
-def _describe(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return (tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
-    if isinstance(value, torch.nn.Module):
-        return ("module", id(value), value.training)
-    if value is None or isinstance(value, int | float | str | bool | torch.dtype):
-        return value
-    if isinstance(value, list | tuple):
-        return tuple(_describe(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((str(k), _describe(v)) for k, v in value.items()))
-    return ("object", type(value).__qualname__)
-
-
-class CallHandle:
-    """One decorated call while a session counts: the frame its ops go to, and its row."""
-
-    __slots__ = ("args", "fn", "frame", "kind", "kwargs", "row", "session")
-
-    def __init__(
-        self,
-        session: Session,
-        frame: Frame | None,
-        fn: CountedFunction,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        row: Row | None,
-        kind: str,
-    ) -> None:
-        self.session = session
-        self.frame = frame
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.row = row
-        self.kind = kind
-
-    def scope(self) -> contextlib.AbstractContextManager[Any]:
-        """The context the body runs in: its frame, or counting paused for a known row."""
-        if self.kind == "cached":
-            stack = contextlib.ExitStack()
-            stack.enter_context(suspended(self.session.mode))
-            stack.enter_context(in_frame(None))
-            return stack
-        return in_frame(self.frame)
-
-    def finish(self, bound: Mapping[str, Size]) -> None:
-        """Close the call after its body returned and its return value passed the checks."""
-        session = self.session
-        if isinstance(session, RecordSession):
-            session.finish(self, bound)
-            return
-        assert isinstance(session, RunSession) and self.frame is not None
-        sizes = dict(bound)
-        declared = self.fn.declared
-        parent = self.frame.parent
-        if self.kind == "count" and declared is not None:
-            dims = self.fn.call_dims(self.args, self.kwargs, sizes)
-            value = int(evaluate(declared, {k: size_value(v) for k, v in dims.items()}))
-            session.events.append(declared_event(self.fn.name, value, self.frame.path))
-        if self.kind == "count" and parent is session.root:
-            session.bound = self.fn.call_dims(self.args, self.kwargs, sizes)
-
-
-def begin_call(
-    frame: Frame,
-    fn: CountedFunction,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    *,
-    cached: bool = True,
-) -> CallHandle:
-    """Open a decorated call while a session (a dry run or ``record()``) is counting.
-
-    ``cached=False`` counts the call even when its row is known (an async body, whose
-    awaits let other tasks run in the meantime, is never run with counting paused).
-    """
-    session = frame.session
-    if isinstance(session, RecordSession):
-        handle = session.begin(frame, fn, args, kwargs)
-        if handle.kind == "cached" and not cached:
-            assert handle.row is not None
-            handle.row.complete = False
-            handle = session.begin(frame, fn, args, kwargs)
-        return handle
-    assert isinstance(session, RunSession)
-    child = session.child(fn.name, fn.declared is not None)
-    kind = "inline" if child is frame else "count"
-    return CallHandle(session, child, fn, args, kwargs, None, kind)
-
-
-def counted_call(
-    frame: Frame,
-    fn: CountedFunction,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    bound: Callable[[], Mapping[str, Size]],
-    body: Callable[[], Any],
-) -> Any:
-    """Run a decorated call while a session is counting."""
-    handle = begin_call(frame, fn, args, kwargs)
-    with handle.scope():
-        result = body()
-    handle.finish(bound())
-    return result
 
 
 def merged_total(rows: list[Row], loose: Row) -> Cost:

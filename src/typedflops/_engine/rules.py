@@ -36,6 +36,7 @@ Conventions (the only place they are written; the README quotes them):
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,9 +53,9 @@ __all__ = [
     "OpCall",
     "RuleEntry",
     "find_rule",
+    "function_rules",
     "is_torch_counted",
     "register_rule",
-    "rule_for_function",
 ]
 
 aten = torch.ops.aten
@@ -111,6 +112,7 @@ class RuleEntry:
     source: str
     raw: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    matmul: bool = False  # a matrix-product kernel (matmuls, convolutions, attention)
 
     def count(
         self, call: OpCall, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
@@ -160,9 +162,13 @@ def _torch_entries() -> dict[Any, RuleEntry]:
     for target, wrapped in flop_counter.flop_registry.items():
         inner = getattr(wrapped, "__wrapped__", None)
         if inner is not None:  # a shape formula, wrapped by FlopCounterMode's shape_wrapper
-            entries[target] = RuleEntry(_torch_shape_rule(inner), symbolic=True, source="torch")
+            entries[target] = RuleEntry(
+                _torch_shape_rule(inner), symbolic=True, source="torch", matmul=True
+            )
         else:
-            entries[target] = RuleEntry(wrapped, symbolic=False, source="torch", raw=True)
+            entries[target] = RuleEntry(
+                wrapped, symbolic=False, source="torch", raw=True, matmul=True
+            )
     return entries
 
 
@@ -299,12 +305,12 @@ def _index_put(call: OpCall) -> Any:
 
 
 def _builtin_entries() -> dict[Any, RuleEntry]:
-    def entry(rule: Rule) -> RuleEntry:
-        return RuleEntry(rule, symbolic=True, source="typedflops")
+    def entry(rule: Rule, matmul: bool = False) -> RuleEntry:
+        return RuleEntry(rule, symbolic=True, source="typedflops", matmul=matmul)
 
     table: dict[Any, RuleEntry] = {}
     for name in ("mv", "dot", "vdot", "addmv"):
-        table[getattr(aten, name)] = entry(_matrix_vector)
+        table[getattr(aten, name)] = entry(_matrix_vector, matmul=True)
     table[aten.addr] = entry(_outer)
     for name in ("_softmax", "_log_softmax", "_safe_softmax"):
         table[getattr(aten, name)] = entry(_per_element(5))
@@ -317,12 +323,12 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         "_scaled_dot_product_fused_attention_overrideable",
         "_scaled_dot_product_attention_math_for_mps",
     ):
-        table[getattr(aten, name)] = entry(_attention)
+        table[getattr(aten, name)] = entry(_attention, matmul=True)
     for name in (
         "_scaled_dot_product_flash_attention_for_cpu_backward",
         "_scaled_dot_product_fused_attention_overrideable_backward",
     ):
-        table[getattr(aten, name)] = entry(_attention_backward)
+        table[getattr(aten, name)] = entry(_attention_backward, matmul=True)
     table[aten.native_layer_norm] = entry(_layer_norm)
     table[aten.native_group_norm] = entry(_group_norm)
     for name in (
@@ -353,9 +359,19 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     return table
 
 
+def _saved_bytes(call: OpCall) -> Any:
+    tensor = call.inputs[0]
+    return numel(tensor) * tensor.itemsize
+
+
+#: The bytes of a tensor autograd saves for backward (activation memory), fitted like FLOPs.
+saved_bytes_rule = RuleEntry(_saved_bytes, symbolic=True, source="typedflops")
+
 # Ops that cost 0 FLOPs whatever their inputs: creation, copies, movement, indexing.
 FREE = _words(
     """
+    select_backward slice_backward diagonal_backward as_strided_backward expand_copy
+    permute_copy view_copy transpose_copy unsqueeze_copy squeeze_copy t_copy
     empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like
     full full_like new_zeros new_ones new_full scalar_tensor arange linspace logspace eye rand
     rand_like randn randn_like randint randint_like randperm bernoulli uniform normal tril triu
@@ -439,9 +455,14 @@ def _returns_view(func: torch._ops.OpOverload) -> bool:
     )
 
 
-def rule_for_function(fn: Any) -> RuleEntry | None:
-    """The rule registered for a Python function, if any."""
-    return _USER_FUNCTIONS.get(fn)
+def function_rules() -> dict[Any, tuple[Any, RuleEntry]]:
+    """Rules registered for Python functions, by code object: ``code -> (function, rule)``."""
+    found = {}
+    for fn, entry in _USER_FUNCTIONS.items():
+        code = getattr(inspect.unwrap(fn), "__code__", None)
+        if code is not None:
+            found[code] = (fn, entry)
+    return found
 
 
 def register_rule(target: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -495,6 +516,11 @@ def _op_key(target: Any) -> Any:
     if isinstance(op, torch._ops.OpOverload):
         return op
     if callable(target):
+        if getattr(inspect.unwrap(target), "__code__", None) is None:
+            raise SpecError(
+                f"register_rule({target!r}): a Python function needs Python code to be seen "
+                "running; give the rule to the op it calls instead"
+            )
         return None
     raise SpecError(
         f"register_rule({target!r}): the target must be a torch op (torch.ops.lib.name), "

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
 __all__ = ["TensorMeta", "describe", "flat_tensors", "is_float", "nbytes_of", "numel"]
 
@@ -89,20 +88,15 @@ def _nested_shape(tensor: torch.Tensor) -> tuple[int, ...]:
     return (int(values.numel()),)
 
 
-def describe(tree: Any) -> Any:
-    """``tree`` with every tensor replaced by its :class:`TensorMeta` (lists become tuples)."""
-
-    def convert(value: Any) -> Any:
-        return _describe_tensor(value) if isinstance(value, torch.Tensor) else value
-
-    return _freeze(tree_map(convert, tree))
-
-
-def _freeze(value: Any) -> Any:
+def describe(value: Any) -> Any:
+    """``value`` with every tensor replaced by its :class:`TensorMeta`; lists become tuples
+    and dicts sorted tuples of pairs, so that the result is hashable."""
+    if isinstance(value, torch.Tensor):
+        return _describe_tensor(value)
     if isinstance(value, list | tuple):
-        return tuple(_freeze(item) for item in value)
+        return tuple(describe(item) for item in value)
     if isinstance(value, dict):
-        return tuple((key, _freeze(value[key])) for key in sorted(value))
+        return tuple((key, describe(value[key])) for key in sorted(value))
     return value
 
 

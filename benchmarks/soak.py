@@ -1,0 +1,131 @@
+"""Soak: many checked and recorded calls, from one thread and from eight, measured side by side.
+
+Prints, for a small two-matmul function (8x16 @ 16x16 @ 16x4, float32, CPU):
+
+- time per call unchecked, checked, and checked inside ``record()`` (interleaved rounds, so
+  the ratio recorded / checked is measured under the same load);
+- the growth of resident memory over 1e5 checked calls and over 1e4 recorded calls (a
+  recording keeps one row per distinct call signature, not one per call);
+- the same with 8 threads calling at once, each in its own ``record()``.
+
+Run: ``python benchmarks/soak.py`` (``--quick`` for 10x fewer calls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import resource
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from typedflops import record, typed_flops
+
+
+def plain(x: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
+    return torch.relu(x @ w1) @ w2
+
+
+@typed_flops
+def checked(
+    x: Float[Tensor, "batch d"], w1: Float[Tensor, "d h"], w2: Float[Tensor, "h k"]
+) -> Float[Tensor, "batch k"]:
+    return torch.relu(x @ w1) @ w2
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def per_call(fn: Callable[[], object], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10x fewer calls")
+    scale = 10 if parser.parse_args().quick else 1
+    torch.set_num_threads(1)
+    x, w1, w2 = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16, 4)
+
+    def run_plain() -> object:
+        return plain(x, w1, w2)
+
+    def run_checked() -> object:
+        return checked(x, w1, w2)
+
+    with record() as warm:
+        run_checked()
+    assert warm.total.flops > 0
+
+    rounds = 20
+    times: dict[str, list[float]] = {"plain": [], "checked": [], "recorded": []}
+    calls = 500 // scale or 1
+    with record() as rec:
+        run_checked()  # the first call of a signature is counted; later ones reuse its row
+    for _ in range(rounds):
+        times["plain"].append(per_call(run_plain, calls))
+        times["checked"].append(per_call(run_checked, calls))
+        with record() as rec:
+            run_checked()
+            times["recorded"].append(per_call(run_checked, calls))
+    medians = {name: statistics.median(values) * 1e6 for name, values in times.items()}
+    print("per call (median of 20 rounds, 1 thread):")
+    for name, value in medians.items():
+        print(f"  {name:<9} {value:8.2f} us")
+    print(f"recorded / checked: {medians['recorded'] / medians['checked']:.2f} (target <= 3)")
+    print(f"rows kept for {calls + 1} recorded calls: {len(rec.calls)}")
+
+    gc.collect()
+    before = rss_mib()
+    per = per_call(run_checked, 100_000 // scale)
+    print(f"1e5 checked calls: {per * 1e6:.2f} us each, peak RSS +{rss_mib() - before:.1f} MiB")
+
+    gc.collect()
+    before = rss_mib()
+    with record() as soak:
+        per = per_call(run_checked, 10_000 // scale)
+    print(
+        f"1e4 recorded calls: {per * 1e6:.2f} us each, peak RSS +{rss_mib() - before:.1f} MiB, "
+        f"{len(soak.calls)} row(s), {soak.calls[0].calls} calls counted, "
+        f"total {soak.total.flops:.3g} FLOPs"
+    )
+
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with record() as mine:
+                for _ in range(10_000 // scale // 8):
+                    run_checked()
+            assert mine.calls[0].calls == 10_000 // scale // 8
+        except BaseException as exc:
+            errors.append(exc)
+
+    gc.collect()
+    before = rss_mib()
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    each = elapsed / (10_000 // scale) * 1e6
+    print(
+        f"8 threads x {10_000 // scale // 8} recorded calls: {each:.2f} us per call overall, "
+        f"peak RSS +{rss_mib() - before:.1f} MiB, errors: {len(errors)}"
+    )
+
+
+if __name__ == "__main__":
+    main()

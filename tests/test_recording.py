@@ -1,0 +1,126 @@
+"""record(): rows per signature, nothing held, async calls, recursion, and estimate's sizes."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import re
+import weakref
+
+import numpy as np
+import pytest
+import sympy
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from typedflops import SpecError, record, register_rule, typed_flops
+
+
+@typed_flops
+def linear(x: Float[Tensor, "b d"], w: Float[Tensor, "d k"]) -> Float[Tensor, "b k"]:
+    return x @ w
+
+
+@typed_flops
+async def linear_async(x: Float[Tensor, "b d"], w: Float[Tensor, "d k"]) -> Float[Tensor, "b k"]:
+    await asyncio.sleep(0)
+    return x @ w
+
+
+@typed_flops
+def countdown(x: Float[Tensor, " n"], depth: int) -> Float[Tensor, " n"]:
+    return x if depth == 0 else countdown(x * 2, depth - 1)
+
+
+def test_repeated_calls_share_a_row() -> None:
+    x, w = torch.ones(4, 3), torch.ones(3, 2)
+    with record() as rec:
+        for _ in range(1000):
+            linear(x, w)
+        linear(torch.ones(5, 3), w)
+    assert [(row.calls, row.dims["b"]) for row in rec.calls] == [(1000, 4), (1, 5)]
+    assert rec.total.flops == 1000 * 48 + 60
+    b, b_2, d, k = sympy.symbols("b b_2 d k")
+    assert sympy.expand(rec.total.formula - (1000 * 2 * b * d * k + 2 * b_2 * d * k)) == 0
+
+
+def test_record_holds_no_tensor() -> None:
+    refs = []
+    with record() as rec:
+        for _ in range(20):
+            x, w = torch.ones(4, 3), torch.ones(3, 2)
+            refs.append(weakref.ref(x))
+            refs.append(weakref.ref(linear(x, w)))
+            del x, w
+        gc.collect()
+        assert all(ref() is None for ref in refs)
+    assert rec.total.flops == 20 * 48
+    assert str(rec.calls[0].cost().formula) == "2*b*d*k"
+
+
+def test_async_calls_are_rows_and_estimates() -> None:
+    assert str(linear_async.formula) == "2*b*d*k"
+    assert linear_async.estimate(b=2, d=3, k=4).flops == 48
+
+    async def main() -> None:
+        with record() as rec:
+            x, w = torch.ones(5, 3), torch.ones(3, 4)
+            await linear_async(torch.ones(2, 3), w)
+            await asyncio.gather(linear_async(x, w), linear_async(x, w))
+        assert [row.calls for row in rec.calls] == [1, 2]
+        assert rec.total.flops == 48 + 2 * 120
+        assert all(row.cost().exact for row in rec.calls)
+
+    asyncio.run(main())
+
+
+def test_recursion_records_one_row_per_depth() -> None:
+    with record() as rec:
+        countdown(torch.ones(3), 200)
+    depth = 0
+    rows = rec.calls
+    while rows:
+        depth += 1
+        rows = rows[0].visible_children()
+    assert depth == 201
+    assert rec.total.flops == 200 * 3
+
+
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        (8.0, "b=8.0 is not a size; sizes are integers (got float)"),
+        (-1, "b=-1 is negative; sizes are >= 0"),
+        (True, "b=True is not a size; sizes are integers (got bool)"),
+        (2**70, "is too large for a tensor size (at most 2**62)"),
+        ((2, 3), "b=(2, 3) is a tuple, but b is one axis"),
+        ("8", "b='8' is not a size"),
+        (None, "b=None is not a size"),
+    ],
+)
+def test_bad_sizes_are_spec_errors(size: object, message: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(message)):
+        linear.estimate(b=size, d=3, k=4)
+
+
+def test_numpy_integers_are_sizes() -> None:
+    assert linear.estimate(b=np.int64(8), d=np.int32(3), k=4).flops == 2 * 8 * 3 * 4
+
+
+def test_a_registered_python_function_replaces_what_it_runs() -> None:
+    def fused(x: Tensor) -> Tensor:
+        return torch.exp(x) * 2
+
+    @register_rule(fused)
+    def fused_flops(x: Tensor) -> int:
+        return 5 * x.numel()
+
+    @typed_flops
+    def body(x: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
+        return fused(x) + 1
+
+    with record() as rec:
+        body(torch.ones(6))
+    assert rec.total.flops == 5 * 6 + 6
+    assert str(body.estimate(n=10).formula) == "6*n"
