@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.autograd.function import BackwardCFunction
+from torch.nested._internal.nested_tensor import NestedTensor
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -72,6 +74,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # A dry run on meta tensors for a call that would run on this device type: its
         # attention takes the kernel that device would pick (see .attention).
         self.target: str | None = None
+        # Custom autograd Functions already listed as uncounted.
+        self.custom: set[type] = set()
 
     def __torch_dispatch__(
         self,
@@ -87,8 +91,21 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return func(*args, **kwargs)
         if self.phase == "forward" and torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)
+        if _JAGGED in types:
+            # A jagged tensor runs each op on its dense values: count those. Its backward
+            # runs on jagged tensors, which no replay builds: named, not predicted.
+            if _needs_grad(args, kwargs) and find_rule(func) != "free":
+                self.sink.add(_uncounted_event(f"{op_name(func)} (backward, jagged)"))
+            with self, torch.no_grad():
+                return _JAGGED.__torch_dispatch__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
         found = find_rule(func)
         if found is None:
+            key = _nested_key(args, kwargs)
+            if key is not None and func.has_kernel_for_dispatch_key(key):
+                # torch's Python decompositions do not know nested tensors (a nested
+                # matmul pads its rows): run the nested kernel, counting the ops it runs
+                with self:
+                    return func._op_dk(key, *args, **kwargs)
             with self:
                 decomposed = func.decompose(*args, **kwargs)
             if decomposed is not NotImplemented:
@@ -98,7 +115,35 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if inside_rule():
             event.flops = 0  # a registered Python function's rule gives its count
         self.sink.add(event)
+        if event.needs_grad:
+            self._custom_backwards(args, kwargs)
         return out
+
+    def _custom_backwards(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Name, once, the ``torch.autograd.Function`` whose output an op takes: its backward
+        is Python code that no op replay shows, so it is listed as uncounted."""
+        for tensor in _tensors((args, tuple(kwargs.values()))):
+            node = tensor.grad_fn
+            if isinstance(node, BackwardCFunction) and node._forward_cls not in self.custom:
+                self.custom.add(node._forward_cls)
+                self.sink.add(_uncounted_event(f"{node._forward_cls.__name__} (backward)"))
+
+
+_JAGGED = NestedTensor
+
+_NESTED_KEYS = {
+    "cpu": torch._C.DispatchKey.NestedTensorCPU,
+    "cuda": torch._C.DispatchKey.NestedTensorCUDA,
+    "meta": torch._C.DispatchKey.NestedTensorMeta,
+}
+
+
+def _nested_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The dispatch key of the nested-tensor kernels for these arguments, if any is nested."""
+    for tensor in _tensors((args, tuple(kwargs.values()))):
+        if tensor.is_nested and type(tensor) is torch.Tensor:
+            return _NESTED_KEYS.get(tensor.device.type)
+    return None
 
 
 def make_event(
@@ -144,6 +189,26 @@ def make_event(
         view=view,
         needs_grad=needs_grad,
         torch_counted=is_torch_counted(func._overloadpacket),
+    )
+
+
+def _uncounted_event(name: str) -> Event:
+    """Work that ran, or will run, without a rule: listed by name, costs unknown."""
+    return Event(
+        op=name,
+        func=None,
+        group=new_group(name),
+        args=(),
+        kwargs=(),
+        out=None,
+        flops=0,
+        entry=None,
+        counted=False,
+        bytes_read=0,
+        bytes_written=0,
+        view=False,
+        needs_grad=False,
+        torch_counted=False,
     )
 
 

@@ -29,6 +29,15 @@ Conventions (the only place they are written; the README quotes them):
   on fake tensors and differentiated (a matmul adds 2·m·n·k for each operand that requires
   grad, as FlopCounterMode counts the grad matmuls; ``x + y`` adds nothing; ``relu`` one op
   per element; fused attention its backward kernel, 2.5 times the forward).
+- A ``torch.autograd.Function``'s forward ops are counted; its backward is Python code no
+  replay shows, so ``Name (backward)`` is listed as uncounted once an op takes its output.
+  A TorchScript function's ops go through the dispatcher and are counted like eager ones.
+- Nested tensors: an op on a jagged tensor is counted as the ops it runs on its dense values
+  (rows only), and its backward, which runs on jagged tensors, is listed as uncounted
+  (``mul (backward, jagged)``); an op on a strided nested tensor is counted as its nested
+  kernel runs it (attention on a CPU pads every sequence to the longest). A backward is
+  predicted from shapes, never values: a jagged attention kernel's backward is taken at the
+  longest sequence for every sequence (the bound FlopCounterMode takes for fake offsets).
 - Anything else that computes on floating-point values is listed as uncounted, by name,
   never a silent 0. :func:`register_rule` gives an op (or a Python function) a rule.
 """
@@ -386,7 +395,7 @@ FREE = _words(
     _has_compatible_shallow_copy_type is_same_size _pin_memory _make_dep_token bucketize
     searchsorted histc bincount _unsafe_index index_fill masked_fill_ upsample_nearest1d
     upsample_nearest2d pixel_shuffle pixel_unshuffle im2col col2im _embedding_bag_forward_only
-    _unsafe_view
+    _unsafe_view _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded
     """
 )
 
