@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -22,7 +24,14 @@ from .deferred import PLACEHOLDER_PREFIX, argument_sizes, shown, spec_of
 from .errors import ShapeError, SpecError
 from .scope import CallState, display_name, shape_text, violation
 
-__all__ = ["Contract", "Parameter", "compile_contract"]
+__all__ = [
+    "Contract",
+    "Parameter",
+    "compile_contract",
+    "defining_frames",
+    "frame_locals",
+    "function_kind",
+]
 
 
 @dataclass(frozen=True)
@@ -383,6 +392,32 @@ def _resolve_hints(
         raise UnresolvedHintError(f"{function}(): cannot resolve its type hints ({exc})") from None
     except Exception as exc:
         raise SpecError(f"{function}(): cannot resolve its type hints ({exc})") from None
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def defining_frames(limit: int = 8) -> list[types.FrameType]:
+    """The frames of the functions (and class bodies) that are defining a decorated
+    function, innermost first, and its module's: where its local names live."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+    found: list[types.FrameType] = []
+    while frame is not None and len(found) < limit:
+        found.append(frame)
+        if frame.f_code.co_name == "<module>":  # (its globals may not be fn's: exec, doctest)
+            break
+        frame = frame.f_back  # type: ignore[assignment]
+    return found
+
+
+def frame_locals(frames: list[types.FrameType]) -> dict[str, Any]:
+    """The names those frames define now (inner frames first)."""
+    names: dict[str, Any] = {}
+    for frame in reversed(frames):
+        names.update(frame.f_locals)
+    return names
 
 
 def _is_union(hint: Any) -> bool:

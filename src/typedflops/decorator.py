@@ -12,10 +12,8 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import os
 import sys
 import types
-import typing
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -29,9 +27,19 @@ from ._engine.probes import call_dims, call_probe, estimate_probe
 from ._engine.session import RunSession
 from .annotation import ELLIPSIS, AxisKind
 from .bench import benchmark
+from .bound import TypedMethod
 from .classes import typed_class
 from .config import DISABLED_BY_ENVIRONMENT, disabled_flag
-from .contract import COROUTINE, FUNCTION, GENERATOR, Contract, compile_contract, function_kind
+from .contract import (
+    COROUTINE,
+    FUNCTION,
+    GENERATOR,
+    Contract,
+    compile_contract,
+    defining_frames,
+    frame_locals,
+    function_kind,
+)
 from .cost import Cost
 from .errors import ContractError, DeviceError, SpecError
 from .expr import parse_expression
@@ -39,7 +47,7 @@ from .generators import checked_async_generator, checked_generator
 from .memo import reads_memo, with_memo
 from .scope import CallState, Size, call_scope, current_call, display_name, violation
 
-__all__ = ["TypedFunction", "add_call_observer", "current_call", "typed_flops"]
+__all__ = ["TypedFunction", "TypedMethod", "add_call_observer", "current_call", "typed_flops"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -127,9 +135,9 @@ class TypedFunction(Generic[P, R]):
         try:
             self._contract = compile_contract(fn, self.name)
         except NameError:
-            self._scopes = _defining_frames()
+            self._scopes = defining_frames()
             with contextlib.suppress(NameError):
-                self._contract = compile_contract(fn, self.name, localns=_locals(self._scopes))
+                self._contract = compile_contract(fn, self.name, localns=frame_locals(self._scopes))
                 self._scopes = []
         if self._flops is not None and self._contract is not None:
             self._check_formula_names(self._contract)
@@ -160,7 +168,7 @@ class TypedFunction(Generic[P, R]):
         """The compiled contract (compiled at decoration, or at first use for forward refs)."""
         if self._contract is None:
             scopes, self._scopes = self._scopes, []
-            self._contract = compile_contract(self._fn, self.name, localns=_locals(scopes))
+            self._contract = compile_contract(self._fn, self.name, localns=frame_locals(scopes))
             if self._flops is not None:
                 self._check_formula_names(self._contract)
         return self._contract
@@ -454,76 +462,6 @@ class DataclassInit(TypedFunction[..., None]):
         if getattr(self._owner, "__no_type_check__", False):
             return self._fn(*args, **kwargs)
         return TypedFunction.__call__(self, *args, **kwargs)
-
-
-class TypedMethod(functools.partial[Any]):
-    """A ``@typed_flops`` function bound to an object, as ``obj.method`` returns it.
-
-    Called like a bound method (in C, as a partial). ``__func__`` is the
-    :class:`TypedFunction`, ``__self__`` the object; ``estimate(**dims)`` estimates the
-    call on that object, and other attributes are the function's.
-    """
-
-    __slots__ = ()
-
-    @property
-    def __func__(self) -> TypedFunction[..., Any]:
-        return typing.cast(TypedFunction[..., Any], self.func)
-
-    @property
-    def __self__(self) -> Any:
-        return self.args[0]
-
-    def estimate(self, *args: Any, **kwargs: Any) -> Cost:
-        """:meth:`TypedFunction.estimate` with this object first."""
-        cost: Cost = self.__func__.estimate(self.args[0], *args, **kwargs)
-        return cost
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "__wrapped__":  # inspect.signature would skip the binding of the object
-            raise AttributeError(name)
-        return getattr(self.func, name)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TypedMethod):
-            return NotImplemented
-        return self.func is other.func and self.args[0] is other.args[0]
-
-    def __hash__(self) -> int:
-        return hash((self.func, id(self.args[0])))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # By reference, as Python pickles bound methods: the object, then the name.
-        return getattr, (self.args[0], self.func.__name__)
-
-    def __repr__(self) -> str:
-        return f"<bound typed_flops {self.__func__.name} of {self.args[0]!r}>"
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _defining_frames(limit: int = 8) -> list[types.FrameType]:
-    """The frames of the functions (and class bodies) that are defining a decorated
-    function, innermost first, and its module's: where its local names live."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame = frame.f_back  # type: ignore[assignment]
-    found: list[types.FrameType] = []
-    while frame is not None and len(found) < limit:
-        found.append(frame)
-        if frame.f_code.co_name == "<module>":  # (its globals may not be fn's: exec, doctest)
-            break
-        frame = frame.f_back  # type: ignore[assignment]
-    return found
-
-
-def _locals(frames: list[types.FrameType]) -> dict[str, Any]:
-    """The names those frames define now (inner frames first)."""
-    names: dict[str, Any] = {}
-    for frame in reversed(frames):
-        names.update(frame.f_locals)
-    return names
 
 
 def _report_to_dynamo(error: ContractError) -> None:
