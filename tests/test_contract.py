@@ -116,12 +116,14 @@ def test_non_torch_array_type_is_a_spec_error() -> None:
             pass
 
 
-def test_unsupported_container_is_a_spec_error() -> None:
-    with pytest.raises(SpecError, match=re.escape("typedflops cannot check tensors inside")):
+def test_an_iterator_hint_checks_the_type_and_never_consumes() -> None:
+    @typed_flops
+    def f(x: Iterator[Float[Tensor, " n"]]) -> int:
+        return len(list(x))
 
-        @typed_flops
-        def f(x: Iterator[Float[Tensor, " n"]]) -> None:
-            pass
+    assert f(iter([torch.ones(2), torch.ones(3)])) == 2  # elements cannot be checked
+    with pytest.raises(ContractError, match=re.escape("argument 'x' is a list but its hint")):
+        f([torch.ones(2)])  # type: ignore[arg-type]
 
 
 def test_symbolic_axis_of_a_variadic_dim_is_a_spec_error() -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import importlib
 import inspect
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -401,3 +403,32 @@ def test_instrument_with_unresolvable_hint_follows_the_syntax() -> None:
         warnings.simplefilter("error")
         checked: Any = instrument(g, jaxtyping_syntax=True)
     assert isinstance(checked, TypedFunction)
+
+
+# -- dataclasses ----------------------------------------------------------------------------
+
+
+def test_dataclasses_with_tensor_fields_are_checked_at_init(load: Loader) -> None:
+    _, models = load(True)
+    batch = models.Batch(torch.ones(4, 3), torch.ones(4))
+    assert isinstance(batch, models.Batch)  # still the class
+    assert dataclasses.is_dataclass(batch)
+    with pytest.raises(ShapeError, match=re.escape("Batch.__init__(): argument 'labels' has")):
+        models.Batch(torch.ones(4, 3), torch.ones(5))
+    with pytest.raises(ContractError, match="argument 'name' violates its hint str"):
+        models.Batch(torch.ones(4, 3), torch.ones(4), name=3)
+    # a dataclass without tensor fields, and the module's own classes, are untouched
+    assert not isinstance(vars(models.Settings)["__init__"], TypedFunction)
+    assert models.Settings(width=2).width == 2
+    # an explicit __init__ is decorated as a method, and the class is not wrapped again
+    init = vars(models.Pair)["__init__"]
+    assert isinstance(init, TypedFunction)
+    assert not isinstance(init.__wrapped__, TypedFunction)
+    assert models.Pair(torch.ones(2, 3)).left.shape == (3,)
+    with pytest.raises(ShapeError, match="argument 'both' has shape"):
+        models.Pair(torch.ones(3, 3))
+
+
+def test_dataclasses_are_unchecked_without_the_hook(load: Loader) -> None:
+    _, models = load(False)
+    assert models.Batch(torch.ones(4, 3), torch.ones(5)).labels.shape == (5,)

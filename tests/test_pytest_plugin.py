@@ -232,6 +232,55 @@ def test_compact_report_shows_the_call_inside_the_package(project: pytest.Pytest
     assert not any("decorator.py" in line for line in section)
 
 
+NESTED_MODULES = """
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+
+class Inner(torch.nn.Module):
+    def forward(self, x: Float[Tensor, "b 4"]) -> Float[Tensor, "b 4"]:
+        return x
+
+
+class Outer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Inner()
+
+    def forward(self, x: Float[Tensor, "b d"]) -> Float[Tensor, "b d"]:
+        return self.inner(x)
+"""
+
+
+def test_nested_module_error_skips_torch_module_frames(pytester: pytest.Pytester) -> None:
+    pytester.mkpydir("nested_pkg").joinpath("__init__.py").write_text(NESTED_MODULES)
+    pytester.syspathinsert()
+    pytester.makepyfile(
+        test_nested=(
+            "import torch\nimport nested_pkg\n\n\ndef test_nested():\n"
+            "    model = nested_pkg.Outer()\n"
+            "    model(torch.ones(2, 5))\n"
+        )
+    )
+    result = run(pytester, "--typedflops=nested_pkg")
+    result.assert_outcomes(failed=1)
+    section = _section(result, "test_nested")
+    assert len(section) <= 12
+    assert [line for line in section if line.strip(" ^")] == [  # (3.11+ marks columns)
+        "test_nested.py:7: in test_nested",
+        "    model(torch.ones(2, 5))",
+        "nested_pkg/__init__.py:18: in forward",
+        "    return self.inner(x)",
+        "E   typedflops.errors.ShapeError: Inner.forward(): argument 'x' has shape (2, 5) but "
+        'its annotation "b 4" needs size 4 at axis 1',
+        "E     bound so far: b=2",
+    ]
+    long = run(pytester, "--typedflops=nested_pkg", "--tb=long").stdout.str()
+    assert "_call_impl" in long  # --tb=long brings torch's frames back
+    assert "decorator.py" in long
+
+
 def test_long_tracebacks_on_request(project: pytest.Pytester) -> None:
     project.makepyfile(test_bad=TEST_BAD_CALL)
     result = run(project, "--typedflops=demo_pkg", "--tb=long")

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .errors import ShapeError as ShapeError
     from .errors import SpecError as SpecError
     from .import_hook import install_import_hook as install_import_hook
+    from .memo import print_bindings as print_bindings
     from .ops import einsum as einsum
     from .ops import rearrange as rearrange
     from .ops import reduce as reduce
@@ -55,6 +56,7 @@ __all__ = [
     "install_import_hook",
     "memory",
     "nn",
+    "print_bindings",
     "rearrange",
     "record",
     "reduce",
@@ -80,6 +82,7 @@ _WHERE = {
     "disabled": "config",
     "einsum": "ops",
     "install_import_hook": "import_hook",
+    "print_bindings": "memo",
     "rearrange": "ops",
     "record": "_engine.report",
     "register_rule": "_engine.rules",

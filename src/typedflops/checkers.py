@@ -6,26 +6,41 @@ tensors check every element; other hints follow beartype's semantics.
 
 from __future__ import annotations
 
+import collections
+import collections.abc
+import dataclasses
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-from beartype.door import die_if_unbearable, is_bearable
-from beartype.roar import BeartypeDoorHintViolation
 
-from .annotation import AxisKind, TensorSpec, is_tensor_annotation, tensor_spec
+from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation
+from .deferred import spec_of
 from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
 from .expr import Expression
+from .plain_hints import (
+    Checker,
+    hint_text,
+    plain_checker,
+    plain_predicate,
+    type_name,
+    type_name_of,
+)
 from .scope import CallState, shape_text, size_text, violation
 
 __all__ = ["Checker", "UnresolvedHintError", "compile_hint", "hint_text", "tensor_specs"]
 
 
-# A checker inspects one value at a place ("argument 'x'", "argument 'xs[2]'", "the return
-# value") and binds dims in the state, raising a ContractError subclass on a violation.
-Checker = Callable[[Any, CallState, str], None]
+# One axis of an annotation, flat: kind, name, fixed size, broadcastable, expression, and
+# "size 3" (the text a message needs for a fixed size).
+Rule = tuple[AxisKind, str | None, int | None, bool, Expression | None, str]
+
+
+def _rule(axis: Axis) -> Rule:
+    fixed_text = f"size {axis.size}"
+    return (axis.kind, axis.name, axis.size, axis.broadcastable, axis.expression, fixed_text)
 
 
 def _tensor_checker(spec: TensorSpec) -> Checker:
@@ -37,9 +52,13 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
     before = axes if variadic is None else axes[:variadic]
     after = () if variadic is None else axes[variadic + 1 :]
     # Flatten the rules to tuples so the per-call loop touches no attributes.
-    rules_before = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in before)
-    rules_after = tuple((a.kind, a.name, a.size, a.broadcastable, a.expression) for a in after)
+    # (Message pieces are made here, as text: under torch.compile with dynamic shapes, the
+    # ints of these rules may be traced as symbols, which an f-string cannot format.)
+    rules_before = tuple(_rule(a) for a in before)
+    rules_after = tuple(_rule(a) for a in after)
     variadic_axis = None if variadic is None else axes[variadic]
+    rank_text = f"{rank} dimension{'s' if rank != 1 else ''}"
+    minimum_text = f"at least {rank - 1} dimensions"
     plain_names: tuple[str, ...] | None = None
     if variadic is None and all(
         a.kind is AxisKind.NAMED and not a.broadcastable and a.name for a in axes
@@ -69,14 +88,14 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
         )
 
     def check_axes(
-        rules: tuple[tuple[AxisKind, str | None, int | None, bool, Expression | None], ...],
+        rules: tuple[Rule, ...],
         shape: tuple[int, ...],
         offset: int,
         state: CallState,
         where: str,
     ) -> None:
         sizes = state.sizes
-        for index, (kind, name, fixed, broadcastable, expression) in enumerate(rules):
+        for index, (kind, name, fixed, broadcastable, expression, fixed_text) in enumerate(rules):
             axis = offset + index
             size = shape[axis]
             if broadcastable and size == 1:
@@ -101,11 +120,11 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
             elif kind is AxisKind.FIXED:
                 if size != fixed:
                     raise shape_error(
-                        state, where, shape, f"size {fixed} at axis {axis}", None, fixed, size
+                        state, where, shape, f"{fixed_text} at axis {axis}", None, fixed, size
                     )
             elif kind is AxisKind.SYMBOLIC:
                 assert expression is not None
-                state.pending.append((expression, spec.dim_str, axis, size, where, shape))
+                state.pending += ((expression, spec.dim_str, axis, size, where, shape),)
 
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, torch.Tensor):
@@ -135,13 +154,14 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
                 expected=state.device,
                 actual=device,
             )
-        shape: tuple[int, ...] = value.shape
+        try:
+            shape: tuple[int, ...] = value.shape
+        except RuntimeError:  # a nested tensor of the strided layout has no shape
+            raise _shapeless(state, where, value, spec) from None
         ndim = len(shape)
         if variadic is None:
             if ndim != rank:
-                raise shape_error(
-                    state, where, shape, f"{rank} dimension{'s' * (rank != 1)}", None, rank, ndim
-                )
+                raise shape_error(state, where, shape, rank_text, None, rank, ndim)
             if plain_names is None:
                 check_axes(rules_before, shape, 0, state, where)
                 return
@@ -159,9 +179,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
                     )
             return
         if ndim < rank - 1:
-            raise shape_error(
-                state, where, shape, f"at least {rank - 1} dimensions", None, rank - 1, ndim
-            )
+            raise shape_error(state, where, shape, minimum_text, None, rank - 1, ndim)
         check_axes(rules_before, shape, 0, state, where)
         middle_end = ndim - len(rules_after)
         check_axes(rules_after, shape, middle_end, state, where)
@@ -215,7 +233,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
             state,
             where,
             shape,
-            f"*{name}={size_text(bound)}",
+            f"{name if name.startswith('*') else '*' + name}={size_text(bound)}",
             name,
             bound,
             group,
@@ -223,6 +241,20 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
         )
 
     return check
+
+
+def _shapeless(state: CallState, where: str, value: torch.Tensor, spec: TensorSpec) -> ShapeError:
+    """The error for a tensor without a shape (a nested tensor of the strided layout)."""
+    kind = f"a nested tensor of layout {value.layout}" if value.is_nested else "a tensor"
+    return violation(
+        ShapeError,
+        state,
+        where,
+        f"is {kind}, which has no shape to check against its annotation "
+        f'"{spec.dim_str}" (nested tensors of layout torch.jagged have one)',
+        expected=spec.dim_str,
+        actual=f"{value.layout}",
+    )
 
 
 class UnresolvedHintError(SpecError, NameError):
@@ -237,15 +269,10 @@ def _wrong_kind(
         ContractError,
         state,
         where,
-        f"is {_type_name(value)} but {needs}",
+        f"is {type_name(value)} but {needs}",
         expected=expected,
         actual=type(value).__name__,
     )
-
-
-def _type_name(value: Any) -> str:
-    name = type(value).__name__
-    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
 
 
 def _contains_tensor_annotation(hint: Any) -> bool:
@@ -254,88 +281,41 @@ def _contains_tensor_annotation(hint: Any) -> bool:
     return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))
 
 
-def _beartype_checker(hint: Any) -> Checker:
-    """Non-tensor hints follow beartype's semantics; plain classes take a fast isinstance."""
-    fast_class = hint if isinstance(hint, type) and hint not in (float, complex) else None
-
-    def check(value: Any, state: CallState, where: str) -> None:
-        if fast_class is not None and isinstance(value, fast_class):
-            return
-        if is_bearable(value, hint):
-            return
-        try:
-            die_if_unbearable(value, hint)
-        except BeartypeDoorHintViolation as exc:
-            reason = _beartype_reason(str(exc))
-        else:  # pragma: no cover - beartype disagreed with itself
-            return
-        raise violation(
-            ContractError,
-            state,
-            where,
-            f"violates its hint {hint_text(hint)}: {reason}",
-            expected=hint_text(hint),
-            actual=type(value).__name__,
-        )
-
-    return check
-
-
-def _beartype_reason(text: str) -> str:
-    """beartype's reason without its preamble: ``Die_if_unbearable() value 'a' violates
-    type hint <class 'int'>, as str 'a' not instance of int.`` -> ``str 'a' not instance
-    of int``."""
-    first = text.splitlines()[0] if text else text
-    _, found, tail = first.partition(" violates type hint ")
-    if found:
-        _, found, reason = tail.partition(", as ")
-        if found:
-            return reason.rstrip(".")
-    return first.removeprefix("Die_if_unbearable() ")
-
-
-def hint_text(hint: Any) -> str:
-    if is_tensor_annotation(hint):
-        return tensor_spec(hint).label
-    if isinstance(hint, type):
-        return hint.__name__
-    return repr(hint).replace("typing.", "")
-
-
-def _union_checker(hint: Any, options: tuple[Any, ...]) -> Checker:
-    checkers = [(option, compile_hint(option)) for option in options]
+def _union_checker(hint: Any, options: tuple[Any, ...], apart: frozenset[str]) -> Checker:
+    checkers = [(option, compile_hint(option, apart)) for option in options]
     none_allowed = type(None) in options
 
     def check(value: Any, state: CallState, where: str) -> None:
         if value is None and none_allowed:
             return  # `X | None` given None: nothing to try, no error to build
-        first_error: ContractError | None = None
-        for _option, checker in checkers:
-            trial = CallState(state.function)
-            trial.sizes = dict(state.sizes)
-            trial.origins = dict(state.origins)
-            trial.device, trial.device_where = state.device, state.device_where
-            trial.broadcast_variadic = state.broadcast_variadic
+        errors: list[tuple[Any, ContractError]] = []
+        for option, checker in checkers:
+            trial = state.copy()
             try:
                 checker(value, trial, where)
             except ContractError as exc:
-                first_error = first_error or exc
+                errors.append((option, exc))
                 continue
-            state.sizes, state.origins = trial.sizes, trial.origins
-            state.device, state.device_where = trial.device, trial.device_where
-            state.broadcast_variadic = trial.broadcast_variadic
-            state.pending.extend(trial.pending)
+            state.adopt(trial)
             return
         if len(checkers) == 1 or (
             value is not None and sum(o is not type(None) for o, _ in checkers) == 1
         ):
-            assert first_error is not None
-            raise first_error
+            raise errors[0][1]
+        # Why each option failed, one line each, without the call's own prefix.
+        prefix = f"{state.function}(): "
+        reasons = []
+        for option, error in errors:
+            why = f"{error}".split("\n", 1)[0].removeprefix(prefix)
+            why = why.removeprefix(f"{where} ")
+            if option is type(None):
+                why = "is not None"
+            reasons.append(f"\n  {hint_text(option)}: {why}")
         raise violation(
             ContractError,
             state,
             where,
-            f"is {_type_name(value)} which matches none of {hint_text(hint)}",
+            f"is {type_name(value)} which matches none of {hint_text(hint)}:" + "".join(reasons),
             expected=hint_text(hint),
             actual=type(value).__name__,
         )
@@ -351,73 +331,148 @@ def _item_where(where: str, key: str) -> str:
     return f"{where}[{key}]"
 
 
-def _sequence_checker(container: type, item_checker: Checker) -> Checker:
-    # Every element is checked: beartype samples one element of a container per call.
+def _elements_checker(container: type, item_checker: Checker, *, reiterable: bool) -> Checker:
+    """A container's check: its type, then every element (beartype samples one element).
+
+    ``reiterable``: the hint promises a collection that can be iterated again; otherwise
+    (``Iterable[...]``) an iterator given for it is not consumed, only its type checked.
+    """
+    needs = f"its hint needs {type_name_of(container)}"
+
     def check(value: Any, state: CallState, where: str) -> None:
         if not isinstance(value, container):
-            needs = f"its hint needs a {container.__name__}"
             raise _wrong_kind(state, where, value, needs, container.__name__)
+        if not reiterable and isinstance(value, Iterator):
+            return
         for index, item in enumerate(typing.cast(Iterable[Any], value)):
-            item_checker(item, state, _item_where(where, str(index)))
+            item_checker(item, state, _item_where(where, f"{index}"))
 
     return check
 
 
 def _tuple_checker(item_checkers: list[Checker]) -> Checker:
+    count = len(item_checkers)
+    needs = f"its hint needs a tuple of {count}"
+
     def check(value: Any, state: CallState, where: str) -> None:
-        if not isinstance(value, tuple) or len(value) != len(item_checkers):
-            needs = f"its hint needs a tuple of {len(item_checkers)}"
-            raise _wrong_kind(state, where, value, needs, len(item_checkers))
+        if not isinstance(value, tuple) or len(value) != count:
+            raise _wrong_kind(state, where, value, needs, count)
         for index, (item, item_checker) in enumerate(zip(value, item_checkers, strict=True)):
-            item_checker(item, state, _item_where(where, str(index)))
+            item_checker(item, state, _item_where(where, f"{index}"))
 
     return check
 
 
-def _mapping_checker(key_hint: Any, value_checker: Checker) -> Checker:
+def _mapping_checker(container: type, key_hint: Any, value_checker: Checker) -> Checker:
+    key_ok = plain_predicate(key_hint)
+    key_text = hint_text(key_hint)
+    kind = "a mapping" if container is collections.abc.Mapping else type_name_of(container)
+    needs = f"its hint needs {kind}"
+
     def check(value: Any, state: CallState, where: str) -> None:
-        if not isinstance(value, Mapping):
-            raise _wrong_kind(state, where, value, "its hint needs a mapping", "Mapping")
-        for key, item in value.items():
-            if not is_bearable(key, key_hint):
-                raise violation(
-                    ContractError,
-                    state,
-                    where,
-                    f"has key {key!r} that violates {hint_text(key_hint)}",
-                )
+        if not isinstance(value, container):
+            raise _wrong_kind(state, where, value, needs, container.__name__)
+        for key, item in typing.cast(Mapping[Any, Any], value).items():
+            if not key_ok(key):
+                reason = f"has key {key!r} that violates {key_text}"
+                raise violation(ContractError, state, where, reason)
             value_checker(item, state, _item_where(where, repr(key)))
 
     return check
 
 
-def compile_hint(hint: Any) -> Checker:
-    """Compile one type hint into a checker (tensor annotations, containers of them, others)."""
+def _type_checker(container: type) -> Checker:
+    """Only the value's type: what cannot be checked without consuming or calling it."""
+    needs = f"its hint needs {type_name_of(container)}"
+
+    def check(value: Any, state: CallState, where: str) -> None:
+        if not isinstance(value, container):
+            raise _wrong_kind(state, where, value, needs, container.__name__)
+
+    return check
+
+
+def _accept(value: Any, state: CallState, where: str) -> None:
+    """A hint whose tensors cannot be checked and which names no class to check instead."""
+
+
+# Containers that can be iterated again without being used up: every element is checked.
+_COLLECTIONS: frozenset[Any] = frozenset(
+    {
+        list,
+        set,
+        frozenset,
+        collections.deque,
+        collections.abc.Collection,
+        collections.abc.Sequence,
+        collections.abc.MutableSequence,
+        collections.abc.Set,
+        collections.abc.MutableSet,
+        collections.abc.KeysView,
+        collections.abc.ValuesView,
+    }
+)
+_MAPPINGS: frozenset[Any] = frozenset(
+    {
+        dict,
+        collections.defaultdict,
+        collections.OrderedDict,
+        collections.abc.Mapping,
+        collections.abc.MutableMapping,
+    }
+)
+
+
+def _kept_apart(spec: TensorSpec, apart: frozenset[str]) -> TensorSpec:
+    """``spec`` with its ``*name`` dim bound as ``*name`` when ``name`` is in ``apart``."""
+    if spec.variadic_index is None:
+        return spec
+    axis = spec.axes[spec.variadic_index]
+    if axis.kind is not AxisKind.VARIADIC or axis.name not in apart:
+        return spec
+    axes = list(spec.axes)
+    axes[spec.variadic_index] = dataclasses.replace(axis, name=f"*{axis.name}")
+    return dataclasses.replace(spec, axes=tuple(axes))
+
+
+def compile_hint(hint: Any, apart: frozenset[str] = frozenset()) -> Checker:
+    """Compile one type hint into a checker (tensor annotations, containers of them, others).
+
+    What can be checked is: tensors, in any container that can be iterated again. What
+    cannot (the values an iterator or generator will give, a callable's arguments) is
+    accepted with only its type checked. ``apart``: names that the function uses both as a
+    dim and as a variadic dim (``"n"`` and ``"*n"``), which jaxtyping keeps apart: their
+    variadic dims are bound as ``*n``.
+    """
     if is_tensor_annotation(hint):
-        return _tensor_checker(tensor_spec(hint))
-    if not _contains_tensor_annotation(hint):
-        return _beartype_checker(hint)
+        return _tensor_checker(_kept_apart(spec_of(hint), apart))
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return compile_hint(args[0], apart)
+    if not _contains_tensor_annotation(hint):
+        return plain_checker(hint)
     if origin in (typing.Union, types.UnionType):
-        return _union_checker(hint, args)
-    if origin in (list, Sequence, set, frozenset, typing.Iterable) and len(args) == 1:
-        container = (
-            origin
-            if isinstance(origin, type) and origin is not Sequence
-            else (Sequence if origin is Sequence else object)
-        )
-        return _sequence_checker(container, compile_hint(args[0]))
+        return _union_checker(hint, args, apart)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return _sequence_checker(tuple, compile_hint(args[0]))
-        return _tuple_checker([compile_hint(arg) for arg in args])
-    if origin in (dict, Mapping) and len(args) == 2:
-        return _mapping_checker(args[0], compile_hint(args[1]))
-    raise SpecError(f"hint {hint_text(hint)}: typedflops cannot check tensors inside {origin}")
+            return _elements_checker(tuple, compile_hint(args[0], apart), reiterable=True)
+        return _tuple_checker([compile_hint(arg, apart) for arg in args])
+    if origin in _MAPPINGS and len(args) == 2:
+        # dict[...] takes any mapping, as it always has here (beartype wants a dict)
+        container = collections.abc.Mapping if origin is dict else origin
+        return _mapping_checker(container, args[0], compile_hint(args[1], apart))
+    if origin in _COLLECTIONS and len(args) == 1:
+        return _elements_checker(origin, compile_hint(args[0], apart), reiterable=True)
+    if origin is collections.abc.Iterable and len(args) == 1:
+        return _elements_checker(origin, compile_hint(args[0], apart), reiterable=False)
+    if isinstance(origin, type):  # Iterator[...], Callable[...], a user's generic class
+        return _type_checker(origin)
+    return _accept
 
 
 def tensor_specs(hint: Any) -> list[TensorSpec]:
+    """Every tensor annotation in ``hint``, parsed (deferred dims included)."""
     if is_tensor_annotation(hint):
-        return [tensor_spec(hint)]
+        return [spec_of(hint)]
     return [spec for arg in typing.get_args(hint) for spec in tensor_specs(arg)]

@@ -9,8 +9,10 @@ few microseconds over a plain one.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
+import sys
 import types
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -25,17 +27,31 @@ from ._engine.probes import call_dims, call_probe, estimate_probe
 from ._engine.session import RunSession
 from .annotation import ELLIPSIS, AxisKind
 from .bench import benchmark
+from .bound import TypedMethod
+from .classes import typed_class
 from .config import DISABLED_BY_ENVIRONMENT, disabled_flag
-from .contract import Contract, compile_contract
+from .contract import (
+    COROUTINE,
+    FUNCTION,
+    GENERATOR,
+    Contract,
+    compile_contract,
+    defining_frames,
+    frame_locals,
+    function_kind,
+)
 from .cost import Cost
 from .errors import ContractError, DeviceError, SpecError
 from .expr import parse_expression
+from .generators import checked_async_generator, checked_generator
+from .memo import reads_memo, with_memo
 from .scope import CallState, Size, call_scope, current_call, display_name, violation
 
-__all__ = ["TypedFunction", "add_call_observer", "current_call", "typed_flops"]
+__all__ = ["TypedFunction", "TypedMethod", "add_call_observer", "current_call", "typed_flops"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T", bound=type)
 
 _checks_off = disabled_flag
 # Dynamo folds this to True while it traces; eagerly it is a plain `return False` (25 ns).
@@ -74,6 +90,14 @@ def _notify(
         observer(function, args, kwargs, state)
 
 
+# Nested checked calls up to this depth run as they are; deeper ones (recursion) raise the
+# interpreter's recursion limit by the frames a checked call adds (the call of the object
+# and __call__), while they run: a decorated recursive function goes as deep as a plain one.
+_SHALLOW = 8
+_OWN_FRAMES = 2
+_NO_PARENT = contextvars.Token.MISSING
+
+
 class TypedFunction(Generic[P, R]):
     """A function with a checked jaxtyping contract and a cost model (see :func:`typed_flops`).
 
@@ -91,18 +115,34 @@ class TypedFunction(Generic[P, R]):
         self.__wrapped__ = fn
         self._fn = fn
         self.name = name or display_name(fn)
-        self._is_async = inspect.iscoroutinefunction(fn)
-        if self._is_async:
+        self._kind = function_kind(fn)
+        # Coroutines and generators run their body after the call returns.
+        self._deferred = self._kind != FUNCTION
+        if self._kind == COROUTINE:
             _mark_coroutine_function(self)
+        # The body as checked calls run it: with jaxtyping's memo holding the call's dims
+        # when it reads them (isinstance, print_bindings).
+        self._body: Callable[P, R] = (
+            with_memo(fn) if self._kind == FUNCTION and reads_memo(fn) else fn
+        )
         self._contract: Contract | None = None
         self._last_estimate: dict[str, Any] | None = None
         self._formula: sympy.Expr | None = None
         self._flops = None if flops is None else parse_expression(flops, origin="flops=")
-        # A forward reference not defined yet (NameError): compile at the first call.
-        with contextlib.suppress(NameError):
+        # A string annotation may name a class local to the function that defines `fn`
+        # (resolved with its locals), or something defined later (at the first call).
+        self._scopes: list[types.FrameType] = []
+        try:
             self._contract = compile_contract(fn, self.name)
+        except NameError:
+            self._scopes = defining_frames()
+            with contextlib.suppress(NameError):
+                self._contract = compile_contract(fn, self.name, localns=frame_locals(self._scopes))
+                self._scopes = []
         if self._flops is not None and self._contract is not None:
             self._check_formula_names(self._contract)
+        if getattr(fn, "__no_type_check__", False):
+            self.__no_type_check__ = True
 
     def _check_formula_names(self, contract: Contract) -> None:
         assert self._flops is not None
@@ -127,16 +167,36 @@ class TypedFunction(Generic[P, R]):
     def contract(self) -> Contract:
         """The compiled contract (compiled at decoration, or at first use for forward refs)."""
         if self._contract is None:
-            self._contract = compile_contract(self._fn, self.name)
+            scopes, self._scopes = self._scopes, []
+            self._contract = compile_contract(self._fn, self.name, localns=frame_locals(scopes))
             if self._flops is not None:
                 self._check_formula_names(self._contract)
         return self._contract
 
+    @property
+    def __no_type_check__(self) -> bool:
+        """Set by ``@typing.no_type_check`` (placed over or under ``@typed_flops``): calls
+        are not checked."""
+        return isinstance(self, _UncheckedFunction)
+
+    @__no_type_check__.setter
+    def __no_type_check__(self, value: bool) -> None:
+        # A change of class, not a flag: the checked call path tests nothing for it.
+        if value and not isinstance(self, _UncheckedFunction):
+            self.__dict__["_checked_class"] = type(self)
+            self.__class__ = _UncheckedFunction
+        elif not value and isinstance(self, _UncheckedFunction):
+            self.__class__ = self.__dict__.pop("_checked_class")
+
     # -- calling ------------------------------------------------------------------------
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        # A plain bound method, created in C: methods and nn.Module.forward stay cheap.
-        return self if instance is None else types.MethodType(self, instance)
+        if instance is None:
+            return self
+        if _is_compiling():
+            # dynamo builds partials of objects it traces (it cannot build our class)
+            return functools.partial(self, instance)
+        return TypedMethod(self, instance)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         # is_compiling() first: dynamo folds it to a constant, and it cannot trace the
@@ -148,15 +208,35 @@ class TypedFunction(Generic[P, R]):
         frame = current_frame()
         if frame is not None:
             return self._call_counted(frame, args, kwargs)
-        state = self._check_arguments(args, kwargs)
-        if self._is_async:
-            return self._call_async(args, kwargs, state)  # type: ignore[return-value]
-        token = call_scope.set(state)
+        # (_check_arguments and _check_return, inlined: this is the hot path)
+        contract = self._contract or self.contract
+        state = CallState(self.name)
         try:
-            result = self._fn(*args, **kwargs)
-            self._check_return(result, state)
+            if contract.takes_self and args:
+                _bind_module_dims(args[0], state)
+            contract.check_arguments(args, kwargs, state)
+        except ContractError as exc:
+            raise exc.with_traceback(None) from None
+        if self._deferred:
+            return self._call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
+        token = call_scope.set(state)
+        parent = token.old_value
+        deep = False
+        if parent is not None and parent is not _NO_PARENT:
+            state.depth = parent.depth + 1
+            if state.depth > _SHALLOW:
+                deep = True  # recursion: this call's own frames do not count against it
+                sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
+        try:
+            result = self._body(*args, **kwargs)
+            try:
+                contract.check_return(result, state)
+            except ContractError as exc:
+                raise exc.with_traceback(None) from None
         finally:
             call_scope.reset(token)
+            if deep:
+                sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
         if _observers:
             _notify(self, args, kwargs, state)
         return result
@@ -166,13 +246,13 @@ class TypedFunction(Generic[P, R]):
         # torch-function modes off, so that only the body's ops are seen.
         with torch._C.DisableTorchFunction():
             state = self._check_arguments(args, kwargs)
-            if self._is_async:
-                return self._call_async(args, kwargs, state)  # type: ignore[return-value]
+            if self._deferred:
+                return self._call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
             handle = begin_call(frame, self, args, kwargs)
         token = call_scope.set(state)
         try:
             with handle.scope():
-                result = self._fn(*args, **kwargs)
+                result = self._body(*args, **kwargs)
             with torch._C.DisableTorchFunction():
                 self._check_return(result, state)
                 handle.finish(state.sizes)
@@ -198,6 +278,16 @@ class TypedFunction(Generic[P, R]):
             self.contract.check_return(result, state)
         except ContractError as exc:
             raise exc.with_traceback(None) from None
+
+    def _call_deferred(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
+    ) -> Any:
+        if self._kind == COROUTINE:
+            return self._call_async(args, kwargs, state)
+        body: Any = self._fn(*args, **kwargs)
+        if self._kind == GENERATOR:
+            return checked_generator(body, self.contract, state)
+        return checked_async_generator(body, self.contract, state)
 
     async def _call_async(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
@@ -227,9 +317,21 @@ class TypedFunction(Generic[P, R]):
         # Nothing is recorded while compiling.
         if DISABLED_BY_ENVIRONMENT:
             return self._fn(*args, **kwargs)
-        state = self._check_arguments(args, kwargs)
+        contract = self.contract
+        state = CallState(self.name)
+        try:
+            if contract.takes_self and args:
+                _bind_module_dims(args[0], state)
+            contract.check_arguments(args, kwargs, state)
+        except ContractError as exc:
+            _report_to_dynamo(exc)
+            raise
         result = self._fn(*args, **kwargs)
-        self._check_return(result, state)
+        try:
+            contract.check_return(result, state)
+        except ContractError as exc:
+            _report_to_dynamo(exc)
+            raise
         return result
 
     # -- costs --------------------------------------------------------------------------
@@ -330,8 +432,49 @@ class TypedFunction(Generic[P, R]):
         """Time calls of this function: the same as ``typedflops.benchmark(self, ...)``."""
         return benchmark(self, *args, **kwargs)
 
+    def __reduce__(self) -> str:
+        # By reference, as functions pickle: the name this object has in its module (a
+        # method's ``Class.name``). Spawned worker processes import it from there.
+        return self.__qualname__
+
     def __repr__(self) -> str:
         return f"<typed_flops {self.name}{self.contract.signature}>"
+
+
+class _UncheckedFunction(TypedFunction[P, R]):
+    """A :class:`TypedFunction` marked ``@typing.no_type_check``: calls run unchecked."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._fn(*args, **kwargs)
+
+
+class DataclassInit(TypedFunction[..., None]):
+    """A dataclass's checked ``__init__`` (see :func:`typedflops.classes.typed_class`).
+
+    Not checked once its class is marked ``@typing.no_type_check``.
+    """
+
+    def __init__(self, fn: Callable[..., None], *, owner: type) -> None:
+        super().__init__(fn, flops=None, name=None)
+        self._owner = owner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if getattr(self._owner, "__no_type_check__", False):
+            return self._fn(*args, **kwargs)
+        return TypedFunction.__call__(self, *args, **kwargs)
+
+
+def _report_to_dynamo(error: ContractError) -> None:
+    """Put a contract error's message in what dynamo reports while it traces a call.
+
+    With ``fullgraph=True`` dynamo turns any exception raised while tracing into its own
+    error, quoting ours only as a ``repr``; a graph break with our message keeps it
+    readable there. Without fullgraph, the break makes dynamo run the rest of the call
+    eagerly, which raises ``error`` itself.
+    """
+    graph_break = getattr(torch._dynamo, "graph_break", None)
+    if graph_break is not None:
+        graph_break(msg=error.args[0])
 
 
 def _check_module_device(function: str, module: torch.nn.Module, state: CallState) -> None:
@@ -374,6 +517,10 @@ def _bind_module_dims(obj: Any, state: CallState) -> None:
 
 
 @overload
+def typed_flops(fn: type[T], /) -> type[T]: ...  # type: ignore[overload-overlap]
+
+
+@overload
 def typed_flops(fn: Callable[P, R], /) -> TypedFunction[P, R]: ...
 
 
@@ -383,9 +530,7 @@ def typed_flops(
 ) -> Callable[[Callable[P, R]], TypedFunction[P, R]]: ...
 
 
-def typed_flops(
-    fn: Callable[P, R] | None = None, /, *, flops: str | None = None, name: str | None = None
-) -> TypedFunction[P, R] | Callable[[Callable[P, R]], TypedFunction[P, R]]:
+def typed_flops(fn: Any = None, /, *, flops: str | None = None, name: str | None = None) -> Any:
     """Check a function's jaxtyping contract on every call and give it a cost model.
 
     Bare (``@typed_flops``) or with options (``@typed_flops(flops="2*m*n*k", name="mm")``).
@@ -405,17 +550,27 @@ def typed_flops(
     2*batch*d_in*d_out
     """
 
-    def decorate(function: Callable[P, R]) -> TypedFunction[P, R]:
-        if isinstance(function, TypedFunction):
-            return function  # already decorated: one contract, checked once
-        if isinstance(function, (classmethod, staticmethod)):
-            inner = TypedFunction(function.__func__, flops=flops, name=name)
-            return type(function)(inner)  # type: ignore[return-value]
-        return TypedFunction(function, flops=flops, name=name)
-
     if fn is not None:
-        return decorate(fn)
-    return decorate
+        return _decorate(fn, flops, name)
+    return functools.partial(_decorate, flops=flops, name=name)
+
+
+def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
+    """What ``typed_flops`` returns for ``function`` (a module-level function, not a
+    closure: a closure calling itself would leave a reference cycle per decoration)."""
+    if isinstance(function, TypedFunction):
+        return function  # already decorated: one contract, checked once
+    if isinstance(function, type):
+        return typed_class(function)
+    if isinstance(function, (classmethod, staticmethod)):
+        return type(function)(_decorate(function.__func__, flops, name))
+    if isinstance(function, property):
+        fget, fset, fdel = (
+            None if accessor is None else _decorate(accessor, flops, name)
+            for accessor in (function.fget, function.fset, function.fdel)
+        )
+        return property(fget, fset, fdel, function.__doc__)
+    return TypedFunction(function, flops=flops, name=name)
 
 
 # Sizes for a formula when no sizes are given: distinct multiples of 24, so that the

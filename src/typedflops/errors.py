@@ -46,7 +46,9 @@ class ContractError(TypeCheckError):
         actual: Any = None,
         bindings: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(message)
+        # No super().__init__: BaseException.__new__ already keeps ``message`` as the
+        # error's args, and torch.compile can trace this constructor, so that a contract
+        # broken inside a compiled graph is reported with this message.
         self.function = function
         self.argument = argument
         self.dim = dim

@@ -14,6 +14,9 @@ the checked function and wrap it as they would wrap the plain one. The hook neve
 evaluates generated source: the decorator is inserted as syntax-tree nodes and the tree
 is compiled with ``compile`` (as jaxtyping's and typeguard's import hooks do).
 
+A ``@dataclass`` gets the decorator *outermost*: when one of its fields has a tensor
+annotation, its ``__init__`` checks the fields (see :func:`typedflops.classes.typed_class`).
+
 What is left alone:
 
 - functions (and classes) decorated with ``@typing.no_type_check``;
@@ -32,6 +35,7 @@ cached, so a plain import of the same module never picks up the checked version.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.abc
 import importlib.machinery
 import sys
@@ -45,6 +49,7 @@ from typing import Any, TypeVar
 import torch
 
 from .annotation import is_tensor_annotation
+from .classes import has_tensor_fields, typed_class
 from .decorator import TypedFunction, typed_flops
 from .errors import SpecError
 
@@ -92,6 +97,12 @@ def instrument(fn: F, *, jaxtyping_syntax: bool) -> F:
     """
     if isinstance(fn, TypedFunction) or getattr(fn, "__no_type_check__", False):
         return fn
+    if isinstance(fn, type):
+        if not dataclasses.is_dataclass(fn):
+            return fn
+        found = has_tensor_fields(fn)
+        checked = found or (found is None and jaxtyping_syntax)
+        return typing.cast(F, typed_class(fn)) if checked else fn
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except NameError:
@@ -167,6 +178,12 @@ def _annotations(node: FunctionNode) -> Iterable[ast.expr]:
     return [*found, node.returns] if node.returns is not None else found
 
 
+def _instrumenting_call(jaxtyping_syntax: bool) -> ast.expr:
+    """``__typedflops_instrument__(jaxtyping_syntax=...)``, as syntax."""
+    flag = ast.keyword(arg="jaxtyping_syntax", value=ast.Constant(value=jaxtyping_syntax))
+    return ast.Call(func=ast.Name(id=_DECORATOR_NAME, ctx=ast.Load()), args=[], keywords=[flag])
+
+
 class _Instrumenter(ast.NodeTransformer):
     """Adds the instrumenting decorator, innermost, to module-level and class-level defs."""
 
@@ -175,9 +192,17 @@ class _Instrumenter(ast.NodeTransformer):
         self.count = 0
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
-        if any(_decorator_name(d) == "no_type_check" for d in node.decorator_list):
+        if any(_decorator_name(d) in _SKIP_DECORATORS for d in node.decorator_list):
             return node
         self.generic_visit(node)
+        if not any(_decorator_name(d) == "dataclass" for d in node.decorator_list):
+            return node
+        # Outermost, so that it sees the class @dataclass made: a dataclass with tensor
+        # fields gets its fields checked at __init__.
+        fields = [s.annotation for s in node.body if isinstance(s, ast.AnnAssign)]
+        syntax = any(_mentions(a, self.jaxtyping_names) for a in fields)
+        node.decorator_list.insert(0, ast.copy_location(_instrumenting_call(syntax), node))
+        self.count += 1
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
@@ -194,12 +219,7 @@ class _Instrumenter(ast.NodeTransformer):
         ):
             return node
         syntax = any(_mentions(a, self.jaxtyping_names) for a in annotations)
-        decorator = ast.Call(
-            func=ast.Name(id=_DECORATOR_NAME, ctx=ast.Load()),
-            args=[],
-            keywords=[ast.keyword(arg="jaxtyping_syntax", value=ast.Constant(value=syntax))],
-        )
-        node.decorator_list.append(ast.copy_location(decorator, node))
+        node.decorator_list.append(ast.copy_location(_instrumenting_call(syntax), node))
         self.count += 1
         return node
 

@@ -12,7 +12,8 @@
 
 With either option a test that fails with a :class:`~typedflops.errors.ContractError`
 is reported compactly: the test's line, the line that made the bad call, and the error's
-own message (its reason and the bindings), without the frames inside typedflops. Pass
+own message (its reason and the bindings), without the frames inside typedflops and
+torch (``Module.__call__`` between a model and the module it calls). Pass
 ``--tb=long`` or ``--full-trace`` to see the full traceback.
 
 Importing this module imports neither torch nor the rest of typedflops: a pytest run that
@@ -133,8 +134,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # -- compact contract errors ------------------------------------------------------------
 
 
-def _inside_typedflops(entry: Any) -> bool:  # a pytest TracebackEntry
-    return Path(entry.path).resolve().is_relative_to(_PACKAGE_DIR)
+def _hidden_directories() -> tuple[Path, ...]:
+    """typedflops' own package, and torch's when it is loaded (``Module.__call__`` and the
+    other frames between a model's code and the module it calls)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    torch_file = getattr(torch, "__file__", None)
+    if torch_file is None:
+        return (_PACKAGE_DIR,)
+    return (_PACKAGE_DIR, Path(torch_file).resolve().parent)
+
+
+def _is_hidden(entry: Any, directories: tuple[Path, ...]) -> bool:  # a pytest TracebackEntry
+    path = Path(entry.path).resolve()
+    return any(path.is_relative_to(directory) for directory in directories)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -156,7 +170,8 @@ def pytest_runtest_makereport(
 
     if isinstance(excinfo.value, ContractError):
         traceback = excinfo.traceback.cut(path=item.path).filter(excinfo)
-        excinfo.traceback = traceback.filter(lambda entry: not _inside_typedflops(entry))
+        hidden = _hidden_directories()
+        excinfo.traceback = traceback.filter(lambda entry: not _is_hidden(entry, hidden))
         report.longrepr = excinfo.getrepr(style="short", chain=False, funcargs=False)
     return report
 

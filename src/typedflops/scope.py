@@ -31,6 +31,7 @@ __all__ = [
 
 Origin = tuple[str, tuple[int, ...], int]  # (where, shape, axis) that bound a dim
 Size = int | tuple[int, ...]  # a named dim's size, or a variadic dim's sizes
+Pending = tuple[Expression, str, int, int, str, tuple[int, ...]]
 
 
 _NO_NAMES: frozenset[str] = frozenset()
@@ -42,15 +43,21 @@ class CallState:
     Wrapped ops look the enclosing call's state up to check their axes against it.
     """
 
-    __slots__ = (
-        "broadcast_variadic",
-        "device",
-        "device_where",
-        "function",
-        "origins",
-        "pending",
-        "sizes",
-    )
+    # The attributes every call sets are slots; the rarely set ones keep a class default
+    # (read through the instance) and go to its __dict__ when set: a call's state is
+    # made on every checked call.
+    __slots__ = ("__dict__", "device", "device_where", "function", "origins", "sizes")
+
+    #: Symbolic axes wait until every argument has bound its dims:
+    #: (expression, dim string, axis, size, where, shape).
+    pending: tuple[Pending, ...] = ()
+    #: Variadic dims last bound by a broadcastable ``#*name`` (jaxtyping's rule: such a
+    #: binding may still grow by broadcasting against a later argument).
+    broadcast_variadic: frozenset[str] = _NO_NAMES
+    #: The call's arguments by name, when ``{name}`` dims need them.
+    arguments: dict[str, Any] | None = None
+    #: How many checked calls enclose this one in its thread or task.
+    depth: int = 0
 
     def __init__(self, function: str) -> None:
         self.function = function
@@ -58,12 +65,23 @@ class CallState:
         self.origins: dict[str, Origin | str] = {}
         self.device: torch.device | None = None
         self.device_where = ""
-        # Symbolic axes wait until every argument has bound its dims:
-        # (expression, dim string, axis, size, where, shape).
-        self.pending: list[tuple[Expression, str, int, int, str, tuple[int, ...]]] = []
-        # Variadic dims last bound by a broadcastable ``#*name`` (jaxtyping's rule: such a
-        # binding may still grow by broadcasting against a later argument).
-        self.broadcast_variadic: frozenset[str] = _NO_NAMES
+
+    def copy(self) -> CallState:
+        """A state with the same bindings and device, to try a value against."""
+        trial = CallState(self.function)
+        trial.sizes = dict(self.sizes)
+        trial.origins = dict(self.origins)
+        trial.device, trial.device_where = self.device, self.device_where
+        trial.broadcast_variadic = self.broadcast_variadic
+        trial.arguments = self.arguments
+        return trial
+
+    def adopt(self, trial: CallState) -> None:
+        """Keep what a trial state (from :meth:`copy`) bound."""
+        self.sizes, self.origins = trial.sizes, trial.origins
+        self.device, self.device_where = trial.device, trial.device_where
+        self.broadcast_variadic = trial.broadcast_variadic
+        self.pending += trial.pending
 
     def bind(self, name: str, size: Size, origin: Origin | str) -> None:
         """Bind ``name`` before any argument is seen (e.g. from a module's own sizes)."""
@@ -96,12 +114,16 @@ def current_call() -> CallState | None:
     return call_scope.get()
 
 
+# Messages are built with f-strings only (no str() of a size): torch.compile traces them
+# when a compiled call breaks the contract, with sizes that may be symbolic.
+
+
 def size_text(size: Size) -> str:
-    return str(size) if isinstance(size, int) else shape_text(size)
+    return f"{size}" if isinstance(size, int) else shape_text(size)
 
 
 def shape_text(shape: Sequence[int]) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+    return "(" + ", ".join(f"{s}" for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def display_name(fn: Callable[..., Any]) -> str:
@@ -127,9 +149,10 @@ def violation(
     if state.sizes:
         lines.append(f"bound so far: {state.bound_so_far()}")
     if argument is None:
-        argument = (
-            where.removeprefix("argument ").strip("'") if where.startswith("arg") else "return"
-        )
+        if where.startswith("arg"):
+            argument = where.removeprefix("argument ").strip("'")
+        else:
+            argument = "yield" if where.startswith("the yielded") else "return"
     return cls(
         "\n  ".join(lines),
         function=state.function,

@@ -26,7 +26,7 @@ from ._engine.recorder import torch_counts
 from ._engine.report import record
 from .config import enabled
 from .cost import Cost
-from .decorator import TypedFunction
+from .decorator import TypedFunction, TypedMethod
 from .errors import ContractError
 from .expr import parse_expression
 
@@ -49,7 +49,7 @@ def _typed_target(fn: Any) -> tuple[TypedFunction[..., Any], tuple[Any, ...]] | 
     for _ in range(32):  # a __wrapped__ chain is short; a cycle must not hang a test
         if isinstance(fn, TypedFunction):
             return fn, bound
-        if isinstance(fn, types.MethodType):
+        if isinstance(fn, (types.MethodType, TypedMethod)):
             bound = (fn.__self__,)
             fn = fn.__func__
             continue

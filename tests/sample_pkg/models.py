@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 
 import torch
@@ -60,3 +61,30 @@ class Layer(nn.Module):
 
     def forward(self, x: Float[Tensor, "batch d_in"]) -> Float[Tensor, "batch d_out"]:
         return x @ self.weight
+
+
+@dataclasses.dataclass
+class Batch:
+    """A dataclass with tensor fields: the hook checks them at ``__init__``."""
+
+    inputs: Float[Tensor, "n d"]
+    labels: Float[Tensor, " n"]
+    name: str = "batch"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """A dataclass without tensor fields: left alone."""
+
+    width: int
+
+
+@dataclasses.dataclass
+class Pair:
+    """A dataclass with its own annotated ``__init__``: that one is checked, once."""
+
+    left: Float[Tensor, " n"]
+    right: Float[Tensor, " n"]
+
+    def __init__(self, both: Float[Tensor, "2 n"]) -> None:
+        self.left, self.right = both[0], both[1]
