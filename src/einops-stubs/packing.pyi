@@ -1,9 +1,9 @@
 from collections.abc import Sequence
 from typing import TypeAlias, TypeVar
 
-from torch import Tensor
+from .einops import _Array
 
-_T = TypeVar("_T", bound=Tensor)
+_T = TypeVar("_T", bound=_Array | None)
 Shape: TypeAlias = tuple[int, ...] | list[int]
 
 def pack(tensors: Sequence[_T], pattern: str) -> tuple[_T, list[Shape]]: ...
