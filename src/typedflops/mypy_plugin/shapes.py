@@ -220,16 +220,21 @@ def bind_side(
                 problems.append(problem)
         elif isinstance(entry, Group) and not entry.members and _fixed_not_one(dim):
             problems.append(Finding("shape", f'axis "()" of size 1 is "{dim}" in {origin}'))
-        elif isinstance(entry, Group) and _single_name(dim):
+        elif isinstance(entry, Group):
             product = _decomposition(entry, sizes or {})
-            if product is not None:
-                assert isinstance(dim, Axis)
+            if product is None or not isinstance(dim, Axis):
+                continue
+            if product.is_fixed and dim.is_fixed and product.size != dim.size:
+                problems.append(
+                    Finding("shape", f'axis "{entry}" of size {product} is "{dim}" in {origin}')
+                )
+            elif _single_name(dim):
                 bindings.new_facts.append((dim.factors[0], product))
     return alignment, problems, None
 
 
-def _single_name(dim: Dim) -> bool:
-    return isinstance(dim, Axis) and len(dim.factors) == 1 and dim.size == 1
+def _single_name(dim: Axis) -> bool:
+    return len(dim.factors) == 1 and dim.size == 1
 
 
 def _decomposition(group: Group, sizes: Mapping[str, Dim]) -> Axis | None:
