@@ -236,7 +236,7 @@ def unpack_hook(ctx: FunctionContext) -> Type:
     bindings = Bindings()
     _, findings, rank_error = bind_side(packed, dims, _origin(tensor, 0), bindings)
     if rank_error:
-        report(ctx.api, f'unpack "{pattern}": {rank_error}', ctx.context, codes.SHAPE)
+        report(ctx.api, f'unpack "{pattern}": the pattern {rank_error}', ctx.context, codes.SHAPE)
         return ctx.default_return_type
     for finding in findings[:1]:
         report_finding(ctx.api, f'unpack "{pattern}"', finding, ctx.context)

@@ -1,0 +1,95 @@
+"""Running mypy for the typing tests: with typedflops' set-up, or plain (einops' own hints,
+no plugin), and reading its diagnostics.
+
+The plain runs use an interpreter whose library paths are this environment's site-packages
+(torch, jaxtyping, einops) and a directory holding only the ``typedflops`` package, so
+typedflops imports but its ``einops-stubs`` are not there to be found.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import sysconfig
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+import typedflops
+
+ROOT = Path(__file__).resolve().parents[2]
+DIAGNOSTIC = re.compile(
+    r"^(?P<path>[^:]+):(?P<line>\d+): error: (?P<message>.*)  \[(?P<code>[\w-]+)\]$"
+)
+PLUGIN = "plugins = typedflops.mypy_plugin\n"
+STRICT = "[mypy]\nstrict = True\nshow_error_codes = True\n"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One mypy error: file name, line, error code and message."""
+
+    name: str
+    line: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class MypyRun:
+    """The outcome of one mypy run: exit status and output lines."""
+
+    returncode: int
+    lines: list[str]
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """The errors reported (notes left out)."""
+        found = []
+        for line in self.lines:
+            match = DIAGNOSTIC.match(line)
+            if match:
+                name = Path(match["path"]).name
+                found.append(Diagnostic(name, int(match["line"]), match["code"], match["message"]))
+        return found
+
+
+def run_mypy(
+    paths: list[Path],
+    *,
+    cache_dir: Path,
+    config: str,
+    python: Path | None = None,
+    cwd: Path = ROOT,
+) -> MypyRun:
+    """Run mypy with ``config`` (an ini text) on ``paths`` in a subprocess."""
+    config_file = cache_dir.parent / f"{cache_dir.name}.ini"
+    config_file.write_text(config)
+    command = [sys.executable, "-m", "mypy", "--config-file", str(config_file)]
+    command += ["--cache-dir", str(cache_dir), "--no-pretty", "--no-error-summary"]
+    if python is not None:
+        command += ["--python-executable", str(python)]
+    completed = subprocess.run(
+        [*command, *map(str, paths)], capture_output=True, text=True, cwd=cwd, check=False
+    )
+    return MypyRun(completed.returncode, (completed.stdout + completed.stderr).splitlines())
+
+
+def plain_python(directory: Path) -> Path:
+    """An interpreter that sees this environment's libraries and typedflops, but not the
+    einops stubs installed with typedflops."""
+    venv.EnvBuilder(with_pip=False).create(directory)
+    package_only = directory / "typedflops-only"
+    package_only.mkdir()
+    (package_only / "typedflops").symlink_to(Path(typedflops.__file__).parent)
+    python = directory / ("Scripts" if sys.platform == "win32" else "bin") / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    paths = [sysconfig.get_paths()["purelib"], str(package_only)]
+    (Path(site) / "libraries.pth").write_text("".join(f"{path}\n" for path in paths))
+    return python
