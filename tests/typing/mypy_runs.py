@@ -76,13 +76,17 @@ def run_mypy(
     return MypyRun(completed.returncode, (completed.stdout + completed.stderr).splitlines())
 
 
-def plain_python(directory: Path) -> Path:
-    """An interpreter that sees this environment's libraries and typedflops, but not the
-    einops stubs installed with typedflops."""
+def plain_python(
+    directory: Path, extra: list[Path] | None = None, *, with_typedflops: bool = True
+) -> Path:
+    """An interpreter that sees this environment's libraries and typedflops (unless
+    ``with_typedflops`` is False), but not the einops stubs installed with typedflops;
+    ``extra`` directories are added to its library paths."""
     venv.EnvBuilder(with_pip=False).create(directory)
     package_only = directory / "typedflops-only"
     package_only.mkdir()
-    (package_only / "typedflops").symlink_to(Path(typedflops.__file__).parent)
+    if with_typedflops:
+        (package_only / "typedflops").symlink_to(Path(typedflops.__file__).parent)
     python = directory / ("Scripts" if sys.platform == "win32" else "bin") / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -90,6 +94,6 @@ def plain_python(directory: Path) -> Path:
         text=True,
         check=True,
     ).stdout.strip()
-    paths = [sysconfig.get_paths()["purelib"], str(package_only)]
+    paths = [sysconfig.get_paths()["purelib"], str(package_only), *map(str, extra or [])]
     (Path(site) / "libraries.pth").write_text("".join(f"{path}\n" for path in paths))
     return python

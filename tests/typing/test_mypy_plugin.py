@@ -41,7 +41,9 @@ class MypyRun:
 def run_mypy(cache_dir: Path, *paths: Path) -> MypyRun:
     """Run mypy --strict with the plugin (and the einops stubs installed with typedflops)."""
     config = cache_dir.parent / "mypy_plugin_test.ini"
-    config.write_text("[mypy]\nstrict = True\nplugins = typedflops.mypy_plugin\nshow_error_codes = True\n")
+    config.write_text(
+        "[mypy]\nstrict = True\nplugins = typedflops.mypy_plugin\nshow_error_codes = True\n"
+    )
     command = [sys.executable, "-m", "mypy", "--config-file", str(config)]
     command += ["--cache-dir", str(cache_dir), "--no-pretty", "--no-error-summary"]
     completed = subprocess.run(
