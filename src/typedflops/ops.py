@@ -194,7 +194,8 @@ def _transform(
     axes_lengths: Mapping[str, int],
 ) -> torch.Tensor:
     if torch.compiler.is_compiling():  # see einsum: traced code runs einops itself
-        return einops.reduce(tensor, pattern, reduction, **axes_lengths)  # type: ignore[arg-type]
+        stacked = tensor if isinstance(tensor, torch.Tensor) else list(tensor)
+        return einops.reduce(stacked, pattern, reduction, **axes_lengths)
     if not isinstance(tensor, torch.Tensor):
         tensor = torch.stack(list(tensor))  # as einops does with a list of tensors
     operation = "callable" if callable(reduction) else str(reduction)

@@ -8,10 +8,13 @@ typedflops imports but its ``einops-stubs`` are not there to be found.
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import venv
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,18 @@ DIAGNOSTIC = re.compile(
 )
 PLUGIN = "plugins = typedflops.mypy_plugin\n"
 STRICT = "[mypy]\nstrict = True\nshow_error_codes = True\n"
+
+
+_SESSION_DIR: list[Path] = []
+
+
+def shared_cache(name: str) -> Path:
+    """A mypy cache directory shared by this test session's runs of one configuration
+    (torch is analysed once, not once per test), removed when the session ends."""
+    if not _SESSION_DIR:
+        _SESSION_DIR.append(Path(tempfile.mkdtemp(prefix="typedflops-mypy-")))
+        atexit.register(shutil.rmtree, _SESSION_DIR[0], ignore_errors=True)
+    return _SESSION_DIR[0] / name
 
 
 @dataclass(frozen=True)
