@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -24,10 +25,15 @@ def check() -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """typedflops' wheel, built from the working tree."""
+    """typedflops' wheel, built from a copy of the working tree (builds leave files)."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    ignored = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(ROOT / "src", source / "src", ignore=ignored)
     out = tmp_path_factory.mktemp("wheel")
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
-    subprocess.run([*command, "-q", "-w", str(out), str(ROOT)], capture_output=True, check=True)
+    subprocess.run([*command, "-q", "-w", str(out), str(source)], capture_output=True, check=True)
     (built,) = out.glob("typedflops-*.whl")
     return built
 

@@ -1,5 +1,5 @@
 """The einops checks: ``einsum``, ``rearrange``, ``reduce``, ``repeat``, ``pack``, ``unpack``
-(einops' own and typedflops' wrapped ops).
+(einops' own and typedflops' wrapped ops), and einops' ``Rearrange``/``Reduce`` layers.
 
 A literal pattern is checked by the grammar core with einops' rules (the same reasons, in
 the same words, as typedflops' runtime ``PatternError``), then laid against the arguments'
@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mypy.nodes import ARG_NAMED, ARG_POS, ARG_STAR2, IntExpr, ListExpr, NameExpr, TupleExpr
+from mypy.nodes import (
+    ARG_NAMED,
+    ARG_POS,
+    ARG_STAR2,
+    CallExpr,
+    IntExpr,
+    ListExpr,
+    NameExpr,
+    TupleExpr,
+)
 from mypy.plugin import FunctionContext
 from mypy.types import Instance, TupleType, Type, get_proper_type
 
@@ -33,7 +42,7 @@ from .shapes import Bindings, bind_side, produce
 from .static import UNKNOWN, Axis, Dim, Dims, Unknown, Variadic
 from .tensors import current_function, trusted_dims, with_dims
 
-__all__ = ["einsum_hook", "pack_hook", "transform_hook", "unpack_hook"]
+__all__ = ["einsum_hook", "layer_hook", "pack_hook", "transform_hook", "unpack_hook"]
 
 
 def _origin(expr: object, index: int) -> str:
@@ -248,3 +257,36 @@ def unpack_hook(ctx: FunctionContext) -> Type:
     if isinstance(result, Instance) and len(result.args) == 1:
         return result.copy_modified(args=[with_dims(result.args[0], unpacked, ctx.api)])
     return ctx.default_return_type
+
+
+def layer_hook(op: str) -> Callable[[FunctionContext], Type]:
+    """``Rearrange(pattern, **lengths)`` and ``Reduce(pattern, reduction, **lengths)`` of
+    ``einops.layers.torch``: einops checks the pattern when the layer is built, so do we."""
+    transform = "reduce" if op == "Reduce" else "rearrange"
+
+    def hook(ctx: FunctionContext) -> Type:
+        call = ctx.context
+        if not isinstance(call, CallExpr):
+            return ctx.default_return_type
+        positional = [
+            arg for arg, kind in zip(call.args, call.arg_kinds, strict=True) if kind == ARG_POS
+        ]
+        named = {name: arg for arg, name in zip(call.args, call.arg_names, strict=True) if name}
+        pattern_arg = named.get("pattern", positional[0] if positional else None)
+        pattern = literal_str(pattern_arg) if pattern_arg is not None else None
+        if pattern is None:
+            return ctx.default_return_type
+        reduction_arg = named.get("reduction", positional[1] if len(positional) > 1 else None)
+        lengths = tuple(name for name in named if name not in ("pattern", "reduction"))
+        complete = ARG_STAR2 not in call.arg_kinds
+        try:
+            if transform == "reduce" and reduction_arg is not None:
+                reduction = literal_str(reduction_arg)
+                if reduction is not None:
+                    check_reduction(reduction)
+            transform_pattern(pattern, transform, lengths, complete)
+        except Problem as problem:
+            report(ctx.api, f'{op} "{pattern}": {problem.reason}', call, codes.PATTERN)
+        return ctx.default_return_type
+
+    return hook

@@ -57,7 +57,12 @@ def _source_digest() -> str:
 SOURCE_DIGEST = _source_digest()
 
 
+LAYERS = frozenset({"einops.layers.torch.Rearrange", "einops.layers.torch.Reduce"})
+
+
 def _op_hook(fullname: str) -> Callable[[FunctionContext], Type] | None:
+    if fullname in LAYERS:
+        return einops_ops.layer_hook(fullname.rpartition(".")[2])
     module, _, name = fullname.rpartition(".")
     if module not in OP_MODULES:
         return None
