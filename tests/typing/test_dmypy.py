@@ -3,7 +3,7 @@ unrelated edit, the fix, an edit in an imported module, and its revert.
 
 The daemon keeps the plugin loaded between checks, so any cache of the plugin's that
 outlives an edit shows here. To keep each check fast, the project checks against a
-two-line stand-in for torch's ``Tensor`` (the plugin only needs the class's name).
+stand-in for torch (the plugin only needs the classes' names).
 """
 
 from __future__ import annotations
@@ -14,12 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mypy_runs import PLUGIN, STRICT, run_mypy
+from mypy_runs import PLUGIN, STRICT, run_mypy, write_torch_standin
 
-TORCH_STUB = {
-    "torch/__init__.pyi": "from ._tensor import Tensor as Tensor\n",
-    "torch/_tensor.pyi": "class Tensor:\n    def __matmul__(self, other: Tensor) -> Tensor: ...\n",
-}
 CALLEE = """from jaxtyping import Float
 from torch import Tensor
 
@@ -52,9 +48,7 @@ STEPS = [
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Path]:
     """A project directory with the torch stand-in; stops the daemon when done."""
-    for name, text in TORCH_STUB.items():
-        (tmp_path / "stubs" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "stubs" / name).write_text(text)
+    write_torch_standin(tmp_path / "stubs")
     (tmp_path / "mypy.ini").write_text(STRICT + PLUGIN + f"mypy_path = {tmp_path / 'stubs'}\n")
     yield tmp_path
     subprocess.run(

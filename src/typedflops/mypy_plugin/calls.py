@@ -5,7 +5,8 @@ methods (classmethods and staticmethods included), ``nn.Module`` calls (checked 
 The callee's dims are bound to the arguments' dims (a conflict is reported), and its
 return dims are renamed into the caller's names. The call's type is mypy's own: a module
 call stays ``Any``, as plain mypy types it, so no ordinary mypy error appears that plain
-mypy would not report. :func:`function_has_dims` and :func:`method_has_dims` tell the
+mypy would not report (unless the ``typed_module_calls`` setting asks for ``forward``'s
+types, see :mod:`.settings`). :func:`function_has_dims` and :func:`method_has_dims` tell the
 plugin which calls to hook at all, so every other call keeps mypy's default hooks.
 """
 
@@ -31,10 +32,12 @@ from mypy.nodes import (
     SymbolNode,
     TypeInfo,
 )
-from mypy.plugin import CheckerPluginInterface, FunctionContext, MethodContext
+from mypy.plugin import CheckerPluginInterface, FunctionContext, MethodContext, MethodSigContext
+from mypy.typeops import bind_self
 from mypy.types import (
     AnyType,
     CallableType,
+    FunctionLike,
     Instance,
     ProperType,
     Type,
@@ -50,9 +53,11 @@ from .static import UNKNOWN, Axis, Dim, Dims, Variadic, format_dims
 from .tensors import annotated_dims, annotation_text, trusted_dims, with_dims
 
 __all__ = [
+    "forward_of",
     "function_has_dims",
     "method_has_dims",
     "method_hook",
+    "module_call_signature",
     "user_function_hook",
 ]
 
@@ -110,7 +115,7 @@ def _member(info: TypeInfo, name: str) -> tuple[TypeInfo, SymbolNode | None] | N
     return None
 
 
-def _forward_of(info: TypeInfo) -> CallableType | None:
+def forward_of(info: TypeInfo) -> CallableType | None:
     """The signature of a user module's ``forward``, when ``__call__`` is torch's."""
     if not info.has_base(MODULE):
         return None
@@ -129,10 +134,19 @@ def function_has_dims(node: SymbolNode | None) -> bool:
 
 def method_has_dims(info: TypeInfo, method: str) -> bool:
     """Whether calls of ``info.method`` (``__call__``: of the module's ``forward``) carry dims."""
-    if method == "__call__" and _has_dims(_forward_of(info)):
+    if method == "__call__" and _has_dims(forward_of(info)):
         return True
     member = _member(info, method)
     return member is not None and _has_dims(_signature_of(member[1]))
+
+
+def module_call_signature(ctx: MethodSigContext) -> FunctionLike:
+    """``module(x)`` typed by ``forward`` (the ``typed_module_calls`` setting)."""
+    receiver = get_proper_type(ctx.type)
+    forward = forward_of(receiver.type) if isinstance(receiver, Instance) else None
+    if forward is None or not forward.arg_types:
+        return ctx.default_signature
+    return bind_self(forward, ctx.type)
 
 
 def user_function_hook(ctx: FunctionContext) -> Type:
@@ -292,7 +306,7 @@ def _method_target(
         # binds nothing, and a plain method called on the class takes self explicitly.
         bound = function.is_class or (not function.is_static and not on_class)
         return f"{info.name}.{method}", signature, bound
-    forward = _forward_of(info) if not on_class else None
+    forward = forward_of(info) if not on_class else None
     if forward is not None:
         return f"{info.name}.forward", forward, True
     # A callable object wrapping a function, e.g. what @typed_flops returns.

@@ -13,16 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mypy.nodes import TypeInfo
+from mypy.options import Options
 from mypy.plugin import (
     AnalyzeTypeContext,
     FunctionContext,
     MethodContext,
+    MethodSigContext,
     Plugin,
     ReportConfigContext,
 )
-from mypy.types import Type
+from mypy.types import FunctionLike, Type
 
 from . import annotation_dims, calls, einops_ops, flops
+from .settings import read_settings
 
 TRANSFORMS = ("rearrange", "reduce", "repeat")
 # Where the wrapped ops live: einops itself (with or without typedflops' stubs) and typedflops.
@@ -80,8 +83,19 @@ def _op_hook(fullname: str) -> Callable[[FunctionContext], Type] | None:
 class TypedFlopsPlugin(Plugin):
     """Reads jaxtyping dims and einops patterns; see :mod:`typedflops.mypy_plugin`."""
 
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self.settings = read_settings(options.config_file)
+
     def report_config_data(self, ctx: ReportConfigContext) -> str:
-        return SOURCE_DIGEST
+        return f"{SOURCE_DIGEST}:{self.settings.typed_module_calls}"
+
+    def _owner(self, fullname: str) -> tuple[TypeInfo, str] | None:
+        owner, _, member = fullname.rpartition(".")
+        symbol = self.lookup_fully_qualified(owner) if "." in owner else None
+        if symbol is None or not isinstance(symbol.node, TypeInfo):
+            return None
+        return symbol.node, member
 
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
         if fullname in ("typing.Annotated", "typing_extensions.Annotated"):
@@ -110,10 +124,19 @@ class TypedFlopsPlugin(Plugin):
             return calls.method_hook("__call__")
         if fullname.startswith(SKIPPED_PREFIXES):
             return None
-        owner, _, method = fullname.rpartition(".")
-        symbol = self.lookup_fully_qualified(owner) if "." in owner else None
-        if symbol is None or not isinstance(symbol.node, TypeInfo):
+        found = self._owner(fullname)
+        if found is not None and calls.method_has_dims(*found):
+            return calls.method_hook(found[1])
+        return None
+
+    def get_method_signature_hook(
+        self, fullname: str
+    ) -> Callable[[MethodSigContext], FunctionLike] | None:
+        if not self.settings.typed_module_calls or not fullname.endswith(".__call__"):
             return None
-        if calls.method_has_dims(symbol.node, method):
-            return calls.method_hook(method)
+        if fullname.startswith(SKIPPED_PREFIXES):
+            return None
+        found = self._owner(fullname)
+        if found is not None and calls.forward_of(found[0]) is not None:
+            return calls.module_call_signature
         return None
