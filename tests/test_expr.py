@@ -124,3 +124,44 @@ def test_evaluate_agrees_with_sympy(a: int, b: int, c: int) -> None:
     assert expression.evaluate(sizes) == expected
     substituted = expression.sympy.subs({sympy.Symbol(k): v for k, v in sizes.items()})
     assert int(substituted) == expected
+
+
+@pytest.mark.parametrize(
+    ("flops", "message"),
+    [
+        ("9**9**9", "flops= '9**9**9': exponents are integers from 0 to 64, not 387420489"),
+        ("n**n**n", "flops= 'n**n**n': exponents are integers from 0 to 64, not 'n' in 'n**n'"),
+        ("a/0", "flops= 'a/0': division by zero"),
+        ("a/(b-b)", "flops= 'a/(b-b)': division by zero (a divisor is 0 whatever the sizes)"),
+        ("(" * 100 + "n" + ")" * 100, "the formula nests more than 64 levels deep"),
+        (123, 'flops= 123: a formula is a str such as "2*batch*d_in", not int'),
+        (b"n", "flops= b'n': a formula is a str such as \"2*batch*d_in\", not bytes"),
+    ],
+)
+def test_hostile_flops_fail_at_decoration(flops: object, message: str) -> None:
+    from typedflops import typed_flops
+
+    with pytest.raises(SpecError) as info:
+        typed_flops(flops=flops)(lambda x: x)  # type: ignore[call-overload]
+    assert message in str(info.value)
+    assert info.value.__cause__ is None
+
+
+def test_python_literals_are_integers() -> None:
+    assert parse_expression("1_000*n").evaluate({"n": 2}) == 2000
+    assert parse_expression("0x10*n").sympy == 16 * n
+
+
+def test_long_formulas_are_shortened_in_messages() -> None:
+    text = "n+" * 600 + "n"
+    with pytest.raises(SpecError) as info:
+        parse_expression(text, origin="flops=")
+    assert str(info.value).startswith("flops= 'n+n+n+n")
+    assert len(str(info.value)) < 150
+
+
+def test_evaluation_is_bounded_at_call_time() -> None:
+    expression = parse_expression("n**64", origin="symbolic axis")
+    assert expression.evaluate({"n": 3}) == 3**64
+    with pytest.raises(SpecError, match=r"symbolic axis 'n\*\*64': a value is too large"):
+        expression.evaluate({"n": 2**40})

@@ -1,8 +1,10 @@
 """One jaxtyping annotation, parsed once into a :class:`TensorSpec`.
 
-jaxtyping parses ``Float[Tensor, "batch d_in"]`` into ``dims`` and ``dtypes``; we turn that
-into a flat tuple of axis rules and a frozen set of allowed ``torch.dtype`` objects, so
-that checking a tensor is a short loop over its shape with no string work per call.
+The dim string of ``Float[Tensor, "batch d_in"]`` is parsed by the grammar core
+(:mod:`typedflops._syntax.dims`, the same parse the mypy plugin reads) and jaxtyping's
+``dtypes`` are resolved once, into a flat tuple of axis rules and a frozen set of allowed
+``torch.dtype`` objects, so that checking a tensor is a short loop over its shape with no
+string work per call.
 """
 
 from __future__ import annotations
@@ -10,21 +12,14 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import jaxtyping
 import sympy
 import torch
-from jaxtyping._array_types import (  # parsed-annotation classes; stable since jaxtyping 0.2
-    _anonymous_dim,
-    _anonymous_variadic_dim,
-    _FixedDim,
-    _NamedDim,
-    _NamedVariadicDim,
-    _SymbolicDim,
-)
 
+from ._syntax import Problem
+from ._syntax.dims import Dim, DimKind, parse_dims
 from .errors import SpecError
 from .expr import Expression, dim_symbol, parse_expression
 
@@ -34,15 +29,9 @@ __all__ = ["ELLIPSIS", "Axis", "AxisKind", "TensorSpec", "is_tensor_annotation",
 ELLIPSIS = "ellipsis"
 
 
-class AxisKind(Enum):
-    """What one item of a dim string says about the axis (or axes) it matches."""
-
-    FIXED = "fixed"  # "3" or "rows=3"
-    NAMED = "named"  # "batch"
-    SYMBOLIC = "symbolic"  # "n+1", "h*dh"
-    ANONYMOUS = "anonymous"  # "_" or "_name"
-    VARIADIC = "variadic"  # "*batch": any number of axes, bound together
-    ANONYMOUS_VARIADIC = "anonymous_variadic"  # "..."
+#: What one item of a dim string says about the axis (or axes) it matches.
+AxisKind = DimKind
+_VARIADIC_KINDS = (DimKind.VARIADIC, DimKind.ANONYMOUS_VARIADIC)
 
 
 @dataclass(frozen=True)
@@ -162,21 +151,12 @@ def _torch_dtypes(jaxtyping_dtypes: Any) -> frozenset[torch.dtype] | None:
     return frozenset(allowed)
 
 
-def _axis(item: Any, dim_str: str) -> Axis:
-    if item is _anonymous_dim:
-        return Axis(AxisKind.ANONYMOUS)
-    if item is _anonymous_variadic_dim:
-        return Axis(AxisKind.ANONYMOUS_VARIADIC)
-    if isinstance(item, _FixedDim):
-        return Axis(AxisKind.FIXED, size=item.size, broadcastable=item.broadcastable)
-    if isinstance(item, _NamedDim):
-        return Axis(AxisKind.NAMED, name=item.name, broadcastable=item.broadcastable)
-    if isinstance(item, _NamedVariadicDim):
-        return Axis(AxisKind.VARIADIC, name=item.name, broadcastable=item.broadcastable)
-    if isinstance(item, _SymbolicDim):
-        expression = parse_expression(str(item.elem), origin=f'symbolic axis in "{dim_str}":')
-        return Axis(AxisKind.SYMBOLIC, expression=expression, broadcastable=item.broadcastable)
-    raise SpecError(f'annotation "{dim_str}": unsupported axis {item!r}')
+def _axis(dim: Dim, dim_str: str) -> Axis:
+    expression = None
+    if dim.formula is not None:
+        origin = f'annotation "{dim_str}": symbolic axis'
+        expression = parse_expression(dim.formula.text, origin=origin)
+    return Axis(dim.kind, dim.name, dim.size, expression, dim.broadcastable)
 
 
 def is_tensor_annotation(hint: Any) -> bool:
@@ -203,12 +183,16 @@ def tensor_spec(hint: Any) -> TensorSpec:
             f"the array type {array_type!r} is not torch.Tensor"
         )
     dim_str: str = hint.dim_str
-    axes = tuple(_axis(item, dim_str) for item in hint.dims)
+    try:
+        dims = parse_dims(dim_str)
+    except Problem as problem:
+        raise SpecError(f'annotation "{dim_str}": {problem.reason}') from None
+    axes = tuple(_axis(dim, dim_str) for dim in dims)
     return TensorSpec(
         hint=hint,
         dim_str=dim_str,
         dtype_label=getattr(hint.dtype, "__name__", "Shaped"),
         dtypes=_torch_dtypes(hint.dtypes),
         axes=axes,
-        variadic_index=hint.index_variadic,
+        variadic_index=next((i for i, a in enumerate(axes) if a.kind in _VARIADIC_KINDS), None),
     )

@@ -1,43 +1,36 @@
 """Safe arithmetic over dimension names: ``flops=`` formulas and symbolic axes such as ``n+1``.
 
-A string is parsed with :mod:`ast` and only names, integer literals, ``+ - * / // **`` and
-parentheses are accepted; nothing is ever passed to ``eval``. The same parse yields a
-:class:`sympy.Expr` (for formulas) and a small evaluator (for checking an axis at runtime).
+The grammar core (:mod:`typedflops._syntax.formula`) parses a string with :mod:`ast`, accepts
+only names, integer literals, ``+ - * / // **`` and parentheses, and bounds everything (length,
+depth, exponents, value sizes) before any arithmetic runs; nothing is ever passed to ``eval``.
+Here the parse becomes a :class:`sympy.Expr` (for formulas) and a bounded evaluator (for
+checking an axis at runtime); a mistake is a :class:`SpecError` naming where it was written.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 import sympy
 
+from ._syntax import Problem
+from ._syntax.formula import Formula, Integer, Name, Negative, Node, parse_formula, shorten
 from .errors import SpecError
 
 __all__ = ["Expression", "dim_symbol", "parse_expression"]
 
-_BINARY: dict[type[ast.operator], Callable[[int, int], int]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
+_SYMPY_BINARY: dict[str, Callable[[sympy.Expr, sympy.Expr], sympy.Expr]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "//": lambda a, b: sympy.floor(a / b),
+    "/": operator.truediv,
+    "**": operator.pow,
 }
-
-_SYMPY_BINARY: dict[type[ast.operator], Callable[[sympy.Expr, sympy.Expr], sympy.Expr]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: lambda a, b: sympy.floor(a / b),
-    ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
-}
-
-Evaluator = Callable[[Mapping[str, int]], int]
 
 
 def dim_symbol(name: str) -> sympy.Symbol:
@@ -51,58 +44,39 @@ class Expression:
     """A parsed arithmetic expression over dimension names.
 
     ``text`` is the source, ``names`` the dimension names it uses, ``sympy`` the same
-    expression as a sympy object and ``evaluate(name_to_size)`` its value at given sizes.
+    expression as a sympy object and ``evaluate(name_to_size)`` its exact value at given
+    sizes (an ``int``, or a ``Fraction`` where ``/`` does not divide; bounded, so a value
+    past 256 bits or a zero divisor raises :class:`SpecError`).
     """
 
     text: str
     names: frozenset[str]
     sympy: sympy.Expr
-    evaluate: Evaluator
+    formula: Formula
+    origin: str
+
+    def evaluate(self, sizes: Mapping[str, int]) -> int | Fraction:
+        """The value at ``sizes`` (``KeyError`` for a missing name)."""
+        try:
+            return self.formula.evaluate(sizes)
+        except Problem as problem:
+            raise SpecError(f"{self.origin} {shorten(self.text)!r}: {problem.reason}") from None
 
 
-def _fail(text: str, what: str, origin: str) -> SpecError:
-    return SpecError(
-        f"{origin} {text!r}: {what}; only dimension names, integers, + - * / // ** and "
-        "parentheses are allowed"
-    )
+def _sympy(node: Node) -> sympy.Expr:
+    if isinstance(node, Name):
+        return dim_symbol(node.id)
+    if isinstance(node, Integer):
+        return sympy.Integer(node.value)
+    if isinstance(node, Negative):
+        return -_sympy(node.operand)
+    right = _sympy(node.right)
+    if node.op in ("/", "//") and right == 0:
+        raise Problem("division by zero (a divisor is 0 whatever the sizes)")
+    return _SYMPY_BINARY[node.op](_sympy(node.left), right)
 
 
-def _compile(node: ast.expr, text: str, origin: str) -> tuple[Evaluator, sympy.Expr, set[str]]:
-    if isinstance(node, ast.Name):
-        name = node.id
-
-        def get(sizes: Mapping[str, int]) -> int:
-            return sizes[name]
-
-        return get, dim_symbol(name), {name}
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        value = node.value
-        return (lambda sizes: value), sympy.Integer(value), set()
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        inner, inner_sym, names = _compile(node.operand, text, origin)
-        if isinstance(node.op, ast.UAdd):
-            return inner, inner_sym, names
-        return (lambda sizes: -inner(sizes)), -inner_sym, names
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, left_sym, left_names = _compile(node.left, text, origin)
-        right, right_sym, right_names = _compile(node.right, text, origin)
-        apply = _BINARY[type(node.op)]
-
-        def binary(sizes: Mapping[str, int]) -> int:
-            return apply(left(sizes), right(sizes))
-
-        combined = _SYMPY_BINARY[type(node.op)](left_sym, right_sym)
-        return binary, combined, left_names | right_names
-    what = f"{ast.unparse(node)!r} is not allowed"
-    if isinstance(node, ast.Call):
-        what = f"function calls such as {ast.unparse(node)!r} are not allowed"
-    elif isinstance(node, ast.Constant):
-        what = f"the literal {node.value!r} is not an integer"
-    raise _fail(text, what, origin)
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_expression(text: str, origin: str = "formula") -> Expression:
+def parse_expression(text: object, origin: str = "formula") -> Expression:
     """Parse ``text`` into an :class:`Expression`, raising :class:`SpecError` if it is not one.
 
     >>> e = parse_expression("2*batch*d_in*d_out")
@@ -115,9 +89,22 @@ def parse_expression(text: str, origin: str = "formula") -> Expression:
       ...
     typedflops.errors.SpecError: formula "__import__('os')": function calls such as ... allowed
     """
+    if not isinstance(text, str):
+        try:
+            parse_formula(text)
+        except Problem as problem:
+            raise SpecError(f"{origin} {shorten(text)!r}: {problem.reason}") from None
+    assert isinstance(text, str)
+    return _parse(text, origin)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str, origin: str) -> Expression:
     try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise _fail(text, f"not a valid expression ({exc.msg})", origin) from None
-    evaluate, sym, names = _compile(tree.body, text, origin)
-    return Expression(text=text, names=frozenset(names), sympy=sym, evaluate=evaluate)
+        formula = parse_formula(text)
+        expression = _sympy(formula.tree)
+    except Problem as problem:
+        raise SpecError(f"{origin} {shorten(text)!r}: {problem.reason}") from None
+    return Expression(
+        text=text, names=formula.names, sympy=expression, formula=formula, origin=origin
+    )

@@ -32,7 +32,7 @@ from .errors import ShapeError
 from .patterns import (
     EinsumLayout,
     EinsumPlan,
-    Reason,
+    Problem,
     einsum_layout,
     einsum_plan,
     pattern_error,
@@ -170,9 +170,9 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
     try:
         plan = einsum_plan(pattern, len(tensors))
         layout = einsum_layout(plan, shapes)
-    except Reason as reason:
+    except Problem as problem:
         raise pattern_error(
-            "einsum", pattern, shapes, reason.reason, reason.axis, call.function if call else None
+            "einsum", pattern, shapes, problem.reason, problem.axis, call.function if call else None
         ) from None
     if call is not None and call.sizes:
         _check_einsum_bound(call, pattern, layout, shapes)
@@ -194,7 +194,8 @@ def _transform(
     axes_lengths: Mapping[str, int],
 ) -> torch.Tensor:
     if torch.compiler.is_compiling():  # see einsum: traced code runs einops itself
-        return einops.reduce(tensor, pattern, reduction, **axes_lengths)  # type: ignore[arg-type]
+        stacked = tensor if isinstance(tensor, torch.Tensor) else list(tensor)
+        return einops.reduce(stacked, pattern, reduction, **axes_lengths)
     if not isinstance(tensor, torch.Tensor):
         tensor = torch.stack(list(tensor))  # as einops does with a list of tensors
     operation = "callable" if callable(reduction) else str(reduction)
@@ -205,8 +206,8 @@ def _transform(
     try:
         plan = transform_plan(pattern, operation, tuple(axes_lengths), len(shape))
         layout = transform_layout(plan, shape, lengths)
-    except Reason as reason:
-        raise pattern_error(op, pattern, [shape], reason.reason, reason.axis, function) from None
+    except Problem as problem:
+        raise pattern_error(op, pattern, [shape], problem.reason, problem.axis, function) from None
     if call is not None and call.sizes:
         for name in plan.named & call.sizes.keys():
             bound, size = call.sizes[name], layout.sizes[name]

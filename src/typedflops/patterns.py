@@ -1,12 +1,14 @@
 """einops patterns, parsed once: the plan that checks a call, costs it and runs it.
 
-A pattern is parsed with einops' own grammar (:class:`einops.parsing.ParsedExpression`) into
-a plan, cached per pattern (and operand count or input rank). A plan's layout at given
-shapes (the size of every axis, the pairwise contraction order of a 3+ operand einsum) is
-cached per shapes, so a repeated call costs two dict look-ups before the kernel runs.
+A pattern is checked by the grammar core (:mod:`typedflops._syntax.patterns`, einops' own
+rules) and turned into a plan, cached per pattern (and operand count or input rank). A
+plan's layout at given shapes (the size of every axis, the pairwise contraction order of a
+3+ operand einsum) is cached per shapes, so a repeated call costs two dict look-ups before
+the kernel runs.
 
-Inner functions return or raise short reasons; :func:`pattern_error` adds the context
-(function, op, pattern, input shapes, offending axis) once, at the public boundary.
+Inner functions raise :class:`~typedflops._syntax.Problem` (a short reason);
+:func:`pattern_error` adds the context (function, op, pattern, input shapes, offending
+axis) once, at the public boundary.
 """
 
 from __future__ import annotations
@@ -19,17 +21,26 @@ from dataclasses import dataclass
 
 import opt_einsum
 import torch
-from einops import EinopsError
-from einops.parsing import AnonymousAxis, ParsedExpression
 
+from ._syntax import Problem
+from ._syntax.patterns import (
+    ELLIPSIS,
+    Group,
+    Side,
+    check_operand_count,
+    check_rank,
+    check_reduction,
+    einsum_pattern,
+    transform_pattern,
+)
 from .errors import PatternError
 
 __all__ = [
-    "ELLIPSIS_PREFIX",
+    "HIDDEN_PREFIX",
     "EinsumLayout",
     "EinsumPlan",
     "EinsumStep",
-    "Reason",
+    "Problem",
     "TransformLayout",
     "TransformPlan",
     "einsum_layout",
@@ -40,19 +51,9 @@ __all__ = [
     "transform_plan",
 ]
 
-# Axes hidden behind "..." are named "…0", "…1", ...: not valid identifiers, so they never
-# collide with a user's axis name.
-ELLIPSIS_PREFIX = "\u2026"
-_ELLIPSIS = "\u2026"  # einops' own marker for "..." inside a parsed expression
-
-
-class Reason(Exception):
-    """A short reason, raised by inner code and turned into a PatternError at the boundary."""
-
-    def __init__(self, reason: str, axis: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.axis = axis
+# Axes hidden behind "..." are named "...0", "...1", ...: never valid axis names, so they
+# never collide with a user's axis (not even einops' one-axis "…").
+HIDDEN_PREFIX = "..."
 
 
 def shape_text(shape: Sequence[int]) -> str:
@@ -75,16 +76,6 @@ def pattern_error(
     if axis is not None:
         lines.append(f"offending axis: {axis}")
     return PatternError("\n  ".join(lines))
-
-
-def _parse(text: str, *, einsum: bool) -> ParsedExpression:
-    try:
-        return ParsedExpression(text, allow_underscore=einsum, allow_duplicates=einsum)
-    except EinopsError as exc:
-        message = str(exc).splitlines()[0]
-        if "," in text and not einsum:
-            message += " (axes are separated with spaces, not commas)"
-        raise Reason(f'in "{text.strip()}": {message}') from None
 
 
 # -- einsum -------------------------------------------------------------------------------
@@ -140,84 +131,37 @@ class EinsumPlan:
 
 @functools.lru_cache(maxsize=1024)
 def einsum_plan(pattern: str, count: int) -> EinsumPlan:
-    """Parse an einops einsum pattern for ``count`` operands (cached; raises ``Reason``)."""
-    if "->" not in pattern:
-        raise Reason("the pattern needs '->' followed by the output axes")
-    if pattern.count("->") != 1:
-        raise Reason("the pattern has more than one '->'")
-    left_text, right_text = pattern.split("->")
-    lefts = [_parse(part, einsum=True) for part in left_text.split(",")]
-    right = _parse(right_text, einsum=True)
-    if len(lefts) != count:
-        raise Reason(
-            f"the pattern has {len(lefts)} operand{'s' * (len(lefts) != 1)} "
-            f"but {count} tensor{'s were' if count != 1 else ' was'} given"
-        )
+    """Parse an einops einsum pattern for ``count`` operands (cached; raises ``Problem``)."""
+    parsed = einsum_pattern(pattern)
+    check_operand_count(parsed, count)
     letters: dict[str, str] = {}
-    operands: list[tuple[str, ...]] = []
-    for parsed in lefts:
-        operands.append(_einsum_axes(parsed, letters, define=True))
-    output = _einsum_axes(right, letters, define=False)
-    if right.has_ellipsis and not any(parsed.has_ellipsis for parsed in lefts):
-        raise Reason("'...' is on the right but in no operand", axis="...")
-
-    def compact(axes: tuple[str, ...]) -> str:
-        return "".join("..." if axis == _ELLIPSIS else letters[axis] for axis in axes)
-
-    equation = ",".join(compact(axes) for axes in operands) + "->" + compact(output)
+    for axis in (a for axes in parsed.operands for a in axes if a != ELLIPSIS):
+        letters.setdefault(axis, string.ascii_letters[len(letters)])
     return EinsumPlan(
         pattern=pattern,
-        operands=tuple(operands),
-        output=output,
-        equation=equation,
+        operands=parsed.operands,
+        output=parsed.output,
+        equation=parsed.equation,
         letters=letters,
-        has_ellipsis=any(parsed.has_ellipsis for parsed in lefts),
+        has_ellipsis=parsed.has_ellipsis,
     )
-
-
-def _einsum_axes(
-    parsed: ParsedExpression, letters: dict[str, str], *, define: bool
-) -> tuple[str, ...]:
-    axes: list[str] = []
-    for group in parsed.composition:
-        if group == _ELLIPSIS:
-            axes.append(_ELLIPSIS)
-            continue
-        if len(group) == 0:
-            raise Reason("singleton axes '()' or '1' are not supported in einsum")
-        if len(group) > 1:
-            raise Reason(
-                "composite axes such as '(h d)' are not supported in einsum; rearrange first",
-                axis="(" + " ".join(map(str, group)) + ")",
-            )
-        axis = group[0]
-        if isinstance(axis, AnonymousAxis):
-            raise Reason("numbered axes are not supported in einsum", axis=str(axis.value))
-        if axis not in letters:
-            if not define:
-                raise Reason(f"axis '{axis}' is on the right but in no operand", axis=axis)
-            if len(letters) >= len(string.ascii_letters):
-                raise Reason("too many axes in einsum (at most 52)")
-            letters[axis] = string.ascii_letters[len(letters)]
-        axes.append(axis)
-    return tuple(axes)
 
 
 @functools.lru_cache(maxsize=4096)
 def einsum_layout(plan: EinsumPlan, shapes: tuple[tuple[int, ...], ...]) -> EinsumLayout:
-    """A plan's sizes and contraction order at ``shapes`` (cached; raises ``Reason``)."""
+    """A plan's sizes and contraction order at ``shapes`` (cached; raises ``Problem``)."""
     ellipsis_ranks: list[int] = []
     for index, (axes, shape) in enumerate(zip(plan.operands, shapes, strict=True)):
-        named = len(axes) - (_ELLIPSIS in axes)
-        if _ELLIPSIS in axes:
+        named = len(axes) - (ELLIPSIS in axes)
+        if ELLIPSIS in axes:
             if len(shape) < named:
-                raise Reason(
+                raise Problem(
                     f"operand {index + 1} has shape {shape_text(shape)} but its axes "
                     f'"{_spelled(axes)}" need at least {named} dimensions'
                 )
             ellipsis_ranks.append(len(shape) - named)
         elif len(shape) != named:
-            raise Reason(
+            raise Problem(
                 f"operand {index + 1} has shape {shape_text(shape)} but its axes "
                 f'"{_spelled(axes)}" need {named} dimension{"s" * (named != 1)}'
             )
@@ -232,7 +176,7 @@ def einsum_layout(plan: EinsumPlan, shapes: tuple[tuple[int, ...], ...]) -> Eins
         expanded = _expand(axes, ellipsis_ranks[index], ellipsis_rank)
         operand_axes.append(expanded)
         for position, (axis, size) in enumerate(zip(expanded, shape, strict=True)):
-            if not axis.startswith(ELLIPSIS_PREFIX):
+            if not axis.startswith(HIDDEN_PREFIX):
                 occurrences.setdefault(axis, []).append((index, position, size))
             known = sizes.get(axis)
             # Size 1 broadcasts, as in torch.einsum; two sizes other than 1 are a mistake.
@@ -262,15 +206,15 @@ def einsum_layout(plan: EinsumPlan, shapes: tuple[tuple[int, ...], ...]) -> Eins
 
 
 def _spelled(axes: tuple[str, ...]) -> str:
-    return " ".join("..." if axis == _ELLIPSIS else axis for axis in axes)
+    return " ".join("..." if axis == ELLIPSIS else axis for axis in axes)
 
 
 def _expand(axes: tuple[str, ...], rank: int, full_rank: int) -> tuple[str, ...]:
     """Replace "..." by ``rank`` axes ``…k``, right-aligned in a broadcast of ``full_rank``."""
-    if _ELLIPSIS not in axes:
+    if ELLIPSIS not in axes:
         return axes
-    cut = axes.index(_ELLIPSIS)
-    hidden = tuple(f"{ELLIPSIS_PREFIX}{k}" for k in range(full_rank - rank, full_rank))
+    cut = axes.index(ELLIPSIS)
+    hidden = tuple(f"{HIDDEN_PREFIX}{k}" for k in range(full_rank - rank, full_rank))
     return (*axes[:cut], *hidden, *axes[cut + 1 :])
 
 
@@ -284,7 +228,7 @@ def _contraction_order(
     """
     names = list(dict.fromkeys([axis for axes in operands for axis in axes] + list(output)))
     if len(names) > len(string.ascii_letters):
-        raise Reason("too many axes in einsum (at most 52)")
+        raise Problem("too many axes in einsum (at most 52)")
     letter = {name: string.ascii_letters[i] for i, name in enumerate(names)}
     name_of = {v: k for k, v in letter.items()}
     equation = ",".join("".join(letter[a] for a in axes) for axes in operands)
@@ -305,8 +249,6 @@ def _contraction_order(
 
 
 # -- rearrange, reduce, repeat ------------------------------------------------------------
-
-_REDUCTIONS = ("min", "max", "sum", "mean", "prod", "any", "all")
 
 
 @dataclass(frozen=True, eq=False)
@@ -385,71 +327,45 @@ def _reduce(tensor: torch.Tensor, reduction: object, axes: tuple[int, ...]) -> t
 def transform_plan(
     pattern: str, operation: str, axes_names: tuple[str, ...], ndim: int
 ) -> TransformPlan:
-    """Parse a rearrange/reduce/repeat pattern (cached; raises ``Reason``).
+    """Parse a rearrange/reduce/repeat pattern (cached; raises ``Problem``).
 
     ``operation`` is "rearrange", "repeat", a reduction name, or "callable".
     """
-    if pattern.count("->") != 1:
-        raise Reason("the pattern needs exactly one '->'")
-    left_text, right_text = pattern.split("->")
-    left = _parse(left_text, einsum=False)
-    right = _parse(right_text, einsum=False)
-    if right.has_ellipsis and not left.has_ellipsis:
-        raise Reason("'...' is on the right but not on the left", axis="...")
-    if left.has_ellipsis and left.has_ellipsis_parenthesized:
-        raise Reason("'...' inside parentheses on the left is not allowed", axis="...")
-    left_ids = {a for a in left.identifiers if isinstance(a, str)}
-    right_ids = {a for a in right.identifiers if isinstance(a, str)}
-    _check_identifiers(operation, left, right, left_ids, right_ids, axes_names)
-
+    if operation not in ("rearrange", "repeat", "callable"):
+        check_reduction(operation)
+    op = operation if operation in ("rearrange", "repeat") else "reduce"
+    parsed = transform_pattern(pattern, op, axes_names)
+    check_rank(parsed, ndim)
+    left, right = parsed.left, parsed.right
     numbered: dict[str, int] = {}
 
-    def groups(parsed: ParsedExpression, hidden: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    def groups(side: Side, hidden: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
         found: list[tuple[str, ...]] = []
-        for group in parsed.composition:
-            if group == _ELLIPSIS:
+        for entry in side.entries:
+            if not isinstance(entry, Group):  # "..." outside parentheses
                 found.extend((axis,) for axis in hidden)
                 continue
             names: list[str] = []
-            for axis in group:
-                if axis == _ELLIPSIS:
+            for axis in entry.members:
+                if axis == ELLIPSIS:
                     names.extend(hidden)
-                elif isinstance(axis, AnonymousAxis):
-                    name = f"{axis.value}#{len(numbered)}"
-                    numbered[name] = axis.value
+                elif isinstance(axis, int):
+                    name = f"{axis}#{len(numbered)}"
+                    numbered[name] = axis
                     names.append(name)
                 else:
-                    names.append(str(axis))
+                    names.append(axis)
             found.append(tuple(names))
         return tuple(found)
 
     hidden: tuple[str, ...] = ()
     if left.has_ellipsis:
-        others = len(left.composition) - 1
-        if ndim < others:
-            raise Reason(f"the input needs at least {others} dimensions but has {ndim}")
-        hidden = tuple(f"{ELLIPSIS_PREFIX}{k}" for k in range(ndim - others))
-    elif ndim != len(left.composition):
-        raise Reason(f"the input needs {len(left.composition)} dimensions but has {ndim}")
+        hidden = tuple(f"{HIDDEN_PREFIX}{k}" for k in range(ndim - len(left.entries) + 1))
     input_groups = groups(left, hidden)
     output_groups = groups(right, hidden)
     left_flat = [a for group in input_groups for a in group]
     right_flat = [a for group in output_groups for a in group]
-    left_set = set(left_flat)
-    for name in axes_names:
-        if not ParsedExpression.check_axis_name(name):
-            raise Reason(f"'{name}' is not a valid axis name", axis=name)
-        if name not in left_set and name not in right_flat:
-            raise Reason(f"axis '{name}' is given a length but is not in the pattern", axis=name)
-    for group in input_groups:
-        unknown = [a for a in group if a not in numbered and a not in axes_names]
-        if len(unknown) > 1:
-            raise Reason(
-                f"cannot infer the sizes of {', '.join(unknown)}: give all but one "
-                "as keyword lengths",
-                axis=unknown[0],
-            )
-    right_set = set(right_flat)
+    left_set, right_set = set(left_flat), set(right_flat)
     reduced = tuple(a for a in left_flat if a not in right_set)
     order = [a for a in right_flat if a in left_set] + list(reduced)
     permutation = tuple(left_flat.index(a) for a in order)
@@ -465,60 +381,16 @@ def transform_plan(
         added=added,
         init_reshape=any(len(group) != 1 for group in input_groups),
         final_reshape=any(len(group) != 1 for group in output_groups),
-        named=frozenset(
-            a
-            for a in left_set | right_set
-            if a not in numbered and not a.startswith(ELLIPSIS_PREFIX)
-        ),
+        named=frozenset(left.names | right.names),
         elementary_count=len(left_flat),
     )
-
-
-def _check_identifiers(
-    operation: str,
-    left: ParsedExpression,
-    right: ParsedExpression,
-    left_ids: set[str],
-    right_ids: set[str],
-    axes_names: tuple[str, ...],
-) -> None:
-    if operation == "rearrange":
-        if left.has_non_unitary_anonymous_axes or right.has_non_unitary_anonymous_axes:
-            raise Reason("numbered axes other than 1 are not allowed in rearrange")
-        only = sorted(left_ids ^ right_ids)
-        if only:
-            axis = only[0].replace(_ELLIPSIS, "...")
-            raise Reason(
-                f"axis '{axis}' is on one side only (rearrange keeps every axis)", axis=axis
-            )
-    elif operation == "repeat":
-        extra = sorted(left_ids - right_ids)
-        if extra:
-            axis = extra[0].replace(_ELLIPSIS, "...")
-            raise Reason(f"axis '{axis}' is on the left but not on the right of repeat", axis=axis)
-        if left.has_non_unitary_anonymous_axes:
-            raise Reason("numbered axes on the left of repeat are not allowed")
-        unsized = sorted(right_ids - left_ids - set(axes_names) - {_ELLIPSIS})
-        if unsized:
-            raise Reason(
-                f"new axis '{unsized[0]}' needs a length, e.g. {unsized[0]}=3", axis=unsized[0]
-            )
-    elif operation in _REDUCTIONS or operation == "callable":
-        extra = [a for a in right.identifiers if a not in left.identifiers]
-        if extra:
-            axis = str(extra[0].value) if isinstance(extra[0], AnonymousAxis) else extra[0]
-            raise Reason(f"axis '{axis}' is on the right but not on the left of reduce", axis=axis)
-    else:
-        raise Reason(
-            f"unknown reduction '{operation}': use one of {', '.join(_REDUCTIONS)} or a callable"
-        )
 
 
 @functools.lru_cache(maxsize=4096)
 def transform_layout(
     plan: TransformPlan, shape: tuple[int, ...], lengths: tuple[tuple[str, int], ...]
 ) -> TransformLayout:
-    """Elementary axis sizes of a plan at an input ``shape`` (cached; raises ``Reason``)."""
+    """Elementary axis sizes of a plan at an input ``shape`` (cached; raises ``Problem``)."""
     sizes: dict[str, int] = dict(plan.numbered)
     sizes.update(lengths)
     for index, (group, length) in enumerate(zip(plan.input_groups, shape, strict=True)):
@@ -527,12 +399,12 @@ def transform_layout(
         if not unknown:
             if length != known:
                 spelled = "(" + " ".join(_display(a) for a in group) + ")"
-                raise Reason(
+                raise Problem(
                     f"input axis {index} has size {length} but {spelled} is {known}", axis=spelled
                 )
         elif known == 0 or length % known:
             spelled = "(" + " ".join(_display(a) for a in group) + ")"
-            raise Reason(
+            raise Problem(
                 f"input axis {index} of size {length} cannot be split into {spelled}:"
                 f" {length} is not divisible by {known}",
                 axis=unknown[0],

@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from mypy_runs import PLUGIN, ROOT, STRICT, MypyRun, shared_cache
+from mypy_runs import run_mypy as run
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
@@ -25,32 +25,11 @@ def fixture_files() -> list[Path]:
 
 
 EXPECTATION = re.compile(r"#\s*E:\s*(?P<code>[\w-]+)(?:\s+(?P<fragment>.*?))?\s*$")
-DIAGNOSTIC = re.compile(
-    r"^(?P<path>[^:]+):(?P<line>\d+): error: (?P<message>.*)  \[(?P<code>[\w-]+)\]$"
-)
-
-
-@dataclass(frozen=True)
-class MypyRun:
-    """The outcome of one mypy run: exit status and output lines."""
-
-    returncode: int
-    lines: list[str]
 
 
 def run_mypy(cache_dir: Path, *paths: Path) -> MypyRun:
-    """Run mypy --strict with the plugin and the project's stubs, in a subprocess."""
-    config = cache_dir.parent / "mypy_plugin_test.ini"
-    config.write_text(
-        "[mypy]\nstrict = True\nplugins = typedflops.mypy_plugin\n"
-        f"mypy_path = {ROOT / 'stubs'}\nshow_error_codes = True\n"
-    )
-    command = [sys.executable, "-m", "mypy", "--config-file", str(config)]
-    command += ["--cache-dir", str(cache_dir), "--no-pretty", "--no-error-summary"]
-    completed = subprocess.run(
-        [*command, *map(str, paths)], capture_output=True, text=True, cwd=ROOT, check=False
-    )
-    return MypyRun(completed.returncode, (completed.stdout + completed.stderr).splitlines())
+    """Run mypy --strict with the plugin (and the einops stubs installed with typedflops)."""
+    return run(list(paths), cache_dir=cache_dir, config=STRICT + PLUGIN)
 
 
 def expected_diagnostics() -> dict[tuple[str, int], tuple[str, str]]:
@@ -64,22 +43,18 @@ def expected_diagnostics() -> dict[tuple[str, int], tuple[str, str]]:
     return expected
 
 
-def reported_diagnostics(run: MypyRun) -> dict[tuple[str, int], list[tuple[str, str]]]:
+def reported_diagnostics(mypy_run: MypyRun) -> dict[tuple[str, int], list[tuple[str, str]]]:
     """(fixture name, line) -> [(code, message)] from mypy's output (notes ignored)."""
     reported: dict[tuple[str, int], list[tuple[str, str]]] = {}
-    for line in run.lines:
-        match = DIAGNOSTIC.match(line)
-        if match:
-            key = (Path(match["path"]).name, int(match["line"]))
-            reported.setdefault(key, []).append((match["code"], match["message"]))
+    for found in mypy_run.diagnostics:
+        reported.setdefault((found.name, found.line), []).append((found.code, found.message))
     return reported
 
 
 @pytest.fixture(scope="session")
-def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> MypyRun:
+def fixture_run() -> MypyRun:
     """mypy over every fixture file, once (a cold run on torch code takes ~15 s)."""
-    cache_dir = tmp_path_factory.mktemp("mypy") / "cache"
-    return run_mypy(cache_dir, *fixture_files())
+    return run_mypy(shared_cache("plugin"), *fixture_files())
 
 
 def test_every_planted_error_is_reported_and_nothing_else(fixture_run: MypyRun) -> None:
@@ -139,9 +114,9 @@ def test_plugin_works_from_the_cache(tmp_path: Path) -> None:
     cold = run_mypy(cache_dir, callee, caller)
     caller.write_text(body.format("  # edited: caller re-checked, callee read from the cache"))
     warm = run_mypy(cache_dir, callee, caller)
-    for run in (cold, warm):
-        codes = [code for found in reported_diagnostics(run).values() for code, _ in found]
-        assert codes == ["dim-alias"], run.lines
+    for mypy_run in (cold, warm):
+        found = reported_diagnostics(mypy_run).values()
+        assert [code for diagnostics in found for code, _ in diagnostics] == ["dim-alias"]
 
 
 def test_importing_the_plugin_does_not_import_torch() -> None:

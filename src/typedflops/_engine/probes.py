@@ -150,7 +150,7 @@ def shape_at(
                 shape.append(operator.index(sizes[axis.name]))  # type: ignore[arg-type]
         elif kind is AxisKind.SYMBOLIC:
             assert axis.expression is not None
-            shape.append(axis.expression.evaluate(plain))
+            shape.append(int(axis.expression.evaluate(plain)))
         elif kind is AxisKind.VARIADIC:
             assert axis.name is not None
             shape.extend(_group(sizes[axis.name]))

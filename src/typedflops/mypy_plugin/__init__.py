@@ -8,19 +8,27 @@ Enable it in ``pyproject.toml``::
 It reports, with its own error codes (silence one with ``disable_error_code`` or
 ``# type: ignore[code]``):
 
-- ``pattern`` -- an einops pattern einops would reject, or an einsum whose pattern names more
-  or fewer operands than were passed;
+- ``pattern`` -- an einops pattern einops would reject (``einsum``, ``rearrange``, ``reduce``,
+  ``repeat``, ``pack``, ``unpack``), or an einsum whose pattern names more or fewer operands
+  than were passed; the reason reads as typedflops' runtime ``PatternError`` reads;
 - ``shape`` -- ranks (or fixed sizes) that cannot match: a pattern side and its argument's
   annotation, a produced result and the function's return annotation, an argument and the
   parameter of the user's own annotated function it is passed to;
 - ``dim-alias`` (a sub-code of ``shape``) -- one axis named by two different dims (a pattern
   axis bound to ``d_in`` and ``d_hidden``, a result ``batch d_in`` returned as
-  ``batch d_out``): jaxtyping accepts it at runtime only when the sizes happen to agree;
+  ``batch d_out``): jaxtyping accepts it at runtime only when the sizes happen to agree.
+  Never reported for a dim no parameter binds, nor where a pattern made two dims equal
+  (``(d_k2 g)`` with ``g=2`` splits ``d_k`` into ``2*d_k2``);
 - ``flops-expr`` -- a ``@typed_flops(flops=...)`` formula outside the grammar (names,
   integers, ``+ - * / // **`` and parentheses) or naming a dim no annotation defines.
 
 Dims it cannot see are gradual: unannotated tensors, attributes, and anything reaching a
-function through a call the plugin does not model are never reported. It never imports torch.
+function through a call the plugin does not model are never reported. Calls it does not
+check keep mypy's own hooks, and the types mypy gives calls are left as they are. It parses
+with typedflops' grammar core (the runtime's own parser) and never imports torch.
+
+The checks live one per module: :mod:`.annotation_dims` (dim strings), :mod:`.einops_ops`
+(patterns), :mod:`.calls` (functions, methods, modules) and :mod:`.flops` (``flops=``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""The :class:`TypedFlopsPlugin` class: which hook answers which fullname."""
+"""The :class:`TypedFlopsPlugin` class: which check answers which call.
+
+A hook is returned only for calls the plugin checks: the einops ops (einops' own and
+typedflops'), ``@typed_flops(flops=...)``, and calls of functions, methods and modules whose
+signatures carry jaxtyping dims. Every other call gets None, so mypy's default hooks
+(``functools.partial`` and the rest) and other plugins still answer it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
+from mypy.nodes import TypeInfo
+from mypy.options import Options
 from mypy.plugin import (
     AnalyzeTypeContext,
     FunctionContext,
@@ -16,20 +24,35 @@ from mypy.plugin import (
 )
 from mypy.types import FunctionLike, Type
 
-from . import hooks
+from . import annotation_dims, calls, einops_ops, flops
+from .settings import read_settings
 
-OPS = ("einsum", "rearrange", "reduce", "repeat")
-# Where the wrapped ops live: einops itself (with or without our stubs) and typedflops.
-OP_MODULES = ("einops", "einops.einops", "typedflops", "typedflops.ops")
+TRANSFORMS = ("rearrange", "reduce", "repeat")
+# Where the wrapped ops live: einops itself (with or without typedflops' stubs) and typedflops.
+OP_MODULES = ("einops", "einops.einops", "einops.packing", "typedflops", "typedflops.ops")
 DECORATORS = frozenset({"typedflops.typed_flops", "typedflops.decorator.typed_flops"})
-# Calls the plugin never needs to look at: saves a hook call per library call.
-SKIPPED_PREFIXES = ("builtins.", "torch.", "typing.", "numpy.", "einops.", "jaxtyping.")
+TYPED_FUNCTION_CALL = "typedflops.decorator.TypedFunction.__call__"
+# Libraries whose functions never carry the user's dims: no look-up needed.
+SKIPPED_PREFIXES = (
+    "builtins.",
+    "torch.",
+    "typing.",
+    "typing_extensions.",
+    "numpy.",
+    "einops.",
+    "jaxtyping.",
+    "functools.",
+    "collections.",
+    "_",
+)
 
 
 def _source_digest() -> str:
-    """A digest of the plugin's own sources: mypy's cache is invalidated when they change."""
+    """A digest of the plugin's and the grammar core's sources: mypy's cache is invalidated
+    when they change."""
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    here = Path(__file__).parent
+    for path in sorted([*here.glob("*.py"), *(here.parent / "_syntax").glob("*.py")]):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -37,22 +60,46 @@ def _source_digest() -> str:
 SOURCE_DIGEST = _source_digest()
 
 
+LAYERS = frozenset({"einops.layers.torch.Rearrange", "einops.layers.torch.Reduce"})
+
+
 def _op_hook(fullname: str) -> Callable[[FunctionContext], Type] | None:
+    if fullname in LAYERS:
+        return einops_ops.layer_hook(fullname.rpartition(".")[2])
     module, _, name = fullname.rpartition(".")
-    if module not in OP_MODULES or name not in OPS:
+    if module not in OP_MODULES:
         return None
-    return hooks.einsum_hook if name == "einsum" else hooks.transform_hook(name)
+    if name == "einsum":
+        return einops_ops.einsum_hook
+    if name in TRANSFORMS:
+        return einops_ops.transform_hook(name, module)
+    if name == "pack" and module.startswith("einops"):
+        return einops_ops.pack_hook
+    if name == "unpack" and module.startswith("einops"):
+        return einops_ops.unpack_hook
+    return None
 
 
 class TypedFlopsPlugin(Plugin):
     """Reads jaxtyping dims and einops patterns; see :mod:`typedflops.mypy_plugin`."""
 
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self.settings = read_settings(options.config_file)
+
     def report_config_data(self, ctx: ReportConfigContext) -> str:
-        return SOURCE_DIGEST
+        return f"{SOURCE_DIGEST}:{self.settings.typed_module_calls}"
+
+    def _owner(self, fullname: str) -> tuple[TypeInfo, str] | None:
+        owner, _, member = fullname.rpartition(".")
+        symbol = self.lookup_fully_qualified(owner) if "." in owner else None
+        if symbol is None or not isinstance(symbol.node, TypeInfo):
+            return None
+        return symbol.node, member
 
     def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
         if fullname in ("typing.Annotated", "typing_extensions.Annotated"):
-            return hooks.analyze_annotated
+            return annotation_dims.analyze_annotated
         return None
 
     def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
@@ -60,19 +107,36 @@ class TypedFlopsPlugin(Plugin):
         if op_hook is not None:
             return op_hook
         if fullname in DECORATORS:
-            return hooks.typed_flops_hook
+            return flops.typed_flops_hook
         if fullname.startswith(SKIPPED_PREFIXES):
             return None
-        return hooks.user_function_hook
+        if "." not in fullname:
+            # A function defined inside another one: mypy names it without its module, so
+            # it cannot be looked up here; the hook reads the callee itself.
+            return calls.user_function_hook
+        symbol = self.lookup_fully_qualified(fullname)
+        if symbol is not None and calls.function_has_dims(symbol.node):
+            return calls.user_function_hook
+        return None
+
+    def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        if fullname == TYPED_FUNCTION_CALL:
+            return calls.method_hook("__call__")
+        if fullname.startswith(SKIPPED_PREFIXES):
+            return None
+        found = self._owner(fullname)
+        if found is not None and calls.method_has_dims(*found):
+            return calls.method_hook(found[1])
+        return None
 
     def get_method_signature_hook(
         self, fullname: str
     ) -> Callable[[MethodSigContext], FunctionLike] | None:
-        if fullname.endswith(".__call__") and not fullname.startswith(SKIPPED_PREFIXES):
-            return hooks.module_call_signature
-        return None
-
-    def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        if not self.settings.typed_module_calls or not fullname.endswith(".__call__"):
+            return None
         if fullname.startswith(SKIPPED_PREFIXES):
             return None
-        return hooks.method_hook(fullname.rpartition(".")[2])
+        found = self._owner(fullname)
+        if found is not None and calls.forward_of(found[0]) is not None:
+            return calls.module_call_signature
+        return None

@@ -1,13 +1,17 @@
 """What a function body says about its names: returns, single assignments, decorators.
 
 mypy gives plugin hooks the call being checked but not the statement around it, so the
-plugin walks function bodies itself, once per function (cached). The walk is by hand:
+plugin walks function bodies itself, once per body (cached). The walk is by hand:
 subclassing ``mypy.traverser.TraverserVisitor`` inside a plugin crashes compiled mypy.
+
+Caches are keyed on the body (the ``Block`` a parse creates), never on the function
+object alone: the mypy daemon keeps a function's object across an edit and gives it the
+new body, so a cache keyed on the function would answer for code that no longer exists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from mypy.nodes import (
@@ -15,6 +19,7 @@ from mypy.nodes import (
     Block,
     CallExpr,
     ClassDef,
+    Context,
     Decorator,
     DelStmt,
     Expression,
@@ -34,6 +39,8 @@ from mypy.nodes import (
     WhileStmt,
     WithStmt,
 )
+
+from .shapes import Fact
 
 
 def iter_statements(statements: list[Statement]) -> Iterator[Statement]:
@@ -86,20 +93,22 @@ def _lvalue_names(lvalue: Expression) -> Iterator[str]:
         yield from _lvalue_names(item)
 
 
-_FACTS: dict[int, tuple[FuncItem, FunctionFacts]] = {}
+_FACTS: dict[int, tuple[Block, FunctionFacts]] = {}
+_LIMIT = 20_000  # the daemon runs for days: keep the caches bounded
 
 
 def function_facts(function: FuncItem) -> FunctionFacts:
-    """The (cached) :class:`FunctionFacts` of ``function``."""
-    cached = _FACTS.get(id(function))
-    if cached is not None and cached[0] is function:
+    """The (cached per body) :class:`FunctionFacts` of ``function``."""
+    body = function.body
+    cached = _FACTS.get(id(body))
+    if cached is not None and cached[0] is body:
         return cached[1]
     facts = FunctionFacts()
     binding_counts = facts.binding_counts
     binding_counts.update({arg.variable.name: 1 for arg in function.arguments})
     returned_names: list[str] = []
     uncertain = False
-    for statement in iter_statements(function.body.body):
+    for statement in iter_statements(body.body):
         names: list[str] = []
         if isinstance(statement, AssignmentStmt):
             for lvalue in statement.lvalues:
@@ -138,10 +147,48 @@ def function_facts(function: FuncItem) -> FunctionFacts:
             facts.returned.add(id(value))
     if uncertain:
         binding_counts.update(dict.fromkeys(binding_counts, 2))
-    if len(_FACTS) > 20_000:  # dmypy runs for days: keep the cache bounded
+    if len(_FACTS) > _LIMIT:
         _FACTS.clear()
-    _FACTS[id(function)] = (function, facts)
+    _FACTS[id(body)] = (body, facts)
     return facts
+
+
+# Decompositions that patterns established, per body and per call (by position), so a
+# check consults only those of calls before it: the checker visits a body in order, so
+# each of them was recorded again in the current pass before it is read.
+_DECOMPOSITIONS: dict[int, tuple[Block, dict[tuple[int, int], tuple[Fact, ...]]]] = {}
+
+
+def _position(call: Context) -> tuple[int, int]:
+    return (call.line, call.column)
+
+
+def _calls_of(function: FuncItem) -> dict[tuple[int, int], tuple[Fact, ...]]:
+    body = function.body
+    entry = _DECOMPOSITIONS.get(id(body))
+    if entry is None or entry[0] is not body:
+        if len(_DECOMPOSITIONS) > _LIMIT:
+            _DECOMPOSITIONS.clear()
+        entry = (body, {})
+        _DECOMPOSITIONS[id(body)] = entry
+    return entry[1]
+
+
+def record_decompositions(function: FuncItem, call: Context, facts: Sequence[Fact]) -> None:
+    """Remember what the pattern of ``call`` (in ``function``) split (replacing what an
+    earlier pass over the same body recorded for it)."""
+    calls = _calls_of(function)
+    if facts:
+        calls[_position(call)] = tuple(facts)
+    else:
+        calls.pop(_position(call), None)
+
+
+def decompositions_before(function: FuncItem, call: Context) -> list[Fact]:
+    """The decompositions recorded by calls that come before ``call`` in ``function``."""
+    here = _position(call)
+    calls = _calls_of(function)
+    return [fact for position, facts in calls.items() if position < here for fact in facts]
 
 
 def find_decorated(statements: list[Statement], decorator: Expression) -> Decorator | None:

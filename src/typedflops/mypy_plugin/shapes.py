@@ -1,41 +1,55 @@
 """Aligning patterns with annotated dims, binding axes, and the dims a pattern produces.
 
-Pure functions over the values of :mod:`.dims`; the mypy-facing code in :mod:`.hooks` turns
-the :class:`Problem` values returned here into diagnostics. Every function here is
-conservative: where the alignment is uncertain (a variadic dim meeting named pattern axes)
-it binds nothing and reports nothing.
+Pure functions over the values of :mod:`.static` and the grammar core's pattern sides; the
+hooks turn the :class:`Finding` values returned here into diagnostics. Every function here
+is conservative: where the alignment is uncertain (a variadic dim meeting named pattern
+axes) it binds nothing and reports nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from .dims import (
-    ELLIPSIS,
-    UNKNOWN,
-    Axis,
-    Dim,
-    Dims,
-    Entry,
-    Group,
-    Side,
-    Unknown,
-    Variadic,
-    format_dims,
-)
+from .._syntax.patterns import ELLIPSIS, Entry, Group
+from .static import UNKNOWN, Axis, Dim, Dims, Unknown, Variadic, format_dims
 
 Severity = Literal["shape", "alias"]
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Problem:
-    """A finding: ``shape`` is wrong whatever the sizes; ``alias`` holds only if sizes differ."""
+class Finding:
+    """What a check found: ``shape`` is wrong whatever the sizes; ``alias`` holds only if
+    sizes differ."""
 
     severity: Severity
     message: str
+
+
+#: ``dim == product``: a pattern split the single-name ``dim`` into a group (``(d_k2 g)``
+#: with ``g=2`` makes ``d_k`` equal to ``2*d_k2``), so the two are equal by construction.
+Fact = tuple[str, Axis]
+
+
+def _substituted(axis: Axis, facts: Sequence[Fact]) -> Axis:
+    for _ in range(4):  # facts may chain (d = 2*h, h = 2*q); a few rounds suffice
+        replaced = Axis((), axis.size)
+        changed = False
+        for factor in axis.factors:
+            product = next((p for name, p in facts if name == factor), None)
+            replaced = replaced.times(product if product is not None else Axis((factor,)))
+            changed = changed or product is not None
+        if not changed:
+            return axis
+        axis = replaced
+    return axis
+
+
+def equal_by_construction(first: Axis, second: Axis, facts: Sequence[Fact]) -> bool:
+    """Whether the pattern facts make two axes equal (``d_k`` and ``2*d_k2`` above)."""
+    return bool(facts) and _substituted(first, facts) == _substituted(second, facts)
 
 
 def _split(items: Sequence[T], is_variadic: bool) -> tuple[Sequence[T], bool, Sequence[T]]:
@@ -77,15 +91,26 @@ def align(
     if rank_error:
         return rank_error
     result = Alignment()
+    if not open_dims:
+        # A fully ranked annotation: the items before "..." align with its first axes and
+        # the items after it with its last axes.
+        result.pairs += zip(head, dims_head[: len(head)], strict=True)
+        if open_items:
+            start = len(dims_head) - len(tail)
+            result.pairs += zip(tail, dims_head[start:], strict=True)
+            result.ellipsis = tuple(dims_head[len(head) : start])
+        return result
+    if not open_items:
+        # The annotation's variadic takes the middle: compare both ends.
+        result.pairs += zip(head[: len(dims_head)], dims_head, strict=True)
+        if dims_tail:
+            result.pairs += zip(head[len(head) - len(dims_tail) :], dims_tail, strict=True)
+        return result
     n_head, n_tail = min(len(head), len(dims_head)), min(len(tail), len(dims_tail))
     result.pairs += zip(head[:n_head], dims_head[:n_head], strict=True)
     if n_tail:
         result.pairs += zip(tail[-n_tail:], dims_tail[-n_tail:], strict=True)
-    if not open_dims:
-        if open_items:
-            result.ellipsis = tuple(dims_head[len(head) : len(dims_head) - len(tail)])
-        return result
-    if open_items and len(head) <= len(dims_head) and len(tail) <= len(dims_tail):
+    if len(head) <= len(dims_head) and len(tail) <= len(dims_tail):
         variadic = dims[len(dims_head)]
         result.ellipsis = (
             *dims_head[len(head) :],
@@ -113,8 +138,9 @@ def _axes(count: int) -> str:
     return f"{count} axis" if count == 1 else f"{count} axes"
 
 
-def compare(first: Dim, second: Dim) -> Severity | None:
-    """How two dims of one axis disagree: never for unknowns or equal dims."""
+def compare(first: Dim, second: Dim, facts: Sequence[Fact] = ()) -> Severity | None:
+    """How two dims of one axis disagree: never for unknowns, equal dims, or dims that
+    patterns made equal by construction (``facts``)."""
     if isinstance(first, Unknown) or isinstance(second, Unknown) or first == second:
         return None
     if isinstance(first, Variadic) or isinstance(second, Variadic):
@@ -124,27 +150,35 @@ def compare(first: Dim, second: Dim) -> Severity | None:
     if first.is_fixed and second.is_fixed:
         return "shape"
     # A name meeting a number is how sizes get fixed (`h=4`, `"b 3"`): never reported.
-    return None if first.is_fixed or second.is_fixed else "alias"
+    if first.is_fixed or second.is_fixed or equal_by_construction(first, second, facts):
+        return None
+    return "alias"
 
 
 class Bindings:
-    """Pattern axis name -> the annotated dim it was bound to first, and where."""
+    """Pattern axis name -> the annotated dim it was bound to first, and where.
 
-    def __init__(self) -> None:
+    ``facts`` are the decompositions known before this call (see :data:`Fact`);
+    ``new_facts`` those this call's pattern adds.
+    """
+
+    def __init__(self, facts: Sequence[Fact] = ()) -> None:
         self.name_to_dim: dict[str, tuple[Dim, str]] = {}
+        self.facts: list[Fact] = list(facts)
+        self.new_facts: list[Fact] = []
 
-    def bind(self, axis: str, dim: Dim, origin: str, *, noun: str = "axis") -> Problem | None:
-        """Bind ``axis`` to ``dim``; a :class:`Problem` when it was bound to another dim."""
+    def bind(self, axis: str, dim: Dim, origin: str, *, noun: str = "axis") -> Finding | None:
+        """Bind ``axis`` to ``dim``; a :class:`Finding` when it was bound to another dim."""
         if isinstance(dim, Unknown):
             return None
         if axis not in self.name_to_dim:
             self.name_to_dim[axis] = (dim, origin)
             return None
         previous, previous_origin = self.name_to_dim[axis]
-        severity = compare(previous, dim)
+        severity = compare(previous, dim, self.facts)
         if severity is None:
             return None
-        return Problem(
+        return Finding(
             severity,
             f'{noun} "{axis}" is "{previous}" in {previous_origin} but "{dim}" in {origin}',
         )
@@ -156,13 +190,22 @@ class Bindings:
 
 
 def bind_side(
-    side: Side, dims: Dims, origin: str, bindings: Bindings
-) -> tuple[Alignment | None, list[Problem], str | None]:
-    """Bind one pattern side to an operand's dims: (alignment, binding problems, rank error)."""
-    alignment = align(side.entries, dims, label=f'{origin} "{format_dims(dims)}"')
+    entries: Sequence[Entry],
+    dims: Dims,
+    origin: str,
+    bindings: Bindings,
+    sizes: Mapping[str, Dim] | None = None,
+) -> tuple[Alignment | None, list[Finding], str | None]:
+    """Bind one pattern side to an operand's dims: (alignment, binding problems, rank error).
+
+    A group such as ``(d_k2 g)`` facing a single-name dim ``d_k`` adds the fact
+    ``d_k == d_k2*g`` (``g`` read from ``sizes``, the call's axis lengths) to
+    ``bindings.new_facts``.
+    """
+    alignment = align(entries, dims, label=f'{origin} "{format_dims(dims)}"')
     if isinstance(alignment, str):
         return None, [], alignment
-    problems: list[Problem] = []
+    problems: list[Finding] = []
     for entry, dim in alignment.pairs:
         # Only single-name groups bind: "(h w)" against one dim cannot be split statically.
         if isinstance(entry, Group) and len(entry.members) == 1:
@@ -170,24 +213,54 @@ def bind_side(
             if isinstance(member, str):
                 problem = bindings.bind(member, dim, origin)
             elif isinstance(dim, Axis) and dim.is_fixed and dim.size != member:
-                problem = Problem("shape", f'anonymous axis {member} is "{dim}" in {origin}')
+                problem = Finding("shape", f'anonymous axis {member} is "{dim}" in {origin}')
             else:
                 problem = None
             if problem:
                 problems.append(problem)
         elif isinstance(entry, Group) and not entry.members and _fixed_not_one(dim):
-            problems.append(Problem("shape", f'axis "()" of size 1 is "{dim}" in {origin}'))
+            problems.append(Finding("shape", f'axis "()" of size 1 is "{dim}" in {origin}'))
+        elif isinstance(entry, Group):
+            product = _decomposition(entry, sizes or {})
+            if product is None or not isinstance(dim, Axis):
+                continue
+            if product.is_fixed and dim.is_fixed and product.size != dim.size:
+                problems.append(
+                    Finding("shape", f'axis "{entry}" of size {product} is "{dim}" in {origin}')
+                )
+            elif _single_name(dim):
+                bindings.new_facts.append((dim.factors[0], product))
     return alignment, problems, None
+
+
+def _single_name(dim: Axis) -> bool:
+    return len(dim.factors) == 1 and dim.size == 1
+
+
+def _decomposition(group: Group, sizes: Mapping[str, Dim]) -> Axis | None:
+    """The product a group stands for, its names read as dims of the same name."""
+    product = Axis()
+    for member in group.members:
+        if member == ELLIPSIS:
+            return None
+        size = sizes.get(member) if isinstance(member, str) else Axis((), member)
+        if isinstance(member, str) and not isinstance(size, Axis):
+            size = Axis((member,))
+        assert isinstance(size, Axis)
+        product = product.times(size)
+    return product
 
 
 def _fixed_not_one(dim: Dim) -> bool:
     return isinstance(dim, Axis) and dim.is_fixed and dim.size != 1
 
 
-def produce(side: Side, bindings: Bindings, ellipsis: Dims | None, sizes: dict[str, Dim]) -> Dims:
+def produce(
+    entries: Sequence[Entry], bindings: Bindings, ellipsis: Dims | None, sizes: Mapping[str, Dim]
+) -> Dims:
     """The dims of a pattern's output side, in the names the inputs were annotated with."""
     produced: list[Dim] = []
-    for entry in side.entries:
+    for entry in entries:
         if entry == ELLIPSIS:
             produced.extend(ellipsis if ellipsis is not None else (Variadic(None),))
         elif isinstance(entry, Group):
@@ -195,7 +268,9 @@ def produce(side: Side, bindings: Bindings, ellipsis: Dims | None, sizes: dict[s
     return tuple(produced)
 
 
-def _product(group: Group, bindings: Bindings, ellipsis: Dims | None, sizes: dict[str, Dim]) -> Dim:
+def _product(
+    group: Group, bindings: Bindings, ellipsis: Dims | None, sizes: Mapping[str, Dim]
+) -> Dim:
     axis = Axis()
     for member in group.members:
         parts: Sequence[Dim]
@@ -213,28 +288,28 @@ def _product(group: Group, bindings: Bindings, ellipsis: Dims | None, sizes: dic
     return axis
 
 
-def check_produced(produced: Dims, annotated: Dims) -> Problem | None:
+def check_produced(produced: Dims, annotated: Dims, facts: Sequence[Fact] = ()) -> Finding | None:
     """Compare the dims a call produces with the dims its result is annotated with."""
     alignment = align(produced, annotated, items_are_dims=True)
     if isinstance(alignment, str):
-        return Problem("shape", alignment)
+        return Finding("shape", alignment)
     pairs: list[tuple[object, Dim]] = list(alignment.pairs)
     if alignment.exact_variadics:
         pairs.append(alignment.exact_variadics)
-    worst: Problem | None = None
+    worst: Finding | None = None
     for item, dim in pairs:
         assert isinstance(item, (Axis, Variadic, Unknown))
-        severity = compare(item, dim)
+        severity = compare(item, dim, facts)
         if severity == "shape" or (severity == "alias" and worst is None):
-            worst = Problem(severity, f'"{item}" where the annotation has "{dim}"')
+            worst = Finding(severity, f'"{item}" where the annotation has "{dim}"')
     return worst
 
 
 __all__ = [
     "Alignment",
     "Bindings",
-    "Entry",
-    "Problem",
+    "Fact",
+    "Finding",
     "align",
     "bind_side",
     "check_produced",

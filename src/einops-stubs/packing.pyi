@@ -1,9 +1,8 @@
 from collections.abc import Sequence
 from typing import TypeAlias, TypeVar
 
-from torch import Tensor
-
-_T = TypeVar("_T", bound=Tensor)
+# Sequences of tensors are taken as einops' own hints take them (items unchecked).
+_T = TypeVar("_T")
 Shape: TypeAlias = tuple[int, ...] | list[int]
 
 def pack(tensors: Sequence[_T], pattern: str) -> tuple[_T, list[Shape]]: ...

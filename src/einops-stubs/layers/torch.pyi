@@ -1,3 +1,5 @@
+from typing import Any
+
 from torch import Tensor, nn
 
 from . import RearrangeMixin, ReduceMixin
@@ -10,6 +12,6 @@ class Reduce(ReduceMixin, nn.Module):
 
 class EinMix(nn.Module):
     def __init__(
-        self, pattern: str, weight_shape: str, bias_shape: str | None = None, **axes_lengths: int
+        self, pattern: str, weight_shape: str, bias_shape: str | None = None, **axes_lengths: Any
     ) -> None: ...
     def forward(self, input: Tensor) -> Tensor: ...

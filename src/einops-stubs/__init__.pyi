@@ -1,8 +1,10 @@
-# Tighter types for einops (https://github.com/arogozhnikov/einops), shipped by typedflops.
-# einops types its tensors as an unbounded TypeVar, sizes as Any and reductions as str, so
-# `rearrange("not a tensor", ...)` and `reduce(x, "a b -> a", "meen")` pass mypy --strict.
-# Here tensors are torch tensors and reductions are a Literal. Enable with
-# `mypy_path = "stubs"` (see typedflops' README); typedflops' mypy plugin checks patterns.
+# Tighter types for einops (https://github.com/arogozhnikov/einops), shipped with
+# typedflops as the stub-only package `einops-stubs` (partial: modules not stubbed here
+# fall back to einops' own hints). einops types its tensors as an unbounded TypeVar, so
+# `rearrange("not a tensor", ...)` passes mypy --strict; here tensors are array types
+# (anything with a shape: torch, numpy, ...), and einops' own rules are kept everywhere
+# else (Optional tensors, str reductions, any axis lengths), so correct code gets no new
+# error. typedflops' mypy plugin checks the patterns.
 from .einops import (
     Reduction as Reduction,
 )

@@ -1,0 +1,73 @@
+"""What every check shares: reporting a diagnostic, and checking a result against the
+return annotation of the function it is returned from."""
+
+from __future__ import annotations
+
+from mypy.errorcodes import ErrorCode
+from mypy.nodes import CallExpr, Context, Expression, StrExpr
+from mypy.plugin import CheckerPluginInterface, FunctionContext, MethodContext
+from mypy.types import CallableType, Type
+
+from . import codes
+from .scopes import decompositions_before, function_facts
+from .shapes import Fact, Finding, check_produced
+from .static import Dims, format_dims
+from .tensors import (
+    annotated_dims,
+    annotation_text,
+    bound_names,
+    current_function,
+    with_dims,
+    without_free_names,
+)
+
+__all__ = ["finish", "literal_str", "report", "report_finding"]
+
+
+def report(api: CheckerPluginInterface, message: str, context: Context, code: ErrorCode) -> None:
+    """One diagnostic with the plugin's error ``code``."""
+    api.fail(message, context, code=code)
+
+
+def report_finding(
+    api: CheckerPluginInterface, where: str, finding: Finding, context: Context
+) -> None:
+    """A :class:`Finding` as a ``shape`` or ``dim-alias`` diagnostic."""
+    code = codes.SHAPE if finding.severity == "shape" else codes.DIM_ALIAS
+    report(api, f"{where}: {finding.message}", context, code)
+
+
+def literal_str(expr: Expression) -> str | None:
+    """The value of a string literal argument, or None."""
+    return expr.value if isinstance(expr, StrExpr) else None
+
+
+def finish(
+    ctx: FunctionContext | MethodContext, what: str, produced: Dims | None, facts: list[Fact]
+) -> Type:
+    """Check ``produced`` against the enclosing function's return, then attach it."""
+    if produced is not None and isinstance(ctx.context, CallExpr):
+        _check_return(ctx.api, ctx.context, what, produced, facts)
+    return with_dims(ctx.default_return_type, produced, ctx.api)
+
+
+def _check_return(
+    api: CheckerPluginInterface, call: CallExpr, what: str, produced: Dims, facts: list[Fact]
+) -> None:
+    function = current_function(api)
+    if function is None or not isinstance(function.type, CallableType):
+        return
+    annotated = annotated_dims(function.type.ret_type)
+    if annotated is None or not function_facts(function).returns(call):
+        return
+    # Return dims that no parameter binds are bound by the result itself, as at runtime.
+    free = without_free_names(annotated, bound_names(function))
+    known = [*decompositions_before(function, call), *facts]
+    finding = check_produced(produced, free, known)
+    if finding is not None:
+        message = (
+            f'{what} returns "{format_dims(produced)}" but {function.name}() is annotated'
+            f' "{annotation_text(function.type.ret_type)}": {finding.message}'
+        )
+        code = codes.SHAPE if finding.severity == "shape" else codes.DIM_ALIAS
+        report(api, message, call, code)
