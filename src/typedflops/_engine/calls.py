@@ -172,7 +172,9 @@ def begin_call(
     handle = CallHandle(session, child, fn, args, kwargs, None, "count")
     if cached and fn.declared is None:
         try:
-            key: Any = (id(fn), structural_signature(args, kwargs, session.structures))
+            # Inside a checkpoint region the same block saves nothing: not alike.
+            saving = session.saved is not None and session.saved.active()
+            key: Any = (id(fn), structural_signature(args, kwargs, session.structures), saving)
             hash(key)
         except TypeError:
             return handle

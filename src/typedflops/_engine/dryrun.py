@@ -310,6 +310,14 @@ def assemble(
     matmul_formula = _with_repeats(events, matmul_forward, repeat)
     if evaluate(matmul_formula, values) != matmul_flops:
         matmul_formula = sympy.Integer(matmul_flops)
+    recompute_flops = sum(e.flops for e in events if e.recomputed)
+    recompute_formula = _with_repeats(
+        events,
+        [f if e.recomputed else sympy.Integer(0) for e, f in zip(events, forward, strict=True)],
+        repeat,
+    )
+    if evaluate(recompute_formula, values) != recompute_flops:
+        recompute_formula = sympy.Integer(recompute_flops)
     if probe.declared is not None:
         formula = probe.declared
         flops = int(evaluate(formula, values))
@@ -319,7 +327,8 @@ def assemble(
         backward_formula, exact = sympy.Integer(backward_flops), False
     used = {
         str(s)
-        for s in formula.free_symbols | backward_formula.free_symbols | matmul_formula.free_symbols
+        for f in (formula, backward_formula, matmul_formula, recompute_formula)
+        for s in f.free_symbols
     }
     shown = {name: values[name] for name in dims}
     shown.update({name: values[name] for name in sorted(used - set(shown))})
@@ -337,6 +346,8 @@ def assemble(
         exact=exact,
         matmul_flops=matmul_flops,
         matmul_formula=matmul_formula,
+        recompute_flops=recompute_flops,
+        recompute_formula=recompute_formula,
     )
 
 

@@ -56,6 +56,8 @@ class Event:
     backward: list[Event] = field(default_factory=list)
     # The event this one copies (a repeated block's), or None for an op that ran.
     origin: Event | None = None
+    # Run again during backward: the forward of a torch.utils.checkpoint region.
+    recomputed: bool = False
 
     def call(self) -> OpCall:
         """The op as a rule sees it."""

@@ -19,9 +19,25 @@ from .events import Event, saved_event
 from .frames import Frame, owner
 from .tensors import TensorMeta, describe
 
-__all__ = ["SavedEntry", "SavedTensors"]
+__all__ = ["SavedEntry", "SavedTensors", "in_checkpoint"]
 
 _copies = itertools.count()
+
+
+def _top_pack_hook() -> Any:
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    return None if hooks is None else hooks[0]
+
+
+def in_checkpoint() -> bool:
+    """Whether ops run in the forward of a ``torch.utils.checkpoint`` region (the default,
+    non-reentrant kind): what they save is dropped, and they run again during backward.
+
+    Known by the hooks such a region installs (torch names their pack function
+    ``_checkpoint_hook.__init__.<locals>.pack_hook``).
+    """
+    pack = _top_pack_hook()
+    return pack is not None and "_checkpoint_hook" in getattr(pack, "__qualname__", "")
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,10 @@ class SavedTensors:
     @staticmethod
     def unpack(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
+
+    def active(self) -> bool:
+        """Whether these hooks are the ones autograd calls now (not a checkpoint's)."""
+        return getattr(_top_pack_hook(), "__self__", None) is self
 
     def mark(self) -> int:
         """How many storages were noted so far (see :meth:`since`)."""

@@ -194,7 +194,14 @@ class Block(TypedLayer):
     def forward(
         self, x: Float[Tensor, "*batch seq d_model"]
     ) -> Float[Tensor, "*batch seq d_model"]:
-        """Apply the block to ``x`` (``(*batch, seq, d_model)``)."""
+        """Apply the block to ``x`` (``(*batch, seq, d_model)``); with the config's
+        ``checkpoint``, only ``x`` is kept for backward, which runs the block again."""
+        if self.config.checkpoint and torch.is_grad_enabled():
+            out: Tensor = checkpoint(self._layers, x, use_reentrant=False)
+            return out
+        return self._layers(x)
+
+    def _layers(self, x: Tensor) -> Tensor:
         x = x + self.drop(self.attn(self.norm1(x)))
         out: Tensor = x + self.drop(self.mlp(self.norm2(x)))
         return out
@@ -254,12 +261,25 @@ class TransformerLM(TypedLayer):
     def forward(self, ids: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq vocab"]:
         """The logits ``(batch, seq, vocab)`` of the next token after each of ``ids``
         (``(batch, seq)``, ``seq`` at most the model's ``context``)."""
+        return self._logits(ids)
+
+    @typed_flops
+    def loss(
+        self, ids: Int[Tensor, "batch seq"], targets: Int[Tensor, "batch seq"]
+    ) -> Float[Tensor, ""]:
+        """The mean cross-entropy of predicting ``targets`` (``(batch, seq)``) from ``ids``."""
+        # Not through forward(): the blocks stay one call deep, where dry runs name their
+        # count n_layers.
+        logits = self._logits(ids)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    def _logits(self, ids: Tensor) -> Tensor:
         seq = ids.shape[-1]
         if seq > self.context:
             raise ShapeError(
-                f"TransformerLM.forward(): argument 'ids' has seq={seq} positions but the "
+                f"TransformerLM: argument 'ids' has seq={seq} positions but the "
                 f"model's context is {self.context}",
-                function="TransformerLM.forward",
+                function="TransformerLM",
                 argument="ids",
                 dim="seq",
                 expected=self.context,
@@ -269,20 +289,13 @@ class TransformerLM(TypedLayer):
         if self.positions is not None:
             x = x + self.positions(torch.arange(seq, device=ids.device))
         x = self.drop(x)
-        recompute = self.config.checkpoint and torch.is_grad_enabled()
         for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
+            x = block(x)
         x = self.norm(x)
         if self.head is not None:
             logits: Tensor = self.head(x)
             return logits
         return einsum(x, self.embed.weight, "batch seq d_model, vocab d_model -> batch seq vocab")
-
-    @typed_flops
-    def loss(self, ids: Int[Tensor, "batch seq"], targets: Int[Tensor, "batch seq"]) -> Float[Tensor, ""]:
-        """The mean cross-entropy of predicting ``targets`` (``(batch, seq)``) from ``ids``."""
-        logits = self(ids)
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
     def loss_estimate(self, batch: int, seq: int, dtype: torch.dtype | None = None) -> Cost:
         """The cost of :meth:`loss` (forward and cross-entropy; backward for the parameters)
