@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+import sympy
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
@@ -200,6 +201,23 @@ class Block(TypedLayer):
             out: Tensor = checkpoint(self._layers, x, use_reentrant=False)
             return out
         return self._layers(x)
+
+    def recomputed_activations(
+        self, batch: int, seq: int, dtype: torch.dtype | None = None
+    ) -> tuple[int, sympy.Expr]:
+        """With the config's ``checkpoint``: the bytes backward holds while it runs this
+        block again, its activations beyond its input (which the checkpoint keeps), as a
+        number and a formula; ``(0, 0)`` without checkpoint."""
+        if not self.config.checkpoint:
+            return 0, sympy.Integer(0)
+        step_dtype = dtype or self.float_dtype()
+        with torch.device("meta"):
+            plain = Block(dataclasses.replace(self.config, checkpoint=False), dtype=step_dtype)
+        cost = plain.estimate(batch=batch, seq=seq, dtype=step_dtype)
+        size = torch.empty((), dtype=step_dtype).element_size()
+        names = sympy.symbols("batch seq d_model")
+        held = sympy.expand(cost.activation_formula - size * sympy.Mul(*names))
+        return cost.activation_bytes - size * batch * seq * self.d_model, held
 
     def _layers(self, x: Tensor) -> Tensor:
         x = x + self.drop(self.attn(self.norm1(x)))
