@@ -185,7 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo_parser.add_argument("--plot", metavar="FILE.png", help="write a roofline plot")
     demo_parser.add_argument("--quick", action="store_true", help="tiny sizes, few runs")
     commands.add_parser("devices", help="the peak FLOP/s table and the current device")
+    from . import plan
+
+    plan.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return plan.run(args)
     if args.command == "demo":
         print(demo(device=args.device, plot=args.plot, quick=args.quick))
     else:

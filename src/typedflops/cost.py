@@ -142,7 +142,13 @@ class Cost:
                 mark + str(self.backward_formula),
             ),
             *(
-                [("recomputed FLOPs", format_count(self.recompute_flops), str(self.recompute_formula))]
+                [
+                    (
+                        "recomputed FLOPs",
+                        format_count(self.recompute_flops),
+                        str(self.recompute_formula),
+                    )
+                ]
                 if self.recompute_flops
                 else []
             ),

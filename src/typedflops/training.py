@@ -16,7 +16,6 @@ high by at most the smaller of the two).
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -139,11 +138,17 @@ def parameter_count(module: torch.nn.Module) -> ParameterCount:
     return ParameterCount(total, trainable, sympy.factor(formula), sympy.factor(trainable_formula))
 
 
-def _trainable(name: str, prefix: str | None, blocks: str | None, original: dict[str, bool]) -> bool:
+def _trainable(
+    name: str, prefix: str | None, blocks: str | None, original: dict[str, bool]
+) -> bool:
     if prefix is None or blocks is None or not name.startswith(prefix):
         return original.get(name, True)
     rest = name[len(prefix) :]
-    flags = [grad for key, grad in original.items() if key.startswith(f"{blocks}.") and key.endswith(f".{rest}")]
+    flags = [
+        grad
+        for key, grad in original.items()
+        if key.startswith(f"{blocks}.") and key.endswith(f".{rest}")
+    ]
     return all(flags) if flags else True
 
 
@@ -271,7 +276,9 @@ def training_memory(
     numbers["total"] = sum(numbers.values())
     formulas["total"] = sympy.factor(sympy.expand(sum(formulas.values(), sympy.Integer(0))))
     values = {**{str(k): v for k, v in cost.dims.items()}, **module_dims(model)}
-    shown = {name: values[name] for name in sorted({str(s) for s in formulas["total"].free_symbols})}
+    shown = {
+        name: values[name] for name in sorted({str(s) for s in formulas["total"].free_symbols})
+    }
     return TrainingMemory(
         bytes=numbers,
         formulas=formulas,
@@ -298,9 +305,10 @@ def _recomputed(
     return max(found, key=lambda item: item[0]) if found else None
 
 
-def measure_peak(step: Callable[[], Any]) -> int:
-    """Bytes allocated at the peak while ``step()`` runs, above what was allocated when it
-    started (tensors that already exist, such as parameters, are not counted).
+def measure_peak(step: Callable[[], Any], device: str | torch.device = "cpu") -> int:
+    """Bytes allocated at the peak while ``step()`` runs on ``device``, above what was
+    allocated when it started (tensors that already exist, such as parameters, are not
+    counted).
 
     On a CUDA device, ``torch.cuda.max_memory_allocated``; on a CPU, the allocation events
     of ``torch.profiler`` with ``profile_memory=True`` (the running total of bytes the
@@ -309,20 +317,21 @@ def measure_peak(step: Callable[[], Any]) -> int:
     >>> measure_peak(lambda: torch.ones(1024) + torch.ones(1024)) >= 3 * 4096
     True
     """
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
         step()
-        torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_allocated() - before)
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - before)
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     events: list[tuple[int, int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
+    results: Any = prof.profiler.kineto_results if prof.profiler is not None else None
+    stack = list(results.experimental_event_tree()) if results is not None else []
     while stack:
         node = stack.pop()
         stack.extend(node.children)
@@ -336,13 +345,3 @@ def measure_peak(step: Callable[[], Any]) -> int:
     # window's own peak is measured from the total just before its first event.
     start = events[0][2] - events[0][1]
     return max(0, max(total for _, _, total in events) - start)
-
-
-def timed(step: Callable[[], Any]) -> float:
-    """Seconds one call of ``step()`` takes (CUDA synchronised before and after)."""
-    synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    synchronize()
-    start = time.perf_counter()
-    step()
-    synchronize()
-    return time.perf_counter() - start

@@ -27,7 +27,7 @@ from ..cost import Cost, OpCost
 from ..errors import ContractError
 from .attention import meta_target
 from .backward import backward_of
-from .events import Event, saved_event
+from .events import Event
 from .fit import Plan, Size, evaluate, fit, size_value, total
 from .saved import SavedTensors
 from .session import RunSession

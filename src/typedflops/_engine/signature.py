@@ -53,7 +53,9 @@ def structure(module: torch.nn.Module) -> Any:
                 if t is not None
             )
         settings.append(
-            tuple(sorted((k, v) for k, v in vars(sub).items() if type(v) in (int, float, bool, str)))
+            tuple(
+                sorted((k, v) for k, v in vars(sub).items() if type(v) in (int, float, bool, str))
+            )
         )
     return ("module", type(module).__qualname__, tuple(tensors), tuple(settings))
 

@@ -145,7 +145,9 @@ class Attention(TypedLayer):
             mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         else:
             mixed = self._attend(q, k, v, dropout)
-        out: Tensor = self.out(rearrange(mixed, "... n_heads seq d_head -> ... seq (n_heads d_head)"))
+        out: Tensor = self.out(
+            rearrange(mixed, "... n_heads seq d_head -> ... seq (n_heads d_head)")
+        )
         return out
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, dropout: float) -> Tensor:

@@ -8,6 +8,7 @@ other sizes (``typedflops_resized``) to fit its cost as a formula in those names
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -55,7 +56,8 @@ class TypedLayer(TypedModule):
         """
         forward = type(self).forward
         assert isinstance(forward, TypedFunction)
-        return forward.estimate(self, batch=batch, dtype=dtype or self.float_dtype(), **dims)
+        sizes: dict[str, Any] = {"batch": batch, **dims}
+        return forward.estimate(self, dtype=dtype or self.float_dtype(), **sizes)
 
 
 class Embedding(TypedLayer):

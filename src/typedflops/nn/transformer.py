@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import sympy
 import torch
@@ -109,6 +109,11 @@ class TransformerConfig:
         style.update(options)
         return cls(vocab, context, d_model, n_layers, n_heads, d_ff=d_ff, **style)  # type: ignore[arg-type]
 
+    def resized(self, sizes: Mapping[str, int]) -> TransformerConfig:
+        """The same config with some of its sizes (``sizes``' keys of :attr:`sizes`) changed."""
+        changes: dict[str, Any] = {name: sizes[name] for name in self.sizes if name in sizes}
+        return dataclasses.replace(self, **changes)
+
     @property
     def sizes(self) -> dict[str, int]:
         """The model's own dims, by name."""
@@ -185,10 +190,13 @@ class Block(TypedLayer):
             "d_ff": self.d_ff,
         }
 
-    def typedflops_resized(self, dims: Mapping[str, int], dtype: torch.dtype | None = None) -> Block:
-        changed = {name: dims[name] for name in self.typedflops_dims() if name in dims}
+    def typedflops_resized(
+        self, dims: Mapping[str, int], dtype: torch.dtype | None = None
+    ) -> Block:
+        own = self.typedflops_dims()
         return Block(
-            dataclasses.replace(self.config, **changed), dtype=dtype or self.float_dtype()
+            self.config.resized({name: dims[name] for name in own if name in dims}),
+            dtype=dtype or self.float_dtype(),
         )
 
     @typed_flops
@@ -260,9 +268,7 @@ class TransformerLM(TypedLayer):
                 Block(config, dtype=dtype) for _ in range(config.n_layers)
             )
             self.norm = _norm(config, dtype)
-            self.head = (
-                None if config.tied else Linear(config.d_model, config.vocab, dtype=dtype)
-            )
+            self.head = None if config.tied else Linear(config.d_model, config.vocab, dtype=dtype)
 
     def typedflops_dims(self) -> Mapping[str, int]:
         return self.config.sizes
@@ -270,10 +276,7 @@ class TransformerLM(TypedLayer):
     def typedflops_resized(
         self, dims: Mapping[str, int], dtype: torch.dtype | None = None
     ) -> TransformerLM:
-        changed = {name: dims[name] for name in self.config.sizes if name in dims}
-        return TransformerLM(
-            dataclasses.replace(self.config, **changed), dtype=dtype or self.float_dtype()
-        )
+        return TransformerLM(self.config.resized(dims), dtype=dtype or self.float_dtype())
 
     @typed_flops
     def forward(self, ids: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq vocab"]:
