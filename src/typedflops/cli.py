@@ -21,6 +21,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from .plan import add_parser as add_plan_parser
+from .plan import run as run_plan
 from .text import TERMINAL_WIDTH, fit_table, format_percent, format_si, wrap_lines
 
 if TYPE_CHECKING:
@@ -37,6 +39,8 @@ examples:
   typedflops demo                        the lecture's models on the best device
   typedflops demo --quick --plot r.png   tiny sizes, and a roofline plot (needs matplotlib)
   typedflops devices --wide              the peak table with the source of each row
+  typedflops plan --model gpt2 --batch 8 --seq 1024
+                                         FLOPs, memory and step time of a training step
 """
 
 
@@ -373,12 +377,15 @@ def _parser() -> argparse.ArgumentParser:
     devices_parser.add_argument(
         "--wide", action="store_true", help="every column (with sources), no wrapping"
     )
+    add_plan_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``typedflops`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
+    if args.command == "plan":
+        return run_plan(args)
     try:
         if args.command == "demo":
             report = demo(device=args.device, plot=args.plot, quick=args.quick, wide=args.wide)

@@ -70,6 +70,9 @@ class Cost:
     run, each storage once, weights excluded (0 where no dry run was made).
     ``matmul_flops`` (and its formula) are the forward FLOPs of matrix-product kernels
     (matmuls, convolutions, attention's two products): what papers' closed forms count.
+    ``recompute_flops`` (and its formula) are the forward FLOPs run again during backward:
+    the ops of ``torch.utils.checkpoint`` regions (a training step costs ``flops +
+    backward_flops + recompute_flops``).
     """
 
     flops: int
@@ -87,6 +90,8 @@ class Cost:
     activation_formula: sympy.Expr = field(default_factory=lambda: sympy.Integer(0))
     matmul_flops: int = 0
     matmul_formula: sympy.Expr = field(default_factory=lambda: sympy.Integer(0))
+    recompute_flops: int = 0
+    recompute_formula: sympy.Expr = field(default_factory=lambda: sympy.Integer(0))
 
     @property
     def bytes(self) -> int:
@@ -117,6 +122,8 @@ class Cost:
             "activation_formula": str(self.activation_formula),
             "matmul_flops": self.matmul_flops,
             "matmul_formula": str(self.matmul_formula),
+            "recompute_flops": self.recompute_flops,
+            "recompute_formula": str(self.recompute_formula),
         }
 
     def to_json(self) -> str:
@@ -133,6 +140,17 @@ class Cost:
                 "backward FLOPs",
                 format_count(self.backward_flops),
                 mark + str(self.backward_formula),
+            ),
+            *(
+                [
+                    (
+                        "recomputed FLOPs",
+                        format_count(self.recompute_flops),
+                        str(self.recompute_formula),
+                    )
+                ]
+                if self.recompute_flops
+                else []
             ),
             ("bytes read", format_count(self.bytes_read), ""),
             ("bytes written", format_count(self.bytes_written), ""),

@@ -252,10 +252,13 @@ class TypedFunction(Generic[P, R]):
         token = call_scope.set(state)
         try:
             with handle.scope():
-                result = self._body(*args, **kwargs)
+                if handle.shortcut is None:
+                    result = self._body(*args, **kwargs)
+                else:
+                    result = handle.stand_in(args, kwargs)
             with torch._C.DisableTorchFunction():
                 self._check_return(result, state)
-                handle.finish(state.sizes)
+                handle.finish(state.sizes, result)
         finally:
             call_scope.reset(token)
         if _observers:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["BRAND_TOKENS", "GPU_TABLE", "DeviceRecord"]
+__all__ = ["BRAND_TOKENS", "GPU_TABLE", "MEMORY_GB", "DeviceRecord"]
 
 #: Tokens that name a brand, not a SKU; dropped from a device name before matching.
 BRAND_TOKENS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct"})
@@ -205,3 +205,32 @@ GPU_TABLE: tuple[DeviceRecord, ...] = (
         f"NVIDIA RTX Blackwell GPU architecture whitepaper, RTX 5090 ({_GEFORCE_NOTE})",
     ),
 )  # fmt: skip
+#: Memory of each SKU in GB (10^9 bytes) as its datasheet prints it, with the source; keyed by
+#: ``DeviceRecord.sku``. HBM parts hold a little more than the printed figure read as 10^9
+#: bytes (an "80GB" H100 reports 85.0e9 bytes to torch), so a plan that fits this figure
+#: fits the device's allocatable memory, less what the CUDA context and other processes take.
+MEMORY_GB: Mapping[str, tuple[float, str]] = MappingProxyType(
+    {
+        "H100 SXM5 80GB": (80, "NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3"),
+        "H100 PCIe": (80, "NVIDIA H100 Tensor Core GPU datasheet, PCIe: 80GB HBM2e"),
+        "H100 NVL": (94, "NVIDIA H100 Tensor Core GPU datasheet, NVL: 94GB HBM3"),
+        "H200 SXM": (141, "NVIDIA H200 Tensor Core GPU datasheet: 141GB HBM3e"),
+        "A100 SXM4 80GB": (80, f"{_A100}: 80GB HBM2e"),
+        "A100 SXM4 40GB": (40, f"{_A100}: 40GB HBM2"),
+        "A100 PCIe 80GB": (80, f"{_A100}: 80GB HBM2e"),
+        "A100 PCIe 40GB": (40, f"{_A100}: 40GB HBM2"),
+        "B200": (180, "NVIDIA DGX B200 datasheet: 1,440GB HBM3e for 8 GPUs (HGX B200)"),
+        "L4": (24, "NVIDIA L4 Tensor Core GPU datasheet: 24GB GDDR6"),
+        "L40S": (48, "NVIDIA L40S datasheet: 48GB GDDR6 with ECC"),
+        "A10": (24, "NVIDIA A10 Tensor Core GPU datasheet: 24GB GDDR6"),
+        "T4": (16, "NVIDIA T4 Tensor Core GPU datasheet: 16GB GDDR6"),
+        "GeForce RTX 4090": (24, "NVIDIA Ada Lovelace architecture whitepaper: 24GB GDDR6X"),
+        "GeForce RTX 3090": (24, "NVIDIA Ampere GA102 GPU architecture whitepaper: 24GB GDDR6X"),
+        "GeForce RTX 5090": (32, "NVIDIA RTX Blackwell GPU architecture whitepaper: 32GB GDDR7"),
+        "L40": (48, "NVIDIA L40 GPU datasheet: 48GB GDDR6 with ECC"),
+        "A10G": (24, "Amazon EC2 G5 instance types: 24 GB of GPU memory per A10G"),
+        "MI300X": (192, "AMD Instinct MI300X accelerator datasheet: 192GB HBM3"),
+        "MI250X (one GCD)": (64, "AMD Instinct MI250X datasheet: 128GB HBM2e over two GCDs"),
+        "MI250 (one GCD)": (64, "AMD Instinct MI250 datasheet: 128GB HBM2e over two GCDs"),
+    }
+)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 
-__all__ = ["OPTIMIZER_STATES", "model_memory", "nbytes", "same_storage"]
+if TYPE_CHECKING:
+    from .training import TrainingMemory
+
+__all__ = ["OPTIMIZER_STATES", "model_memory", "nbytes", "same_storage", "training_memory"]
 
 #: Tensors of optimizer state kept per parameter (Adam: first and second moments).
 OPTIMIZER_STATES: dict[str | None, int] = {
@@ -77,3 +82,21 @@ def model_memory(model: torch.nn.Module, optimizer: str | None = "adam") -> dict
         "optimizer": states,
         "total": parameters + trainable + states,
     }
+
+
+def training_memory(
+    model: torch.nn.Module,
+    optimizer: str | None = "adamw",
+    dtype: torch.dtype | None = None,
+    *,
+    master_weights: bool | None = None,
+    **dims: Any,
+) -> TrainingMemory:
+    """The bytes one training step of ``model`` holds at its peak, at ``dims`` (``batch=``,
+    ``seq=``...): parameters, gradients, optimizer state, fp32 master weights (16-bit
+    ``dtype``) and activations, as numbers and formulas in the model's dims. See
+    :func:`typedflops.training.training_memory`.
+    """
+    from .training import training_memory as step_memory
+
+    return step_memory(model, optimizer, dtype, master_weights=master_weights, **dims)

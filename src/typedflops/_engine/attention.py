@@ -10,21 +10,45 @@ meta tensors; every fused kernel has a meta implementation, backward included.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from .frames import no_frame
 
-__all__ = ["SDPA", "attention_on_meta"]
+__all__ = ["SDPA", "TargetKernels", "attention_on_meta", "kernels_of", "meta_target"]
 
 SDPA = F.scaled_dot_product_attention
 
 aten = torch.ops.aten
 
 _MATH, _FLASH, _EFFICIENT, _CUDNN = 0, 1, 2, 3
+
+# The device type whose kernels a dry run of a call made on `meta` stands for (a model
+# built on meta to be costed): None keeps meta's own (math) attention.
+_meta_target: ContextVar[str | None] = ContextVar("typedflops_meta_target", default=None)
+
+
+def meta_target() -> str | None:
+    """The device type a dry run of a call on ``meta`` costs the kernels of, if any."""
+    return _meta_target.get()
+
+
+@contextlib.contextmanager
+def kernels_of(device_type: str | None) -> Iterator[None]:
+    """Inside the block, dry runs of calls whose tensors are on ``meta`` (a model built on
+    meta) cost attention as the kernel ``device_type`` (``"cpu"``, ``"cuda"``) would run."""
+    token = _meta_target.set(device_type)
+    try:
+        yield
+    finally:
+        _meta_target.reset(token)
 
 
 def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -133,3 +157,24 @@ def attention_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
             q, k, v, mask, grad, dropout_p, causal, scale=scale
         )[0]
     return SDPA(*args, **kwargs)
+
+
+class TargetKernels(TorchFunctionMode):
+    """Attention through the target device's kernel while nothing is counted (a block
+    repeated in a dry run runs its ops uncounted, but must save for backward what the
+    counted block saved)."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if func is SDPA:
+            return attention_on_meta(self.target, args, kwargs or {})
+        return func(*args, **(kwargs or {}))

@@ -27,6 +27,7 @@ from .attention import SDPA, attention_on_meta
 from .events import Event, Sink, current_group, group, new_group
 from .functions import inside_rule, watching
 from .rules import OpCall, RuleEntry, find_rule, is_torch_counted, op_name
+from .saved import in_checkpoint
 from .tensors import describe, flat_tensors, is_float, nbytes_of
 
 __all__ = ["CountingMode", "GroupingMode", "counting", "make_event", "paused", "suspended"]
@@ -189,6 +190,7 @@ def make_event(
         view=view,
         needs_grad=needs_grad,
         torch_counted=is_torch_counted(func._overloadpacket),
+        recomputed=in_checkpoint(),
     )
 
 
@@ -239,6 +241,7 @@ def _free_event(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: A
         view=view,
         needs_grad=False,
         torch_counted=False,
+        recomputed=in_checkpoint(),
     )
 
 

@@ -25,9 +25,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from ..config import disabled
 from ..cost import Cost, OpCost
 from ..errors import ContractError
+from .attention import meta_target
 from .backward import backward_of
-from .events import Event, saved_event
+from .events import Event
 from .fit import Plan, Size, evaluate, fit, size_value, total
+from .saved import SavedTensors
 from .session import RunSession
 
 __all__ = ["Probe", "Run", "measure", "run_once"]
@@ -66,36 +68,6 @@ class Run:
     saved: list[Event] = field(default_factory=list)
 
 
-class _SavedTensors:
-    """``saved_tensors_hooks`` that note each storage autograd keeps for backward."""
-
-    def __init__(self) -> None:
-        # Kept alive while the run lasts: a freed storage's address could be reused.
-        self.storages: dict[int, tuple[Any, torch.Tensor]] = {}
-        self.weights: set[int] = set()
-
-    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        key = storage._cdata
-        base = tensor._base if tensor._base is not None else tensor
-        self.storages.setdefault(key, (storage, base))
-        if base.is_leaf and base.requires_grad:
-            self.weights.add(key)  # a parameter (or an input needing grad), not an activation
-        return tensor
-
-    @staticmethod
-    def unpack(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def events(self) -> list[Event]:
-        """One event per activation storage: its bytes as the count, its tensor's shape."""
-        return [
-            saved_event(base, int(storage.nbytes()))
-            for key, (storage, base) in self.storages.items()
-            if key not in self.weights
-        ]
-
-
 @contextlib.contextmanager
 def _quiet_fake_tensors() -> Iterator[None]:
     """Keep FakeTensorMode from logging the errors of runs at sizes the body refuses (a
@@ -117,11 +89,14 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
     ``FakeTensorMode`` on the call's own device (slower; for bodies that mix in tensors
     that are not arguments, such as module-level constants).
     """
-    target = None if fake or probe.device == "meta" else probe.device
+    target = None if fake else probe.device
+    if target == "meta":
+        target = meta_target()
     session = RunSession(probe.function, target)
     device = probe.device if fake else "meta"
     mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
-    saved = _SavedTensors()
+    saved = SavedTensors()
+    session.saved = saved
     with mode, torch.device(device), disabled(False), _quiet_fake_tensors():
         thunk = probe.build(assignment, device)
         with (
@@ -130,8 +105,9 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
         ):
             _finish(thunk())
     for event in session.events:
-        if event.needs_grad:
-            event.backward = backward_of(event).events
+        # A repeated block's events share their first call's list: filled once.
+        if event.needs_grad and not event.backward:
+            event.backward.extend(backward_of(event).events)
     return Run(session.events, dict(session.bound), saved.events())
 
 
@@ -244,22 +220,29 @@ def measure(probe: Probe) -> Cost:
             checked = True
             break
     dims = {**base.bound, **probe.dims}
-    names = _fixed_names(dims, varied, probe.names)
+    # A count of repeated blocks is not an axis size: no constant is named after it.
+    names = _fixed_names(
+        {name: size for name, size in dims.items() if name not in probe.repeats},
+        varied,
+        {name: size for name, size in probe.names.items() if name not in probe.repeats},
+    )
     plan = Plan(assignments, runs, varied, checked, names)
     fitted = fit(plan)
     cost = assemble(probe, plan, fitted.forward, fitted.backward, fitted.exact, dims)
-    return _with_activations(cost, plan, saved)
+    return _with_activations(cost, probe, plan, saved)
 
 
-def _with_activations(cost: Cost, plan: Plan, saved: list[list[Event]]) -> Cost:
-    """The activation bytes of the base run, fitted like FLOPs (each saved storage's shape)."""
+def _with_activations(cost: Cost, probe: Probe, plan: Plan, saved: list[list[Event]]) -> Cost:
+    """The activation bytes of the base run, fitted like FLOPs (each saved storage's shape),
+    the bytes saved in each of k identical blocks written ``n_layers * B`` as FLOPs are."""
     count = sum(event.flops for event in saved[0])
     formula: sympy.Expr = sympy.Integer(count)
     if all([e.op for e in run] == [e.op for e in saved[0]] for run in saved) and count:
         bytes_plan = dataclasses.replace(plan, runs=saved, _series={}, _rules={})
         fitted = fit(bytes_plan)
-        candidate = total(fitted.forward)
         values = {name: size_value(size) for name, size in cost.dims.items()}
+        repeat = _repeat_symbols(probe.repeats, plan.names, values)
+        candidate = _with_repeats(saved[0], fitted.forward, repeat)
         if fitted.exact and evaluate(candidate, values) == count:
             used = {str(s) for s in candidate.free_symbols}
             formula = candidate if used <= set(cost.dims) else formula
@@ -327,6 +310,14 @@ def assemble(
     matmul_formula = _with_repeats(events, matmul_forward, repeat)
     if evaluate(matmul_formula, values) != matmul_flops:
         matmul_formula = sympy.Integer(matmul_flops)
+    recompute_flops = sum(e.flops for e in events if e.recomputed)
+    recompute_formula = _with_repeats(
+        events,
+        [f if e.recomputed else sympy.Integer(0) for e, f in zip(events, forward, strict=True)],
+        repeat,
+    )
+    if evaluate(recompute_formula, values) != recompute_flops:
+        recompute_formula = sympy.Integer(recompute_flops)
     if probe.declared is not None:
         formula = probe.declared
         flops = int(evaluate(formula, values))
@@ -336,7 +327,8 @@ def assemble(
         backward_formula, exact = sympy.Integer(backward_flops), False
     used = {
         str(s)
-        for s in formula.free_symbols | backward_formula.free_symbols | matmul_formula.free_symbols
+        for f in (formula, backward_formula, matmul_formula, recompute_formula)
+        for s in f.free_symbols
     }
     shown = {name: values[name] for name in dims}
     shown.update({name: values[name] for name in sorted(used - set(shown))})
@@ -354,6 +346,8 @@ def assemble(
         exact=exact,
         matmul_flops=matmul_flops,
         matmul_formula=matmul_formula,
+        recompute_flops=recompute_flops,
+        recompute_formula=recompute_formula,
     )
 
 
@@ -369,7 +363,7 @@ def _repeat_symbols(
         if len(found) == 1
         and value >= 2
         and (names.get(value, found[0]) == found[0])
-        and found[0] not in values
+        and values.get(found[0], value) == value
     }
 
 

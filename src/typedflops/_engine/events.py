@@ -54,6 +54,10 @@ class Event:
     path: tuple[str, ...] = ()
     calls: tuple[int, ...] = ()
     backward: list[Event] = field(default_factory=list)
+    # The event this one copies (a repeated block's), or None for an op that ran.
+    origin: Event | None = None
+    # Run again during backward: the forward of a torch.utils.checkpoint region.
+    recomputed: bool = False
 
     def call(self) -> OpCall:
         """The op as a rule sees it."""
@@ -100,9 +104,11 @@ def new_group(name: str) -> Group:
     return Group(name, None, next(_serial))
 
 
-def saved_event(tensor: Any, nbytes: int) -> Event:
+def saved_event(
+    tensor: Any, nbytes: int, path: tuple[str, ...] = (), calls: tuple[int, ...] = ()
+) -> Event:
     """A storage autograd saved for backward, as an event whose count is its bytes (so that
-    its formula is fitted like an op's FLOPs)."""
+    its formula is fitted like an op's FLOPs), with the decorated call that saved it."""
     from .rules import saved_bytes_rule
     from .tensors import describe
 
@@ -121,4 +127,6 @@ def saved_event(tensor: Any, nbytes: int) -> Event:
         view=False,
         needs_grad=False,
         torch_counted=False,
+        path=path,
+        calls=calls,
     )

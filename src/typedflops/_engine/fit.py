@@ -52,6 +52,7 @@ class Plan:
     names: Mapping[int, str]
     _series: dict[tuple[int, ...], tuple[sympy.Expr | None, bool]] = field(default_factory=dict)
     _rules: dict[Any, sympy.Expr | None] = field(default_factory=dict)
+    _values: dict[int, dict[sympy.Symbol, int]] = field(default_factory=dict)
 
     def x(self, run: int, index: int) -> int:
         """The value of varied dim ``index`` in run ``run``."""
@@ -73,14 +74,22 @@ def fit(plan: Plan) -> Fitted:
     forward: list[sympy.Expr] = []
     backward: list[sympy.Expr] = []
     exact = True
+    # Events copied from a repeated block's first call, in every run, are fitted as their
+    # originals were (the next of 96 identical layers is not fitted again).
+    fitted: dict[tuple[int, ...], tuple[sympy.Expr, bool, sympy.Expr, bool]] = {}
     for position in range(len(base)):
         series = [run[position] for run in plan.runs]
-        expr, ok = _fit_event(plan, series)
-        forward.append(expr)
-        exact &= ok
-        back_expr, back_ok = _fit_backward(plan, series)
-        backward.append(back_expr)
-        exact &= back_ok
+        origins = tuple(id(event.origin) if event.origin is not None else 0 for event in series)
+        known = fitted.get(origins) if all(origins) else None
+        if known is None:
+            expr, ok = _fit_event(plan, series)
+            back_expr, back_ok = _fit_backward(plan, series)
+            known = (expr, ok, back_expr, back_ok)
+            keys = tuple(id(event.origin or event) for event in series)
+            fitted[keys] = known
+        forward.append(known[0])
+        backward.append(known[2])
+        exact &= known[1] and known[3]
     return Fitted(forward, backward, exact)
 
 
@@ -170,11 +179,14 @@ def _apply_rule(plan: Plan, event: Event, sizes: list[sympy.Expr]) -> sympy.Expr
 
 
 def _value(plan: Plan, formula: sympy.Expr, run: int) -> Any:
-    values: dict[sympy.Symbol, int] = {
-        sympy.Symbol(name): size_value(size) for name, size in plan.assignments[run].items()
-    }
-    for value, name in plan.names.items():
-        values.setdefault(sympy.Symbol(name), value)
+    values = plan._values.get(run)
+    if values is None:
+        values = {
+            sympy.Symbol(name): size_value(size) for name, size in plan.assignments[run].items()
+        }
+        for value, name in plan.names.items():
+            values.setdefault(sympy.Symbol(name), value)
+        plan._values[run] = values
     return formula.xreplace(values)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from .events import Event
 
-__all__ = ["Frame", "current_frame", "in_frame", "no_frame"]
+__all__ = ["Frame", "current_frame", "in_frame", "no_frame", "owned_by", "owner"]
 
 
 class Frame:
@@ -62,6 +62,9 @@ class Frame:
 
 
 _frame: ContextVar[Frame | None] = ContextVar("typedflops_frame", default=None)
+# The decorated call whose body is running, also when its ops are not counted (a block
+# repeated in a dry run): what autograd saves for backward is attributed to it.
+_owner: ContextVar[Frame | None] = ContextVar("typedflops_owner", default=None)
 _serials = itertools.count(1)
 
 
@@ -83,3 +86,18 @@ def in_frame(frame: Frame | None) -> Iterator[None]:
 def no_frame() -> contextlib.AbstractContextManager[None]:
     """Count nothing into any session inside the block (typedflops' own replays)."""
     return in_frame(None)
+
+
+def owner() -> Frame | None:
+    """The innermost decorated call being run in a session, counted or repeated."""
+    return _owner.get()
+
+
+@contextlib.contextmanager
+def owned_by(frame: Frame | None) -> Iterator[None]:
+    """Make ``frame`` the owner of what runs inside the block (see :func:`owner`)."""
+    token = _owner.set(frame)
+    try:
+        yield
+    finally:
+        _owner.reset(token)

@@ -264,16 +264,24 @@ def _with_module(
     device: str,
     sizes: Mapping[str, Size],
     dtype: torch.dtype | None,
+    rebuilt_cache: dict[Any, torch.nn.Module] | None = None,
 ) -> tuple[Any, Callable[[Thunk], Any]]:
-    """The module to call at ``sizes`` and how to run a thunk with its state on ``device``."""
+    """The module to call at ``sizes`` and how to run a thunk with its state on ``device``
+    (``rebuilt_cache``: typed modules already rebuilt for the runs of one estimate, by
+    their sizes: runs that change only the input's dims share one)."""
     if not isinstance(module, torch.nn.Module):
         return module, lambda thunk: thunk()
     own = module_dims(module)
     if _resizable(module) and own:
         wanted = {name: sizes.get(name, size) for name, size in own.items()}
+        key = (device, dtype, tuple(wanted.items()), module.training)
+        if rebuilt_cache is not None and key in rebuilt_cache:
+            return rebuilt_cache[key], lambda thunk: thunk()
         with torch.device(device):
             resize = cast(Callable[..., torch.nn.Module], module.typedflops_resized)
             rebuilt = resize(wanted, dtype)  # built on the dry run's device: no storage
+        if rebuilt_cache is not None:
+            rebuilt_cache[key] = rebuilt
         rebuilt.train(module.training)
         original = dict(module.named_parameters())
         for name, parameter in rebuilt.named_parameters():
@@ -385,10 +393,15 @@ def estimate_probe(
             )
     base: dict[str, Size] = {**own, **sizes}
     device = _module_device(module) or "cpu"
-    variable = list(sizes) + ([n for n in own if n not in sizes] if _resizable(module) else [])
+    repeats = module_repeats(module)
+    variable = list(sizes)
+    if _resizable(module):  # a count of blocks changes the op sequence: never varied
+        variable += [n for n in own if n not in sizes and n not in repeats]
+
+    rebuilt: dict[Any, torch.nn.Module] = {}
 
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
-        target, runner = _with_module(module, run_device, assignment, dtype)
+        target, runner = _with_module(module, run_device, assignment, dtype, rebuilt)
         positional = [target, *args[1:]] if module is not None else list(args)
         kwargs: dict[str, Any] = {}
         for key, value in passthrough.items():
@@ -410,7 +423,7 @@ def estimate_probe(
         build=build,
         device=device,
         names=module_names(module),
-        repeats=module_repeats(module),
+        repeats=repeats,
     )
 
 
@@ -451,13 +464,16 @@ def call_probe(
         in_arguments.add(ELLIPSIS)
     own = module_dims(module)
     variable = [n for n in dims if n in in_arguments and n not in own]
+    repeats = module_repeats(module)
     if _resizable(module):
-        variable += [n for n in own if n not in variable]
+        variable += [n for n in own if n not in variable and n not in repeats]
     devices = [value.device for _, value, _ in found.values()]
     device = devices[0] if devices else _module_device(module) or "cpu"
 
+    rebuilt: dict[Any, torch.nn.Module] = {}
+
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
-        target, runner = _with_module(module, run_device, assignment, None)
+        target, runner = _with_module(module, run_device, assignment, None, rebuilt)
         call_args = [materialize(a, run_device) for a in positional]
         call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
         if module is not None:
@@ -480,7 +496,7 @@ def call_probe(
         build=build,
         device=device,
         names=module_names(module),
-        repeats=module_repeats(module),
+        repeats=repeats,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from .counter import CountingMode, counting
 from .events import Event, Group
 from .frames import Frame, current_frame, in_frame
+from .saved import SavedTensors
 
 __all__ = ["RunSession", "Session", "declared_event"]
 
@@ -37,9 +38,14 @@ class RunSession(Session):
         self.bound: dict[str, Any] = {}
         self.target = target
         # The events of each block called so far, by its structural signature: a block
-        # called again alike (the next of 48 identical layers) runs uncounted, and its
-        # first call's events are copied (see .calls).
-        self.blocks: dict[Any, tuple[Frame, list[Event]]] = {}
+        # called again alike (the next of 48 identical layers) is not counted again: its
+        # first call's events are copied, and its body is skipped where its result can be
+        # made from its first call's (see .calls).
+        self.blocks: dict[Any, tuple[Frame, list[Event], Any]] = {}
+        # Modules' structures by identity (they do not change during a run).
+        self.structures: dict[int, Any] = {}
+        # What autograd saves for backward during the run (set by the dry run).
+        self.saved: SavedTensors | None = None
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:

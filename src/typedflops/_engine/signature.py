@@ -41,15 +41,23 @@ def signature_without_sizes(args: tuple[Any, ...], kwargs: Mapping[str, Any]) ->
 
 def structure(module: torch.nn.Module) -> Any:
     """A module by what its calls' costs depend on: class, tensors' shapes, settings."""
-    tensors = tuple(
-        (name, tuple(t.shape), t.dtype, t.requires_grad)
-        for name, t in (*module.named_parameters(), *module.named_buffers())
-    )
-    settings = tuple(
-        tuple(sorted((k, v) for k, v in vars(sub).items() if type(v) in (int, float, bool, str)))
-        for sub in module.modules()
-    )
-    return ("module", type(module).__qualname__, tensors, settings)
+    tensors: list[Any] = []
+    settings: list[Any] = []
+    # One walk over the submodules' own dicts (named_parameters() and modules() walk the
+    # tree once per call each: a 96-layer model's blocks are each asked once per dry run).
+    for prefix, sub in module.named_modules():
+        for kind in (sub._parameters, sub._buffers):
+            tensors.extend(
+                (prefix, name, tuple(t.shape), t.dtype, t.requires_grad)
+                for name, t in kind.items()
+                if t is not None
+            )
+        settings.append(
+            tuple(
+                sorted((k, v) for k, v in vars(sub).items() if type(v) in (int, float, bool, str))
+            )
+        )
+    return ("module", type(module).__qualname__, tuple(tensors), tuple(settings))
 
 
 def describe(value: Any) -> Any:
@@ -67,12 +75,20 @@ def describe(value: Any) -> Any:
     return ("object", type(value).__qualname__)
 
 
-def structural_signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """Like :func:`signature`, with modules by structure instead of identity."""
+def structural_signature(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any], cache: dict[int, Any] | None = None
+) -> Any:
+    """Like :func:`signature`, with modules by structure instead of identity (``cache``:
+    structures already found, by module identity, for modules that do not change)."""
 
     def convert(value: Any) -> Any:
         if isinstance(value, torch.nn.Module):
-            return structure(value)
+            if cache is None:
+                return structure(value)
+            found = cache.get(id(value))
+            if found is None:
+                found = cache[id(value)] = (value, structure(value))
+            return found[1]
         return describe(value)
 
     return (

@@ -15,9 +15,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .cost import Cost
-from .decorator import TypedFunction, typed_flops
-from .ops import einsum
+from ..cost import Cost
+from ..decorator import TypedFunction, typed_flops
+from ..ops import einsum
 
 __all__ = ["Linear", "TwoLayerMLP", "TypedModule"]
 

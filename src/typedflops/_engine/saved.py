@@ -1,0 +1,129 @@
+"""What autograd saves for backward in a dry run: the activation bytes, each storage once.
+
+:class:`SavedTensors` is a pair of ``saved_tensors_hooks``: every tensor autograd keeps is
+noted by its storage (a view and its base are one storage), with the decorated call that
+owned the op (see :func:`.frames.owner`). Parameters (leaves that require grad) are not
+activations and are left out. A block repeated in a dry run whose body is not run again
+(see :mod:`.calls`) adds copies of what its first call saved.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .events import Event, saved_event
+from .frames import Frame, owner
+from .tensors import TensorMeta, describe
+
+__all__ = ["SavedEntry", "SavedTensors", "in_checkpoint"]
+
+_copies = itertools.count()
+
+
+def _top_pack_hook() -> Any:
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    return None if hooks is None else hooks[0]
+
+
+def in_checkpoint() -> bool:
+    """Whether ops run in the forward of a ``torch.utils.checkpoint`` region (the default,
+    non-reentrant kind): what they save is dropped, and they run again during backward.
+
+    Known by the hooks such a region installs (torch names their pack function
+    ``_checkpoint_hook.__init__.<locals>.pack_hook``).
+    """
+    pack = _top_pack_hook()
+    return pack is not None and "_checkpoint_hook" in getattr(pack, "__qualname__", "")
+
+
+@dataclass(frozen=True)
+class SavedEntry:
+    """One storage kept for backward: its bytes, its base tensor's metadata, its owner."""
+
+    nbytes: int
+    base: TensorMeta
+    frame: Frame | None
+    origin: SavedEntry | None = None  # the entry of a repeated block's first call it copies
+
+
+class SavedTensors:
+    """``saved_tensors_hooks`` that note each storage autograd keeps for backward."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Any, SavedEntry] = {}
+        # Storages are kept alive while the run lasts: a freed storage's address could be
+        # reused by another, which would then be taken for one already seen.
+        self._alive: list[Any] = []
+        self.weights: set[Any] = set()
+        # Leaves standing for a skipped body's result: activations, although leaves.
+        self.stand_ins: set[Any] = set()
+
+    @staticmethod
+    def key(tensor: torch.Tensor) -> Any:
+        """The identity of a tensor's storage."""
+        return tensor.untyped_storage()._cdata
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key in self.entries or key in self.weights:
+            return tensor
+        base = tensor._base if tensor._base is not None else tensor
+        if base.is_leaf and base.requires_grad and key not in self.stand_ins:
+            self.weights.add(key)  # a parameter (or an input needing grad), not an activation
+            return tensor
+        self._alive.append(storage)
+        self.entries[key] = SavedEntry(int(storage.nbytes()), describe(base), owner())
+        return tensor
+
+    @staticmethod
+    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def active(self) -> bool:
+        """Whether these hooks are the ones autograd calls now (not a checkpoint's)."""
+        return getattr(_top_pack_hook(), "__self__", None) is self
+
+    def mark(self) -> int:
+        """How many storages were noted so far (see :meth:`since`)."""
+        return len(self.entries)
+
+    def since(self, mark: int) -> list[tuple[Any, SavedEntry]]:
+        """The storages noted after :meth:`mark` returned ``mark``, in order."""
+        return list(itertools.islice(self.entries.items(), mark, None))
+
+    def add(self, tensor: torch.Tensor | None, entry: SavedEntry) -> None:
+        """Note the storage of ``tensor`` (a copy of one a repeated block's first call
+        saved), unless noted already; a storage of its own when ``tensor`` is None."""
+        if tensor is None:
+            self.entries[("copy", next(_copies))] = entry
+            return
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key not in self.entries and key not in self.weights:
+            self._alive.append(storage)
+            self.entries[key] = entry
+
+    def events(self) -> list[Event]:
+        """One event per activation storage: its bytes as the count, its tensor's shape."""
+        found: list[Event] = []
+        by_entry: dict[int, Event] = {}
+        for key, entry in self.entries.items():
+            if key in self.weights:
+                continue
+            frame = entry.frame
+            event = saved_event(
+                entry.base,
+                entry.nbytes,
+                () if frame is None else frame.path,
+                () if frame is None else frame.calls,
+            )
+            if entry.origin is not None:
+                event.origin = by_entry.get(id(entry.origin))
+            by_entry[id(entry)] = event
+            found.append(event)
+        return found

@@ -1,0 +1,291 @@
+"""Planning a training step: will it fit, and how long will it take (``typedflops plan``).
+
+A named config (:data:`typedflops.nn.CONFIGS`) is built on ``meta`` and its loss dry-run at
+the batch and sequence length asked: FLOPs (forward, backward, recomputation), memory
+(parameters, gradients, optimizer state, master weights, activations) and their formulas,
+whether the total fits the device's memory, and the step's time on it.
+
+Attention is costed as the fused flash kernel a GPU runs for these shapes; where no CUDA
+device is present, the CPU's flash kernel stands in for it (the same FLOP formula,
+FlopCounterMode's, and the same tensors saved for backward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import devices
+from ._engine.attention import kernels_of
+from .device_table import MEMORY_GB
+from .devices import DeviceSpec
+from .errors import SpecError
+from .nn import CONFIGS, TransformerConfig, TransformerLM
+from .steptime import StepTime, step_time
+from .text import format_count, text_table
+from .training import MEMORY_TERMS, TrainingMemory, training_memory
+
+__all__ = ["TrainingPlan", "add_parser", "device_memory", "plan", "run"]
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def device_memory(spec: DeviceSpec) -> tuple[int, str] | None:
+    """Bytes of memory of a GPU of the device table (as its datasheet prints it, 10^9 bytes
+    per GB) and the source; None for a device without a figure.
+
+    >>> device_memory(devices.lookup("H100 SXM"))[0]
+    80000000000
+    """
+    found = MEMORY_GB.get(spec.name)
+    return None if found is None else (int(found[0] * 10**9), found[1])
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """One training step of a config on a device: memory, FLOPs, time, and whether it fits."""
+
+    model: str
+    config: TransformerConfig
+    batch: int
+    seq: int
+    device: DeviceSpec
+    memory: TrainingMemory
+    time: StepTime
+    capacity: int | None
+    capacity_source: str | None
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the step's peak fits the device's memory (None when it is unknown)."""
+        return None if self.capacity is None else self.memory.total <= self.capacity
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the figures, the formulas and the dims they are in."""
+        cost = self.memory.cost
+        numbers = self.memory.bytes
+        return {
+            "model": self.model,
+            "batch": self.batch,
+            "seq": self.seq,
+            "dtype": str(self.memory.dtype).removeprefix("torch."),
+            "optimizer": self.memory.optimizer,
+            "device": self.device.name,
+            "parameters": self.memory.parameters.total,
+            "forward_flops": cost.flops,
+            "matmul_forward_flops": cost.matmul_flops,
+            "backward_flops": cost.backward_flops,
+            "recompute_flops": cost.recompute_flops,
+            "step_flops": self.time.step_flops,
+            "model_flops": self.time.model_flops,
+            "parameter_bytes": numbers["parameters"],
+            "gradient_bytes": numbers["gradients"],
+            "optimizer_bytes": numbers["optimizer"],
+            "master_weight_bytes": numbers["master_weights"],
+            "activation_bytes": numbers["activations"],
+            "total_bytes": numbers["total"],
+            "device_memory_bytes": self.capacity,
+            "fits": self.fits,
+            "step_seconds": self.time.seconds,
+            "roofline_seconds": self.time.roofline_seconds,
+            "mfu": self.time.mfu,
+            "formulas": {
+                "forward_flops": str(cost.formula),
+                "matmul_forward_flops": str(cost.matmul_formula),
+                "backward_flops": str(cost.backward_formula),
+                "recompute_flops": str(cost.recompute_formula),
+                "parameters": str(self.memory.parameters.formula),
+                **{
+                    f"{key}_bytes": str(self.memory.formulas[key])
+                    for key in (*MEMORY_TERMS, "total")
+                },
+            },
+            "dims": {name: int(size) for name, size in self.memory.dims.items()},
+        }
+
+    def text(self) -> str:
+        """The plan as a report: FLOPs, memory, fit and time, then the formulas."""
+        config, cost, memory, timing = self.config, self.memory.cost, self.memory, self.time
+        kind = "LLaMA style" if config.positions == "rope" else "GPT-2 style"
+        lines = [
+            f"{self.model} ({kind}: {config.n_layers} layers, d_model {config.d_model}, "
+            f"{config.n_heads} heads of {config.d_head}, d_ff {config.d_ff}, vocab "
+            f"{config.vocab}; {format_count(memory.parameters.total)} parameters)",
+            f"one step: batch {self.batch} x seq {self.seq}, {_dtype(memory.dtype)}, "
+            f"{memory.optimizer or 'no optimizer'}"
+            f"{', activation checkpointing' if config.checkpoint else ''}, on {self.device.name}",
+            "",
+        ]
+        step_rule = "3x" if not cost.recompute_flops else "with recomputation"
+        flops = [
+            ["forward", format_count(cost.flops), "all ops"],
+            ["  matmuls", format_count(cost.matmul_flops), "matrix products only"],
+            ["backward", format_count(cost.backward_flops), ""],
+            *(
+                [["recomputed", format_count(cost.recompute_flops), "checkpointed forward"]]
+                if cost.recompute_flops
+                else []
+            ),
+            ["step", format_count(timing.step_flops), f"forward + backward ({step_rule})"],
+            ["model FLOPs", format_count(timing.model_flops), "PaLM: 3x matmuls, for MFU"],
+        ]
+        lines.append(text_table(["FLOPs", "count", ""], flops, right={1}))
+        lines.append("")
+        rows = [
+            [key.replace("_", " "), _gb(memory.bytes[key])]
+            for key in (*MEMORY_TERMS, "total")
+            if key != "master_weights" or memory.mixed_precision
+        ]
+        lines.append(text_table(["memory", "GB"], rows, right={1}))
+        if self.capacity is None:
+            lines.append(f"fits: unknown (no memory figure for {self.device.name})")
+        else:
+            verdict = "yes" if self.fits else "NO"
+            lines.append(
+                f"fits in {self.device.name}'s {_gb(self.capacity)} GB: {verdict} "
+                f"({memory.total / self.capacity:.0%} of it; {self.capacity_source})"
+            )
+        lines.append("")
+        lines.append(
+            f"step time: at {timing.mfu:.0%} MFU {_seconds(timing.seconds)}; roofline bound "
+            f"{_seconds(timing.roofline_seconds)} ({timing.bound}-bound; peak "
+            f"{format_count(timing.peak_flop_per_sec)}FLOP/s {_dtype(memory.dtype)})"
+        )
+        lines.append("")
+        shown = ", ".join(f"{name}={size}" for name, size in memory.dims.items())
+        lines.append(f"formulas, in {shown}:")
+        formulas = [
+            ("forward FLOPs", cost.formula),
+            ("matmul FLOPs", cost.matmul_formula),
+            ("backward FLOPs", cost.backward_formula),
+            *([("recomputed FLOPs", cost.recompute_formula)] if cost.recompute_flops else []),
+            ("parameters", memory.parameters.formula),
+            ("activation bytes", memory.formulas["activations"]),
+            ("total bytes", memory.formulas["total"]),
+        ]
+        lines += [f"  {label}: {formula}" for label, formula in formulas]
+        return "\n".join(lines)
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.2f}"
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
+def _resolve_device(name: str) -> DeviceSpec:
+    spec = devices.lookup(name)
+    if spec is None:
+        known = ", ".join(f'"{sku}"' for sku in MEMORY_GB)
+        raise SpecError(f"unknown device {name!r}: {devices.explain(name)}; known: {known}")
+    return spec
+
+
+def plan(
+    model: str | TransformerConfig,
+    batch: int,
+    seq: int,
+    device: str | DeviceSpec = "H100 SXM",
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+    optimizer: str | None = "adamw",
+    mfu: float = 0.4,
+    checkpoint: bool = False,
+) -> TrainingPlan:
+    """Plan one training step of ``model`` (a name of :data:`typedflops.nn.CONFIGS` or a
+    config) at ``batch`` x ``seq`` on ``device`` (a device-table name).
+
+    >>> step = plan("gpt2", batch=8, seq=1024, device="H100 SXM")
+    >>> step.fits, step.memory.parameters.total
+    (True, 124439808)
+    """
+    if isinstance(model, str):
+        if model not in CONFIGS:
+            raise SpecError(f"unknown model {model!r}; known: {', '.join(CONFIGS)}")
+        name, config = model, CONFIGS[model]
+    else:
+        name, config = "custom", model
+    for label, value in (("batch", batch), ("seq", seq)):
+        if type(value) is not int or value < 1:
+            raise SpecError(f"plan(): {label}={value!r} is not a size >= 1")
+    if seq > config.context:
+        raise SpecError(f"plan(): seq={seq} is longer than {name}'s context {config.context}")
+    config = dataclasses.replace(config, checkpoint=checkpoint or config.checkpoint)
+    spec = device if isinstance(device, DeviceSpec) else _resolve_device(device)
+    with torch.device("meta"):
+        lm = TransformerLM(config, dtype=dtype)
+    # The GPU's flash kernel, or the CPU's in its stead where no CUDA device is present.
+    with kernels_of("cuda" if torch.cuda.is_available() else "cpu"):
+        memory = training_memory(lm, optimizer, dtype, batch=batch, seq=seq)
+    timing = step_time(memory.cost, spec, dtype, mfu=mfu)
+    found = device_memory(spec)
+    return TrainingPlan(
+        model=name,
+        config=config,
+        batch=batch,
+        seq=seq,
+        device=spec,
+        memory=memory,
+        time=timing,
+        capacity=None if found is None else found[0],
+        capacity_source=None if found is None else found[1],
+    )
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Add the ``plan`` subcommand to the CLI's subparsers."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "plan",
+        help="FLOPs, memory and time of a training step of a named model",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument("--model", required=True, choices=list(CONFIGS))
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--seq", type=int, required=True)
+    parser.add_argument("--device", default="H100 SXM", help='device-table name ("H100 SXM")')
+    parser.add_argument("--dtype", default="bfloat16", choices=list(_DTYPES))
+    parser.add_argument("--optimizer", default="adamw", help="adamw, adam, sgd, momentum...")
+    parser.add_argument("--mfu", type=float, default=0.4, help="MFU for the predicted time")
+    parser.add_argument("--checkpoint", action="store_true", help="recompute each block")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="plot memory and time against batch")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``typedflops plan`` with parsed arguments; 2 for a bad request (the reason on
+    stderr)."""
+    import sys
+
+    try:
+        step = plan(
+            args.model,
+            args.batch,
+            args.seq,
+            args.device,
+            dtype=_DTYPES[args.dtype],
+            optimizer=args.optimizer,
+            mfu=args.mfu,
+            checkpoint=args.checkpoint,
+        )
+    except SpecError as exc:
+        print(f"typedflops plan: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(step.to_dict(), indent=2) if args.json else step.text())
+    if args.plot:
+        from .plan_plot import plot_plan
+
+        plot_plan(step, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
+    return 0
