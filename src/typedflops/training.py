@@ -82,7 +82,7 @@ def parameter_count(module: torch.nn.Module) -> ParameterCount:
 
     >>> from typedflops.nn import MLP
     >>> parameter_count(MLP(8, 32)).formula
-    d_ff*(2*d_model + 1) + d_model
+    2*d_ff*d_model + d_ff + d_model
     """
     counts = _counts(module)
     total = sum(size for size, _ in counts.values())

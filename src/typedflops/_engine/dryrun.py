@@ -182,8 +182,14 @@ def _third_int(value: int, taken: int, attempt: int) -> int:
     return options[attempt % len(options)]
 
 
-def measure(probe: Probe) -> Cost:
-    """The cost of the probe's call at its base sizes, with formulas fitted in its dims."""
+def measure(probe: Probe, *, shifted: bool = False) -> Cost:
+    """The cost of the probe's call at its base sizes, with formulas fitted in its dims.
+
+    A dim of size 1 that could not be changed (torch takes another path at size 1: a view
+    where a copy was, a sum over one element lowered away) is fitted from runs at size 2
+    and up instead; a formula from there replaces the base run's where it gives the base
+    run's count at size 1, so that every formula still evaluates to its count.
+    """
     fake = False
     try:
         base = run_once(probe, probe.dims)
@@ -229,7 +235,44 @@ def measure(probe: Probe) -> Cost:
     plan = Plan(assignments, runs, varied, checked, names)
     fitted = fit(plan)
     cost = assemble(probe, plan, fitted.forward, fitted.backward, fitted.exact, dims)
-    return _with_activations(cost, probe, plan, saved)
+    cost = _with_activations(cost, probe, plan, saved)
+    stuck = [
+        name for name in probe.variable if name not in varied and size_value(probe.dims[name]) == 1
+    ]
+    if stuck and not shifted:
+        cost = _fitted_above_one(probe, cost, stuck)
+    return cost
+
+
+_FORMULAS = (
+    ("flops", "formula"),
+    ("backward_flops", "backward_formula"),
+    ("matmul_flops", "matmul_formula"),
+    ("recompute_flops", "recompute_formula"),
+    ("activation_bytes", "activation_formula"),
+)
+
+
+def _fitted_above_one(probe: Probe, cost: Cost, stuck: list[str]) -> Cost:
+    """``cost`` with the formulas fitted with the ``stuck`` dims at 2 (and varied from
+    there) wherever they evaluate, at size 1, to ``cost``'s own counts."""
+    dims = dict(probe.dims)
+    for name in stuck:
+        size = dims[name]
+        dims[name] = (2, *size[1:]) if isinstance(size, tuple) else 2
+    try:
+        above = measure(dataclasses.replace(probe, dims=dims), shifted=True)
+    except Exception:  # the call cannot run at 2: the base run's formulas stand
+        return cost
+    values = dict(cost.dims)
+    changes: dict[str, Any] = {}
+    for count_field, formula_field in _FORMULAS:
+        formula: sympy.Expr = getattr(above, formula_field)
+        if not {str(symbol) for symbol in formula.free_symbols} <= values.keys():
+            continue
+        if evaluate(formula, values) == getattr(cost, count_field):
+            changes[formula_field] = formula
+    return dataclasses.replace(cost, **changes) if changes else cost
 
 
 def _with_activations(cost: Cost, probe: Probe, plan: Plan, saved: list[list[Event]]) -> Cost:

@@ -117,6 +117,9 @@ def _parse_item(item: str) -> Dim:
             if broadcastable:
                 raise Problem(f"'{item}': an axis cannot be both anonymous and broadcastable")
             return Dim(DimKind.ANONYMOUS_VARIADIC if variadic else DimKind.ANONYMOUS)
+        if not rest and variadic and not broadcastable:
+            # jaxtyping's bare '*': a variadic dim named '', shared by the call's annotations
+            return Dim(DimKind.VARIADIC, name="")
         if not rest:
             raise Problem(f"'{item}' names no dim")
         kind = DimKind.VARIADIC if variadic else DimKind.NAMED

@@ -76,11 +76,13 @@ def align(
 ) -> Alignment | str:
     """Align pattern entries (or produced dims) with annotated ``dims``; a str is a rank error.
 
-    ``items`` holds pattern entries with at most one :data:`~.dims.ELLIPSIS`, or, when
-    ``items_are_dims``, dims with at most one :class:`~.dims.Variadic`.
+    ``items`` holds pattern entries with at most one ``ELLIPSIS``, or, when
+    ``items_are_dims``, dims with at most one :class:`~.static.Variadic`.
 
-    >>> from .dims import parse_dims
-    >>> result = align(parse_dims("a b c"), parse_dims("x y"), items_are_dims=True)
+    >>> from typedflops.mypy_plugin.static import parse_static
+    >>> abc, xy = parse_static("a b c"), parse_static("x y")
+    >>> assert abc is not None and xy is not None
+    >>> result = align(abc, xy, items_are_dims=True)
     >>> result
     'has 3 axes where the annotation has 2'
     """
