@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from typedflops import cpu, devices
+from typedflops import _cpu as cpu
+from typedflops import devices
 from typedflops.text import format_percent, format_si, text_table
 
 

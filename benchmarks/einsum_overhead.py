@@ -18,7 +18,7 @@ from collections.abc import Callable
 import einops
 import torch
 
-from typedflops.ops import einsum
+from typedflops import einsum
 
 PATTERN = "batch d_in, d_in d_out -> batch d_out"
 

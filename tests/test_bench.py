@@ -15,8 +15,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from typedflops import bench, devices
-from typedflops.bench import CudaClock, FakeClock, HostClock, collect_times, measurement_from
+from typedflops import _bench as bench
+from typedflops import devices
+from typedflops._bench import CudaClock, FakeClock, HostClock, collect_times, measurement_from
 from typedflops.errors import ContractError, SpecError
 from typedflops.roofline import Roofline, attainable, bound, ridge_point
 

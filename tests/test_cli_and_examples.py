@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from typedflops.cli import main
+from typedflops._cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("ex*.py"))
@@ -121,10 +121,10 @@ def test_plot_without_matplotlib_fails_before_any_work(tmp_path: Path) -> None:
     # matplotlib made unimportable: the error comes before any model is built or timed
     script = (
         "import sys; sys.modules['matplotlib'] = None\n"
-        "import typedflops.bench\n"
+        "import typedflops._bench\n"
         "def refuse(*a, **k): raise AssertionError('timed before the check')\n"
-        "typedflops.bench.benchmark = refuse\n"
-        "from typedflops.cli import main\n"
+        "typedflops._bench.benchmark = refuse\n"
+        "from typedflops._cli import main\n"
         f"raise SystemExit(main(['demo', '--plot', {str(tmp_path / 'r.png')!r}]))\n"
     )
     result = subprocess.run(

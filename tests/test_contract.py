@@ -25,9 +25,9 @@ from typedflops import (
     TypedFunction,
     typed_flops,
 )
-from typedflops.annotation import AxisKind, tensor_spec
-from typedflops.contract import compile_contract
-from typedflops.scope import CallState
+from typedflops._annotation import AxisKind, tensor_spec
+from typedflops._contract import compile_contract
+from typedflops._scope import CallState
 
 Linear = TypedFunction[[Tensor, Tensor], Tensor]
 

@@ -11,8 +11,8 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import record
+from typedflops._cost import Cost
 from typedflops._engine.recorder import torch_counts
-from typedflops.cost import Cost
 
 
 def _recorded(fn: Callable[[], Tensor]) -> Cost:

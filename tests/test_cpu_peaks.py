@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from typedflops import cpu, devices
-from typedflops.cpu_table import CpuIdentity, core_rates
+from typedflops import _cpu as cpu
+from typedflops import devices
+from typedflops._cpu_table import CpuIdentity, core_rates
 
 XEON_6248 = cpu.SAMPLE_CPUINFO
 GRAVITON3 = """processor\t: 0

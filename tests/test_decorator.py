@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 import typedflops
 from typedflops import ContractError, ShapeError, SpecError, TypedFunction, typed_flops
-from typedflops.decorator import current_call
+from typedflops._decorator import current_call
 
 Linear = TypedFunction[[Tensor, Tensor], Tensor]
 
@@ -391,21 +391,21 @@ def test_disabled_is_per_task() -> None:
 
 def test_disabled_nests_and_restores(linear: Linear) -> None:
     linear(ones(2, 3), ones(3, 4))
-    assert typedflops.config.enabled()
+    assert typedflops._config.enabled()
     with typedflops.disabled():
-        assert not typedflops.config.enabled()
+        assert not typedflops._config.enabled()
         with typedflops.disabled():
-            assert not typedflops.config.enabled()
+            assert not typedflops._config.enabled()
             with typedflops.disabled(False):
-                assert typedflops.config.enabled()
+                assert typedflops._config.enabled()
                 with pytest.raises(ShapeError):
                     linear(ones(2, 3), ones(4, 4))
-            assert not typedflops.config.enabled()
-        assert not typedflops.config.enabled()
+            assert not typedflops._config.enabled()
+        assert not typedflops._config.enabled()
         with pytest.raises(RuntimeError):  # torch's own error: the contract is off
             linear(ones(2, 3), ones(4, 4))
         linear(ones(2, 3), ones(3, 4))
-    assert typedflops.config.enabled()
+    assert typedflops._config.enabled()
     with pytest.raises(ShapeError):
         linear(ones(2, 3), ones(4, 4))
 
@@ -413,11 +413,11 @@ def test_disabled_nests_and_restores(linear: Linear) -> None:
 def test_disabled_restores_on_exceptions() -> None:
     with pytest.raises(KeyError), typedflops.disabled(), typedflops.disabled(False):
         raise KeyError("inner")
-    assert typedflops.config.enabled()
+    assert typedflops._config.enabled()
     with pytest.raises(KeyError), typedflops.disabled():
-        assert not typedflops.config.enabled()
+        assert not typedflops._config.enabled()
         raise KeyError("outer")
-    assert typedflops.config.enabled()
+    assert typedflops._config.enabled()
     with pytest.raises(ShapeError):
         identity(torch.ones(2, 2))
 
@@ -446,7 +446,7 @@ def test_environment_variable_switches_checks_off() -> None:
         def f(x: Float[Tensor, "n"], y: Float[Tensor, "n"]) -> Float[Tensor, "n"]:
             return x[:1] + y[:1]
 
-        assert not typedflops.config.enabled()
+        assert not typedflops._config.enabled()
         print(tuple(f(torch.ones(2), torch.ones(3)).shape))
         with typedflops.disabled(False):
             try:
@@ -473,8 +473,8 @@ def test_environment_variable_switches_checks_off() -> None:
     [(None, True), ("", True), ("0", True), ("no", True), ("true", False), (" YES ", False)],
 )
 def test_environment_variable_values(value: str | None, enabled: bool) -> None:
-    # typedflops.config imports neither torch nor the rest of the package: a fast subprocess
-    script = "import typedflops.config as c; print(c.enabled())"
+    # typedflops._config imports neither torch nor the rest of the package: a fast subprocess
+    script = "import typedflops._config as c; print(c.enabled())"
     env = {k: v for k, v in os.environ.items() if k != "TYPEDFLOPS_DISABLE"}
     if value is not None:
         env["TYPEDFLOPS_DISABLE"] = value

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from typedflops import devices
-from typedflops.device_table import GPU_TABLE, DeviceRecord
+from typedflops._device_table import GPU_TABLE, DeviceRecord
 from typedflops.errors import SpecError
 
 T = 1e12

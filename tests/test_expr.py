@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from typedflops import SpecError
-from typedflops.expr import dim_symbol, parse_expression
+from typedflops._expr import dim_symbol, parse_expression
 
 batch, d_in, d_out, n = sympy.symbols("batch d_in d_out n")
 

@@ -25,9 +25,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from typedflops.decorator import TypedFunction
+from typedflops._decorator import TypedFunction
+from typedflops._import_hook import ImportHook, install_import_hook, instrument, instrument_tree
 from typedflops.errors import ContractError, ShapeError
-from typedflops.import_hook import ImportHook, install_import_hook, instrument, instrument_tree
 
 SAMPLE = "sample_pkg"
 Loader = Callable[[bool], tuple[ModuleType, ModuleType]]
@@ -322,7 +322,7 @@ def test_import_goes_after_docstring_and_future_imports() -> None:
     assert lines[:4] == [
         '"""Doc."""',
         "from __future__ import annotations",
-        "from typedflops.import_hook import instrumenting as __typedflops_instrument__",
+        "from typedflops._import_hook import instrumenting as __typedflops_instrument__",
         "import os",
     ]
     compile(instrument_tree(ast.parse(source)), "<test>", "exec")  # valid placement

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from typedflops import ContractError, ShapeError, SpecError, TypedFunction, typed_flops
 from typedflops import print_bindings as typedflops_print_bindings
-from typedflops.scope import current_call
+from typedflops._scope import current_call
 
 ones = torch.ones
 

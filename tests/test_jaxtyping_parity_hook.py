@@ -18,7 +18,7 @@ import pytest
 import torch
 from parity_errors import param_error, return_error
 
-from typedflops.import_hook import install_import_hook
+from typedflops._import_hook import install_import_hook
 
 HOOK_TESTER = """
 import dataclasses

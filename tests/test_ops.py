@@ -16,9 +16,9 @@ from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import record
-from typedflops.cost import Cost
+from typedflops._cost import Cost
+from typedflops._ops import einsum, rearrange, reduce, repeat
 from typedflops.errors import PatternError, ShapeError, SpecError
-from typedflops.ops import einsum, rearrange, reduce, repeat
 
 # -- einops' results, bit for bit ---------------------------------------------------------
 
@@ -317,7 +317,7 @@ def test_counted_equals_formula_equals_flop_counter(
 
 
 def test_bound_dim_mismatch_names_both_origins() -> None:
-    from typedflops.decorator import typed_flops
+    from typedflops._typed_flops import typed_flops
 
     @typed_flops
     def linear(x: Float[Tensor, "batch d_in"], w: Tensor) -> Tensor:
@@ -335,7 +335,7 @@ def test_bound_dim_mismatch_names_both_origins() -> None:
 
 
 def test_bound_dim_mismatch_in_rearrange() -> None:
-    from typedflops.decorator import typed_flops
+    from typedflops._typed_flops import typed_flops
 
     @typed_flops
     def bad(x: Float[Tensor, "batch d"], y: Tensor) -> Tensor:
@@ -350,7 +350,7 @@ def test_bound_dim_mismatch_in_rearrange() -> None:
 
 
 def test_symbolic_formulas_in_decorated_functions() -> None:
-    from typedflops.decorator import typed_flops
+    from typedflops._typed_flops import typed_flops
 
     @typed_flops
     def linear(

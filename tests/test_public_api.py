@@ -40,10 +40,28 @@ def test_error_classes_are_exported_from_one_place() -> None:
 
 def test_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
-        _ = typedflops.nope
+        _ = typedflops.nope  # type: ignore[attr-defined]
 
 
 def test_public_callables_have_docstrings() -> None:
     for name in typedflops.__all__:
         value = getattr(typedflops, name)
         assert (value.__doc__ or "").strip(), f"typedflops.{name} has no docstring"
+
+
+def test_the_type_checkers_imports_are_the_export_table() -> None:
+    """``__init__``'s ``TYPE_CHECKING`` imports (what mypy sees) name every export, from
+    the module the lazy lookup imports it from, and nothing else."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(typedflops.__file__).read_text())
+    seen: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom)
+                for alias in statement.names:
+                    assert alias.asname == alias.name  # an explicit re-export
+                    seen[alias.name] = "" if statement.module is None else statement.module
+    assert seen == typedflops._EXPORTS

@@ -15,9 +15,9 @@ import pytest
 
 # Imported here so that in-process runs find them loaded (pytester drops the modules a
 # run imports when it ends; importing them again in each run would be slow).
-import typedflops.import_hook
+import typedflops._import_hook
+import typedflops._pytest_plugin
 import typedflops.nn
-import typedflops.pytest_plugin
 import typedflops.testing  # noqa: F401
 
 pytest_plugins = ["pytester"]
@@ -27,7 +27,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from typedflops.decorator import typed_flops
+from typedflops._typed_flops import typed_flops
 
 
 def linear(
@@ -75,7 +75,7 @@ def test_bad_call():
 
 IS_CHECKED = """
 import demo_pkg
-from typedflops.decorator import TypedFunction
+from typedflops._decorator import TypedFunction
 
 
 def test_is_checked():
@@ -88,14 +88,14 @@ def _autoloaded() -> bool:
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return False
     return any(
-        ep.value == "typedflops.pytest_plugin"
+        ep.value == "typedflops._pytest_plugin"
         for ep in importlib.metadata.entry_points(group="pytest11")
     )
 
 
 # `-p` registers the plugin when its entry point is not installed; both at once would
 # register one module twice.
-PLUGIN_ARGS = [] if _autoloaded() else ["-p", "typedflops.pytest_plugin"]
+PLUGIN_ARGS = [] if _autoloaded() else ["-p", "typedflops._pytest_plugin"]
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_conftest_imports_get_the_checked_package(project: pytest.Pytester) -> N
     project.makeconftest("import demo_pkg\n\nLINEAR = demo_pkg.linear\n")
     project.makepyfile(
         test_conftest=(
-            "from conftest import LINEAR\nfrom typedflops.decorator import TypedFunction\n\n"
+            "from conftest import LINEAR\nfrom typedflops._decorator import TypedFunction\n\n"
             "def test_it():\n    assert isinstance(LINEAR, TypedFunction)\n"
         )
     )
@@ -365,7 +365,7 @@ def test_entry_point_loads_the_plugin_in_a_fresh_process(project: pytest.Pyteste
 def test_plugin_module_does_not_import_torch(pytester: pytest.Pytester) -> None:
     script = textwrap.dedent("""
         import sys
-        import typedflops.pytest_plugin
+        import typedflops._pytest_plugin
         assert "torch" not in sys.modules, "torch imported"
         print("ok")
     """)

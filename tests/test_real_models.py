@@ -256,7 +256,7 @@ def _check_all(costs: list[Cost]) -> None:
 
 
 def test_report_rows_are_true_at_their_sizes() -> None:
-    from typedflops.pytest_plugin import CallTally
+    from typedflops._pytest_plugin import CallTally
 
     tally = CallTally()
     tally.start()

@@ -10,8 +10,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from typedflops.config import disabled
-from typedflops.decorator import TypedFunction, typed_flops
+from typedflops._config import disabled
+from typedflops._decorator import TypedFunction
+from typedflops._typed_flops import typed_flops
 from typedflops.errors import ContractError, DtypeError, ShapeError, SpecError
 from typedflops.nn import TwoLayerMLP
 from typedflops.testing import (

@@ -176,7 +176,7 @@ def test_kaplan_and_the_six_n_rule() -> None:
 
 
 def test_named_configs_have_the_published_parameter_counts() -> None:
-    from typedflops.training import parameter_count
+    from typedflops._training import parameter_count
 
     counts = {
         name: parameter_count(TransformerLM(config, device="meta")).total

@@ -14,94 +14,77 @@ if TYPE_CHECKING:
     from . import memory as memory
     from . import nn as nn
     from . import testing as testing
+    from ._bench import Measurement as Measurement
+    from ._bench import benchmark as benchmark
+    from ._config import disabled as disabled
+    from ._cost import Cost as Cost
+    from ._cost import OpCost as OpCost
+    from ._decorator import TypedFunction as TypedFunction
     from ._engine.report import Recorder as Recorder
     from ._engine.report import record as record
     from ._engine.rules import register_rule as register_rule
-    from .bench import Measurement as Measurement
-    from .bench import benchmark as benchmark
-    from .config import disabled as disabled
-    from .cost import Cost as Cost
-    from .cost import OpCost as OpCost
-    from .decorator import TypedFunction as TypedFunction
-    from .decorator import typed_flops as typed_flops
+    from ._import_hook import install_import_hook as install_import_hook
+    from ._memo import print_bindings as print_bindings
+    from ._ops import einsum as einsum
+    from ._ops import rearrange as rearrange
+    from ._ops import reduce as reduce
+    from ._ops import repeat as repeat
+    from ._typed_flops import typed_flops as typed_flops
     from .errors import ContractError as ContractError
     from .errors import DeviceError as DeviceError
     from .errors import DtypeError as DtypeError
     from .errors import PatternError as PatternError
     from .errors import ShapeError as ShapeError
     from .errors import SpecError as SpecError
-    from .import_hook import install_import_hook as install_import_hook
-    from .memo import print_bindings as print_bindings
-    from .ops import einsum as einsum
-    from .ops import rearrange as rearrange
-    from .ops import reduce as reduce
-    from .ops import repeat as repeat
 
-__all__ = [
-    "ContractError",
-    "Cost",
-    "DeviceError",
-    "DtypeError",
-    "Measurement",
-    "OpCost",
-    "PatternError",
-    "Recorder",
-    "ShapeError",
-    "SpecError",
-    "TypedFunction",
-    "benchmark",
-    "devices",
-    "disabled",
-    "einsum",
-    "install_import_hook",
-    "memory",
-    "nn",
-    "print_bindings",
-    "rearrange",
-    "record",
-    "reduce",
-    "register_rule",
-    "repeat",
-    "testing",
-    "typed_flops",
-]
-
-_WHERE = {
+#: The public names and the module each lives in ("" for the public submodules): the one
+#: table that ``__all__``, ``dir(typedflops)`` and the lazy lookup below are made from. The
+#: imports above are for type checkers, which cannot read it; a test holds them equal.
+_EXPORTS: dict[str, str] = {
     "ContractError": "errors",
-    "Cost": "cost",
+    "Cost": "_cost",
     "DeviceError": "errors",
     "DtypeError": "errors",
-    "Measurement": "bench",
-    "OpCost": "cost",
+    "Measurement": "_bench",
+    "OpCost": "_cost",
     "PatternError": "errors",
     "Recorder": "_engine.report",
     "ShapeError": "errors",
     "SpecError": "errors",
-    "TypedFunction": "decorator",
-    "benchmark": "bench",
-    "disabled": "config",
-    "einsum": "ops",
-    "install_import_hook": "import_hook",
-    "print_bindings": "memo",
-    "rearrange": "ops",
+    "TypedFunction": "_decorator",
+    "benchmark": "_bench",
+    "devices": "",
+    "disabled": "_config",
+    "einsum": "_ops",
+    "install_import_hook": "_import_hook",
+    "memory": "",
+    "nn": "",
+    "print_bindings": "_memo",
+    "rearrange": "_ops",
     "record": "_engine.report",
+    "reduce": "_ops",
     "register_rule": "_engine.rules",
-    "reduce": "ops",
-    "repeat": "ops",
-    "typed_flops": "decorator",
+    "repeat": "_ops",
+    "testing": "",
+    "typed_flops": "_typed_flops",
 }
-_SUBMODULES = {"devices", "memory", "nn", "testing"}
+
+__all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+if not TYPE_CHECKING:  # to a type checker, the package has only the names imported above
+
+    def __getattr__(name: str) -> Any:
+        where = _EXPORTS.get(name)
+        if where is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        if where:
+            value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
+        else:
+            value = importlib.import_module(f"{__name__}.{name}")
         globals()[name] = value
         return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return list(__all__)

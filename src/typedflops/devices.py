@@ -1,8 +1,8 @@
 """Promised peak FLOP/s and memory bandwidth per device, with the source of every figure.
 
-GPUs come from a cited table (``typedflops.device_table``; figures from NVIDIA and AMD
+GPUs come from a cited table (``typedflops._device_table``; figures from NVIDIA and AMD
 datasheets and architecture whitepapers, dense). A CPU gets the theoretical peak of the cores
-torch uses (``typedflops.cpu``: cores x clock x FLOP/cycle, cited per core design) and a
+torch uses (``typedflops._cpu``: cores x clock x FLOP/cycle, cited per core design) and a
 measured bandwidth, labelled as measured. Unknown devices get ``None`` and a reason
 (``explain``), never another device's figure.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .cpu import cpu_info, cpu_peaks
-from .device_table import BRAND_TOKENS, GPU_TABLE, DeviceRecord
+from ._cpu import cpu_info, cpu_peaks
+from ._device_table import BRAND_TOKENS, GPU_TABLE, DeviceRecord
 from .errors import SpecError
 
 __all__ = [
@@ -259,7 +259,7 @@ def cpu_spec(threads: int | None = None) -> DeviceSpec | None:
 
     Cores are torch's threads (``torch.get_num_threads()``, or ``threads``), at most the
     physical cores this process may use; the clock is the OS's maximum or the model name's
-    nominal clock; FLOP/cycle comes from the cited per-core table (``typedflops.cpu_table``).
+    nominal clock; FLOP/cycle comes from the cited per-core table (``typedflops._cpu_table``).
     With the clock or the core unknown the spec has no peaks and ``missing`` says why.
     Bandwidth is measured (labelled so in ``source``). ``None`` off Linux.
     """

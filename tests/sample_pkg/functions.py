@@ -8,7 +8,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from typedflops.decorator import typed_flops
+from typedflops._typed_flops import typed_flops
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -22,7 +22,7 @@ from torch.nested._internal.nested_tensor import NestedTensor
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..memory import nbytes
+from .._storage import nbytes
 from .attention import SDPA, attention_on_meta
 from .events import Event, Sink, current_group, group, new_group
 from .functions import inside_rule, watching

@@ -22,8 +22,8 @@ import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..config import disabled
-from ..cost import Cost, OpCost
+from .._config import disabled
+from .._cost import Cost, OpCost
 from ..errors import ContractError
 from .attention import meta_target
 from .backward import backward_of

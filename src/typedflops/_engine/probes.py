@@ -23,9 +23,9 @@ from typing import Any, cast
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
-from ..annotation import ELLIPSIS, AxisKind, TensorSpec
-from ..contract import Contract, TensorParameter
-from ..cost import Cost
+from .._annotation import ELLIPSIS, AxisKind, TensorSpec
+from .._contract import Contract, TensorParameter
+from .._cost import Cost
 from ..errors import SpecError
 from .dryrun import Probe, Thunk, measure
 from .fit import Size

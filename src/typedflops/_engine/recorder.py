@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import sympy
 import torch
 
-from ..cost import Cost, OpCost
+from .._cost import Cost, OpCost
 from .backward import backward_of
 from .counter import counting
 from .dryrun import Probe, measure

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ..cost import Cost
+from .._cost import Cost
 from ..text import format_count, text_table
 from .recorder import RecordSession, Row, merged_total
 

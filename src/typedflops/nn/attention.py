@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from ..decorator import typed_flops
-from ..ops import einsum, rearrange
+from .._ops import einsum, rearrange
+from .._typed_flops import typed_flops
 from .layers import Device, TypedLayer
 from .lecture import Linear
 

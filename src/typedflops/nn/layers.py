@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..cost import Cost
-from ..decorator import TypedFunction, typed_flops
+from .._cost import Cost
+from .._decorator import TypedFunction
+from .._typed_flops import typed_flops
 from .lecture import Linear, TypedModule
 
 __all__ = ["MLP", "Dropout", "Embedding", "LayerNorm", "RMSNorm", "SwiGLU", "TypedLayer"]

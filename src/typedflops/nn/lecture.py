@@ -15,9 +15,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..cost import Cost
-from ..decorator import TypedFunction, typed_flops
-from ..ops import einsum
+from .._cost import Cost
+from .._decorator import TypedFunction
+from .._ops import einsum
+from .._typed_flops import typed_flops
 
 __all__ = ["Linear", "TwoLayerMLP", "TypedModule"]
 

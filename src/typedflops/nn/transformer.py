@@ -24,10 +24,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..cost import Cost
-from ..decorator import TypedFunction, typed_flops
+from .._cost import Cost
+from .._decorator import TypedFunction
+from .._ops import einsum
+from .._typed_flops import typed_flops
 from ..errors import ShapeError
-from ..ops import einsum
 from .attention import Attention, Kernel
 from .layers import MLP, Device, Dropout, Embedding, LayerNorm, RMSNorm, SwiGLU, TypedLayer
 from .lecture import Linear

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from ._expr import Expression
 from .errors import ContractError
-from .expr import Expression
 
 E = TypeVar("E", bound=ContractError)
 

@@ -18,10 +18,10 @@ import jaxtyping
 import sympy
 import torch
 
+from ._expr import Expression, dim_symbol, parse_expression
 from ._syntax import Problem
 from ._syntax.dims import Dim, DimKind, parse_dims
 from .errors import SpecError
-from .expr import Expression, dim_symbol, parse_expression
 
 __all__ = ["ELLIPSIS", "Axis", "AxisKind", "TensorSpec", "is_tensor_annotation", "tensor_spec"]
 

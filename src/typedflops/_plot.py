@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .text import format_percent, format_si
 
 if TYPE_CHECKING:
-    from .bench import Measurement
+    from ._bench import Measurement
 
 __all__ = ["plot_title", "roofline_plot"]
 
@@ -19,7 +19,7 @@ __all__ = ["plot_title", "roofline_plot"]
 def plot_title(first: Measurement, device_name: str = "") -> str:
     """The plot's title: device, dtype, peak and bandwidth (the roofs), or what is unknown.
 
-    >>> from typedflops.bench import measurement_from
+    >>> from typedflops._bench import measurement_from
     >>> import torch
     >>> m = measurement_from([1e-3], flops=10**9, bytes_moved=10**7, device="cuda:0",
     ...                      dtype=torch.bfloat16, peak=989.4e12, bandwidth=3.35e12)

@@ -28,8 +28,7 @@ import torch
 
 from ._engine.events import group
 from ._engine.frames import current_frame
-from .errors import ShapeError
-from .patterns import (
+from ._patterns import (
     EinsumLayout,
     EinsumPlan,
     Problem,
@@ -40,7 +39,8 @@ from .patterns import (
     transform_layout,
     transform_plan,
 )
-from .scope import CallState, current_call, violation
+from ._scope import CallState, current_call, violation
+from .errors import ShapeError
 
 __all__ = ["Reduction", "einsum", "rearrange", "reduce", "repeat"]
 

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import functools
 import typing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .cost import Cost
-    from .decorator import TypedFunction
+    from ._cost import Cost
+
+
+class _Bindable(Protocol):
+    """What a bound method needs of its :class:`~typedflops.TypedFunction`."""
+
+    name: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def estimate(self, *args: Any, **kwargs: Any) -> Cost: ...
+
 
 __all__ = ["TypedMethod"]
 
@@ -24,8 +34,8 @@ class TypedMethod(functools.partial[Any]):
     __slots__ = ()
 
     @property
-    def __func__(self) -> TypedFunction[..., Any]:
-        return typing.cast("TypedFunction[..., Any]", self.func)
+    def __func__(self) -> _Bindable:
+        return typing.cast(_Bindable, self.func)
 
     @property
     def __self__(self) -> Any:

@@ -23,22 +23,33 @@ from typing import Any, cast
 import sympy
 import torch
 
+from ._cost import Cost
+from ._decorator import TypedFunction
 from ._engine.fit import Plan, fit_count
 from ._engine.probes import module_dims, module_repeats
-from .cost import Cost
-from .decorator import TypedFunction
 from .errors import SpecError
-from .memory import OPTIMIZER_STATES
 from .text import format_count, text_table
 
 __all__ = [
     "MEMORY_TERMS",
+    "OPTIMIZER_STATES",
     "ParameterCount",
     "TrainingMemory",
     "measure_peak",
     "parameter_count",
     "training_memory",
 ]
+
+#: Tensors of optimizer state kept per parameter (Adam: first and second moments).
+OPTIMIZER_STATES: dict[str | None, int] = {
+    None: 0,
+    "sgd": 0,
+    "momentum": 1,
+    "adagrad": 1,
+    "rmsprop": 1,
+    "adam": 2,
+    "adamw": 2,
+}
 
 #: The terms of a step's memory, in the order tables show them.
 MEMORY_TERMS = ("parameters", "gradients", "optimizer", "master_weights", "activations")

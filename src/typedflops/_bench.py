@@ -26,15 +26,16 @@ from typing import Any, Protocol
 
 import torch
 
-from . import config, devices
+from . import devices
+from ._config import disabled
+from ._cpu import last_level_cache_bytes
 from ._engine.counter import suspended
 from ._engine.frames import current_frame, no_frame
 from ._engine.probes import call_cost
 from ._engine.recorder import RecordSession
-from .cpu import last_level_cache_bytes
+from ._scope import display_name
 from .errors import SpecError
 from .roofline import Bound, attainable, bound, ridge_point
-from .scope import display_name
 from .text import format_percent, format_si
 
 __all__ = [
@@ -521,7 +522,7 @@ def benchmark(
     frame = current_frame()
     session = frame.session if frame is not None else None
     with (
-        config.disabled(),
+        disabled(),
         suspended(getattr(session, "mode", None)),
         no_frame(),
         _progress_bar(display_name(fn), progress) as bar,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Generator
 from typing import Any
 
-from .contract import Contract
+from ._contract import Contract
+from ._scope import CallState, call_scope
 from .errors import ContractError
-from .scope import CallState, call_scope
 
 __all__ = ["checked_async_generator", "checked_generator"]
 

@@ -21,12 +21,12 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .plan import add_parser as add_plan_parser
-from .plan import run as run_plan
+from ._plan import add_parser as add_plan_parser
+from ._plan import run as run_plan
 from .text import TERMINAL_WIDTH, fit_table, format_percent, format_si, wrap_lines
 
 if TYPE_CHECKING:
-    from .bench import Measurement
+    from ._bench import Measurement
 
 __all__ = ["UsageError", "check_plot_path", "main", "resolve_device"]
 
@@ -72,7 +72,7 @@ def resolve_device(name: str | None) -> torch.device:
     >>> resolve_device("tpu")
     Traceback (most recent call last):
     ...
-    typedflops.cli.UsageError: --device 'tpu' is not a device torch knows; use cpu, cuda or mps
+    typedflops._cli.UsageError: --device 'tpu' is not a device torch knows; use cpu, cuda or mps
     """
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -131,9 +131,9 @@ def _say(message: str) -> None:
 
 
 def _shape_error_demo() -> list[str]:
-    from .decorator import typed_flops
+    from ._ops import einsum
+    from ._typed_flops import typed_flops
     from .errors import ShapeError
-    from .ops import einsum
 
     @typed_flops
     def linear(
@@ -159,7 +159,7 @@ def demo(
     ``device`` and ``plot`` are checked first (``UsageError``), before anything runs.
     """
     from . import devices
-    from .bench import benchmark
+    from ._bench import benchmark
     from .nn import Linear, TwoLayerMLP
 
     target = resolve_device(device)
@@ -215,7 +215,7 @@ def demo(
     lines += _timing_report(timed, width)
     lines += _peak_report(target, sizes.dtype, timed[0][1])
     if plot:
-        from .plot import roofline_plot
+        from ._plot import roofline_plot
 
         spec = devices.device_spec(target)
         roofline_plot(
@@ -284,7 +284,7 @@ def _peak_report(target: torch.device, dtype: torch.dtype, first: Measurement) -
 def devices_report(wide: bool = False) -> str:
     """The peak table and what this machine's device is matched to."""
     from . import devices
-    from .device_table import GPU_TABLE
+    from ._device_table import GPU_TABLE
 
     width = None if wide else TERMINAL_WIDTH
     rates = ["float64", "float32", "tf32", "bfloat16", "float16", "float8"]

@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .annotation import AxisKind, TensorSpec, is_tensor_annotation
-from .checkers import Checker, UnresolvedHintError, compile_hint, tensor_specs
-from .deferred import PLACEHOLDER_PREFIX, argument_sizes, shown, spec_of
+from ._annotation import AxisKind, TensorSpec, is_tensor_annotation
+from ._checkers import Checker, UnresolvedHintError, compile_hint, tensor_specs
+from ._deferred import PLACEHOLDER_PREFIX, argument_sizes, shown, spec_of
+from ._scope import CallState, display_name, shape_text, violation
 from .errors import ShapeError, SpecError
-from .scope import CallState, display_name, shape_text, violation
 
 __all__ = [
     "Contract",

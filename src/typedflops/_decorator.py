@@ -15,22 +15,16 @@ import inspect
 import sys
 import types
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import sympy
 import torch
 
-from ._engine.calls import begin_call
-from ._engine.dryrun import Probe, measure
-from ._engine.frames import Frame, current_frame
-from ._engine.probes import call_dims, call_probe, estimate_probe
-from ._engine.session import RunSession
-from .annotation import ELLIPSIS, AxisKind
-from .bench import benchmark
-from .bound import TypedMethod
-from .classes import typed_class
-from .config import DISABLED_BY_ENVIRONMENT, disabled_flag
-from .contract import (
+from ._annotation import ELLIPSIS, AxisKind
+from ._bench import benchmark
+from ._bound import TypedMethod
+from ._config import DISABLED_BY_ENVIRONMENT, disabled_flag
+from ._contract import (
     COROUTINE,
     FUNCTION,
     GENERATOR,
@@ -40,14 +34,19 @@ from .contract import (
     frame_locals,
     function_kind,
 )
-from .cost import Cost
+from ._cost import Cost
+from ._engine.calls import begin_call
+from ._engine.dryrun import Probe, measure
+from ._engine.frames import Frame, current_frame
+from ._engine.probes import call_dims, call_probe, estimate_probe
+from ._engine.session import RunSession
+from ._expr import parse_expression
+from ._generators import checked_async_generator, checked_generator
+from ._memo import reads_memo, with_memo
+from ._scope import CallState, Size, call_scope, current_call, display_name, violation
 from .errors import ContractError, DeviceError, SpecError
-from .expr import parse_expression
-from .generators import checked_async_generator, checked_generator
-from .memo import reads_memo, with_memo
-from .scope import CallState, Size, call_scope, current_call, display_name, violation
 
-__all__ = ["TypedFunction", "TypedMethod", "add_call_observer", "current_call", "typed_flops"]
+__all__ = ["TypedFunction", "TypedMethod", "add_call_observer", "current_call"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -451,22 +450,6 @@ class _UncheckedFunction(TypedFunction[P, R]):
         return self._fn(*args, **kwargs)
 
 
-class DataclassInit(TypedFunction[..., None]):
-    """A dataclass's checked ``__init__`` (see :func:`typedflops.classes.typed_class`).
-
-    Not checked once its class is marked ``@typing.no_type_check``.
-    """
-
-    def __init__(self, fn: Callable[..., None], *, owner: type) -> None:
-        super().__init__(fn, flops=None, name=None)
-        self._owner = owner
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        if getattr(self._owner, "__no_type_check__", False):
-            return self._fn(*args, **kwargs)
-        return TypedFunction.__call__(self, *args, **kwargs)
-
-
 def _report_to_dynamo(error: ContractError) -> None:
     """Put a contract error's message in what dynamo reports while it traces a call.
 
@@ -517,63 +500,6 @@ def _bind_module_dims(obj: Any, state: CallState) -> None:
     """A module's own sizes are part of its forward's contract, bound before the arguments."""
     for name, size in _module_dims(obj).items():
         state.bind(name, size, f"module {type(obj).__name__}")
-
-
-@overload
-def typed_flops(fn: type[T], /) -> type[T]: ...  # type: ignore[overload-overlap]
-
-
-@overload
-def typed_flops(fn: Callable[P, R], /) -> TypedFunction[P, R]: ...
-
-
-@overload
-def typed_flops(
-    *, flops: str | None = None, name: str | None = None
-) -> Callable[[Callable[P, R]], TypedFunction[P, R]]: ...
-
-
-def typed_flops(fn: Any = None, /, *, flops: str | None = None, name: str | None = None) -> Any:
-    """Check a function's jaxtyping contract on every call and give it a cost model.
-
-    Bare (``@typed_flops``) or with options (``@typed_flops(flops="2*m*n*k", name="mm")``).
-    Each call checks every parameter and the return value (shapes, dtypes, one device;
-    other hints with beartype's semantics) before the body runs. ``f.formula``,
-    ``f.estimate(**dims)`` and ``f.benchmark(*args)`` give its FLOPs, bytes and time.
-
-    >>> from torch import Tensor
-    >>> from jaxtyping import Float
-    >>> @typed_flops
-    ... def linear(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
-    ...            ) -> Float[Tensor, "batch d_out"]:
-    ...     return x @ w
-    >>> linear(torch.ones(8, 4), torch.ones(4, 3)).shape
-    torch.Size([8, 3])
-    >>> linear.formula
-    2*batch*d_in*d_out
-    """
-
-    if fn is not None:
-        return _decorate(fn, flops, name)
-    return functools.partial(_decorate, flops=flops, name=name)
-
-
-def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
-    """What ``typed_flops`` returns for ``function`` (a module-level function, not a
-    closure: a closure calling itself would leave a reference cycle per decoration)."""
-    if isinstance(function, TypedFunction):
-        return function  # already decorated: one contract, checked once
-    if isinstance(function, type):
-        return typed_class(function)
-    if isinstance(function, (classmethod, staticmethod)):
-        return type(function)(_decorate(function.__func__, flops, name))
-    if isinstance(function, property):
-        fget, fset, fdel = (
-            None if accessor is None else _decorate(accessor, flops, name)
-            for accessor in (function.fget, function.fset, function.fdel)
-        )
-        return property(fget, fset, fdel, function.__doc__)
-    return TypedFunction(function, flops=flops, name=name)
 
 
 # Sizes for a formula when no sizes are given: distinct multiples of 24, so that the

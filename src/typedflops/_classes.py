@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .annotation import is_tensor_annotation
+from ._annotation import is_tensor_annotation
+from ._decorator import TypedFunction
 
 __all__ = ["has_tensor_fields", "typed_class"]
 
@@ -56,8 +58,6 @@ def typed_class(cls: T) -> T:
       ...
     typedflops.errors.ShapeError: Batch.__init__(): argument 'y' has shape (3,) but ...
     """
-    from .decorator import DataclassInit, TypedFunction
-
     if not dataclasses.is_dataclass(cls) or getattr(cls, "__no_type_check__", False):
         return cls
     init = cls.__init__
@@ -65,3 +65,19 @@ def typed_class(cls: T) -> T:
         return cls  # checked already (decorated twice, or an __init__ decorated by hand)
     setattr(cls, "__init__", DataclassInit(init, owner=cls))  # noqa: B010 (a method's place)
     return cls
+
+
+class DataclassInit(TypedFunction[..., None]):
+    """A dataclass's checked ``__init__`` (see :func:`typedflops._classes.typed_class`).
+
+    Not checked once its class is marked ``@typing.no_type_check``.
+    """
+
+    def __init__(self, fn: Callable[..., None], *, owner: type) -> None:
+        super().__init__(fn, flops=None, name=None)
+        self._owner = owner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if getattr(self._owner, "__no_type_check__", False):
+            return self._fn(*args, **kwargs)
+        return TypedFunction.__call__(self, *args, **kwargs)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from . import devices
-from .cost import Cost
+from ._cost import Cost
 from .devices import DeviceSpec
 from .errors import SpecError
 

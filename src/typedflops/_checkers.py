@@ -16,11 +16,10 @@ from typing import Any
 
 import torch
 
-from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation
-from .deferred import spec_of
-from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
-from .expr import Expression
-from .plain_hints import (
+from ._annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation
+from ._deferred import spec_of
+from ._expr import Expression
+from ._plain_hints import (
     Checker,
     hint_text,
     plain_checker,
@@ -28,7 +27,8 @@ from .plain_hints import (
     type_name,
     type_name_of,
 )
-from .scope import CallState, shape_text, size_text, violation
+from ._scope import CallState, shape_text, size_text, violation
+from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
 
 __all__ = ["Checker", "UnresolvedHintError", "compile_hint", "hint_text", "tensor_specs"]
 

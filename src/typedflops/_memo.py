@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from jaxtyping._storage import get_shape_memo as _get_shape_memo
 from jaxtyping._storage import pop_shape_memo, push_shape_memo
 
-from .scope import CallState, call_scope, size_text
+from ._scope import CallState, call_scope, size_text
 
 __all__ = ["print_bindings", "reads_memo", "with_memo"]
 

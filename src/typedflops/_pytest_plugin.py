@@ -1,7 +1,7 @@
 """The typedflops pytest plugin (entry point ``pytest11``; does nothing unless asked).
 
 ``pytest --typedflops=mypkg,other``
-    installs :func:`typedflops.import_hook.install_import_hook` for the named packages
+    installs :func:`typedflops._import_hook.install_import_hook` for the named packages
     before conftest files and tests are imported, so every jaxtyping-annotated function in
     them is checked during the run. The option can be repeated.
 ``pytest --typedflops-report``
@@ -31,11 +31,11 @@ import pytest
 from .text import text_table
 
 if TYPE_CHECKING:
+    from ._cost import Cost
+    from ._decorator import TypedFunction
     from ._engine.dryrun import Probe
-    from .cost import Cost
-    from .decorator import TypedFunction
-    from .import_hook import ImportHook
-    from .scope import CallState
+    from ._import_hook import ImportHook
+    from ._scope import CallState
 
 __all__ = [
     "pytest_addoption",
@@ -97,7 +97,7 @@ _active_key: pytest.StashKey[bool] = pytest.StashKey()
 def _install_hook(config: pytest.Config, values: Sequence[str]) -> None:
     packages = packages_from_option(values)
     if packages and _hook_key not in config.stash:
-        from .import_hook import install_import_hook
+        from ._import_hook import install_import_hook
 
         config.stash[_hook_key] = install_import_hook(*packages)
 
@@ -201,7 +201,7 @@ class CallTally:
     Cheap per call (a dict update). Each distinct binding of a function's dims (``...``
     included) is costed once, by dry runs, when the test that made it ends
     (:meth:`settle`). Calls made by dry runs are not counted. It observes calls through
-    ``typedflops.decorator.add_call_observer``: every call whose arguments and return passed.
+    ``typedflops._decorator.add_call_observer``: every call whose arguments and return passed.
     """
 
     def __init__(self) -> None:
@@ -212,7 +212,7 @@ class CallTally:
 
     def start(self) -> None:
         """Begin observing calls."""
-        from .decorator import add_call_observer
+        from ._decorator import add_call_observer
 
         self._remove = add_call_observer(self.observe)
 
@@ -342,7 +342,7 @@ def _shortened(text: str, width: int) -> str:
 
 
 def _binding_text(binding: Binding) -> str:
-    from .scope import size_text  # here, not at import: the plugin must not import torch
+    from ._scope import size_text  # here, not at import: the plugin must not import torch
 
     return ", ".join(f"{n}={size_text(s)}" for n, s in binding) or "-"
 

@@ -15,7 +15,7 @@ evaluates generated source: the decorator is inserted as syntax-tree nodes and t
 is compiled with ``compile`` (as jaxtyping's and typeguard's import hooks do).
 
 A ``@dataclass`` gets the decorator *outermost*: when one of its fields has a tensor
-annotation, its ``__init__`` checks the fields (see :func:`typedflops.classes.typed_class`).
+annotation, its ``__init__`` checks the fields (see :func:`typedflops._classes.typed_class`).
 
 What is left alone:
 
@@ -48,9 +48,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from .annotation import is_tensor_annotation
-from .classes import has_tensor_fields, typed_class
-from .decorator import TypedFunction, typed_flops
+from ._annotation import is_tensor_annotation
+from ._classes import has_tensor_fields, typed_class
+from ._decorator import TypedFunction
+from ._typed_flops import typed_flops
 from .errors import SpecError
 
 __all__ = ["ImportHook", "install_import_hook"]
@@ -252,7 +253,7 @@ def instrument_tree(tree: ast.Module) -> ast.Module:
     ...     "    def f(self) -> Float[Tensor, 'n']: ...\\n"
     ...     "def g(x): ...\\n")
     >>> print(ast.unparse(instrument_tree(tree)))
-    from typedflops.import_hook import instrumenting as __typedflops_instrument__
+    from typedflops._import_hook import instrumenting as __typedflops_instrument__
     from jaxtyping import Float
     <BLANKLINE>
     class A:

@@ -7,7 +7,7 @@
   measured and nothing guessed: with none of these the peak is unknown, and the reason says
   which sources were missing. (A VM's "cpu MHz" is the host's base clock, which turbo
   exceeds: it is not used.)
-* FLOP/cycle: the core's vector units, from the cited table in ``typedflops.cpu_table``.
+* FLOP/cycle: the core's vector units, from the cited table in ``typedflops._cpu_table``.
 
 The memory bandwidth is measured (a copy of twice the last-level cache, best of 10) and
 labelled as measured; it places a call on the roofline but never enters an MFU.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from .cpu_table import CoreRates, CpuIdentity, core_rates
+from ._cpu_table import CoreRates, CpuIdentity, core_rates
 
 __all__ = [
     "SAMPLE_CPUINFO",

@@ -17,9 +17,9 @@ import torch
 from beartype.door import die_if_unbearable, is_bearable
 from beartype.roar import BeartypeDoorHintViolation
 
-from .annotation import is_tensor_annotation
+from ._annotation import is_tensor_annotation
+from ._scope import CallState, violation
 from .errors import ContractError
-from .scope import CallState, violation
 
 __all__ = ["Checker", "hint_text", "plain_checker", "plain_predicate", "type_name", "type_name_of"]
 

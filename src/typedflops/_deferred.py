@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .annotation import TensorSpec, tensor_spec
+from ._annotation import TensorSpec, tensor_spec
 from .errors import SpecError
 
 __all__ = ["PLACEHOLDER_PREFIX", "argument_sizes", "shown", "spec_of"]
