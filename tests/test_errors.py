@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import pickle
 import re
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import einops
@@ -14,6 +17,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+import typedflops
 from typedflops import (
     ContractError,
     DeviceError,
@@ -22,8 +26,11 @@ from typedflops import (
     ShapeError,
     SpecError,
     TypedFunction,
+    errors,
+    rearrange,
     typed_flops,
 )
+from typedflops.errors import UnresolvedHintError
 
 Linear = TypedFunction[[Tensor, Tensor], Tensor]
 
@@ -328,3 +335,182 @@ def test_bad_flops_formula_at_decoration(formula: str, fragment: str) -> None:
         @typed_flops(flops=formula)
         def f(x: Float[Tensor, "batch d"]) -> Float[Tensor, " batch"]:
             return x.sum(-1)
+
+
+# -- the SpecError builder ------------------------------------------------------------------
+
+
+def test_the_builder_joins_where_reason_hint_and_context() -> None:
+    error = SpecError.at(
+        "f.estimate()", "missing size for k", hint="pass k=...", context=["one", "two"]
+    )
+    assert str(error) == "f.estimate(): missing size for k; pass k=...\n  one\n  two"
+    assert error.args == (str(error),)
+    assert (error.where, error.reason, error.hint, error.context) == (
+        "f.estimate()",
+        "missing size for k",
+        "pass k=...",
+        ("one", "two"),
+    )
+
+
+@pytest.mark.parametrize("where", [None, ""])
+def test_the_builder_without_where_or_hint_is_the_reason(where: str | None) -> None:
+    error = SpecError.at(where, "peak= must be positive")
+    assert str(error) == "peak= must be positive"
+    assert (error.where, error.reason, error.hint, error.context) == (
+        None,
+        "peak= must be positive",
+        None,
+        (),
+    )
+
+
+def test_a_spec_error_made_by_hand_is_all_reason() -> None:
+    error = SpecError("f(): bad")
+    assert str(error) == "f(): bad"
+    assert (error.where, error.reason, error.hint, error.context) == (None, "f(): bad", None, ())
+    assert str(SpecError()) == "" and SpecError().reason == ""
+
+
+def test_the_builder_makes_the_class_it_is_called_on() -> None:
+    pattern = PatternError.at('rearrange "a -> b"', "axis 'a' is on one side only")
+    assert type(pattern) is PatternError
+    assert isinstance(pattern, einops.EinopsError)
+    unresolved = UnresolvedHintError.at("f()", "cannot resolve its type hints (name 'T')")
+    assert type(unresolved) is UnresolvedHintError
+    assert isinstance(unresolved, NameError) and isinstance(unresolved, SpecError)
+    assert str(unresolved) == "f(): cannot resolve its type hints (name 'T')"
+
+
+@pytest.mark.parametrize("cls", [SpecError, PatternError, UnresolvedHintError])
+def test_spec_errors_pickle_with_their_parts(cls: type[SpecError]) -> None:
+    error = cls.at('annotation "n m"', "why", hint="what instead", context=["shapes: (2,)"])
+    loaded = pickle.loads(pickle.dumps(error))
+    assert type(loaded) is cls
+    assert str(loaded) == str(error) and loaded.args == error.args
+    assert (loaded.where, loaded.reason, loaded.hint, loaded.context) == (
+        'annotation "n m"',
+        "why",
+        "what instead",
+        ("shapes: (2,)",),
+    )
+
+
+def test_contract_errors_pickle_with_their_parts() -> None:
+    error = ShapeError("f(): bad shape", function="f", argument="x", bindings={"n": 2})
+    loaded = pickle.loads(pickle.dumps(error))
+    assert type(loaded) is ShapeError and str(loaded) == "f(): bad shape"
+    assert (loaded.function, loaded.argument, loaded.bindings) == ("f", "x", {"n": 2})
+
+
+def test_raised_spec_errors_carry_their_parts(linear: Linear) -> None:
+    with pytest.raises(SpecError) as info:
+        linear.estimate(batch=8)
+    error = info.value
+    assert (
+        str(error) == "linear.estimate(): missing sizes for d_in, d_out; pass d_in=..., d_out=..."
+    )
+    assert (error.where, error.reason, error.hint) == (
+        "linear.estimate()",
+        "missing sizes for d_in, d_out",
+        "pass d_in=..., d_out=...",
+    )
+
+    with pytest.raises(SpecError) as info:
+
+        @typed_flops
+        def f(x: Float[Tensor, "n 2*"]) -> Float[Tensor, " n"]:
+            return x
+
+    assert info.value.where == 'annotation "n 2*"'
+    assert info.value.reason.startswith("symbolic axis '2*': not a valid expression")
+    assert info.value.hint is None
+
+
+def test_raised_pattern_errors_carry_their_context() -> None:
+    with pytest.raises(PatternError) as info:
+        rearrange(torch.ones(2, 3), "a b -> b c")  # type: ignore[pattern]
+    error = info.value
+    assert (error.where, error.reason, error.context) == (
+        'rearrange "a b -> b c"',
+        "axis 'a' is on one side only (rearrange keeps every axis)",
+        ("input shapes: (2, 3)", "offending axis: a"),
+    )
+    assert str(error).splitlines() == [
+        "rearrange \"a b -> b c\": axis 'a' is on one side only (rearrange keeps every axis)",
+        "  input shapes: (2, 3)",
+        "  offending axis: a",
+    ]
+
+
+def test_unresolved_hints_are_spec_errors_from_errors_py() -> None:
+    @typed_flops
+    def f(x: Undefined) -> None:  # type: ignore[name-defined]  # noqa: F821
+        return None
+
+    with pytest.raises(UnresolvedHintError) as info:
+        f(1)
+    assert (info.value.where, info.value.reason) == (
+        "f()",
+        "cannot resolve its type hints (name 'Undefined' is not defined)",
+    )
+    assert type(info.value).__module__ == "typedflops.errors"
+
+
+# -- one home for error classes, one builder for SpecError messages -------------------------
+
+_SOURCE = Path(typedflops.__file__).parent
+
+
+def _modules() -> list[tuple[str, ast.Module]]:
+    return [
+        (path.relative_to(_SOURCE).as_posix(), ast.parse(path.read_text(), str(path)))
+        for path in sorted(_SOURCE.rglob("*.py"))
+    ]
+
+
+def _base_names(node: ast.ClassDef) -> set[str]:
+    return {ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases}
+
+
+def test_every_error_class_is_defined_in_errors_py() -> None:
+    """``_syntax.Problem`` is the one exception: the grammar core's short reason, which the
+    mypy plugin imports too, so it cannot live beside classes built on jaxtyping's."""
+    known = {"BaseException", "Exception", "Warning"} | {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, BaseException)
+    }
+    elsewhere = [
+        f"{module}: {node.name}"
+        for module, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and module != "errors.py"
+        and (
+            _base_names(node) & known
+            or any(name.endswith(("Error", "Exception")) for name in _base_names(node))
+        )
+    ]
+    assert elsewhere == ["_syntax/__init__.py: Problem"]
+
+
+def test_spec_error_messages_are_built_only_by_the_builder() -> None:
+    """Outside errors.py, a SpecError (or subclass) is only made by ``.at(...)``."""
+    classes = {"SpecError", "PatternError", "UnresolvedHintError"}
+    direct = [
+        f"{module}:{node.lineno}"
+        for module, tree in _modules()
+        if module != "errors.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and ast.unparse(node.func).rsplit(".", 1)[-1] in classes
+    ]
+    assert direct == []
+
+
+def test_moved_error_classes_keep_their_old_import_paths() -> None:
+    from typedflops import _checkers, _cli
+
+    assert _checkers.UnresolvedHintError is UnresolvedHintError
+    assert _cli.UsageError is errors.UsageError

@@ -178,15 +178,15 @@ def tensor_spec(hint: Any) -> TensorSpec:
     if array_type is not Any and not (
         isinstance(array_type, type) and issubclass(array_type, torch.Tensor)
     ):
-        raise SpecError(
-            f"annotation {hint.__name__}: typedflops checks torch tensors; "
-            f"the array type {array_type!r} is not torch.Tensor"
+        raise SpecError.at(
+            f"annotation {hint.__name__}",
+            f"typedflops checks torch tensors; the array type {array_type!r} is not torch.Tensor",
         )
     dim_str: str = hint.dim_str
     try:
         dims = parse_dims(dim_str)
     except Problem as problem:
-        raise SpecError(f'annotation "{dim_str}": {problem.reason}') from None
+        raise SpecError.at(f'annotation "{dim_str}"', problem.reason) from None
     axes = tuple(_axis(dim, dim_str) for dim in dims)
     return TensorSpec(
         hint=hint,

@@ -363,12 +363,13 @@ def measurement_from(
     flop_per_sec = flops / median if median > 0 else math.inf
     mfu = None if peak is None else flop_per_sec / peak
     if mfu is not None and mfu > 1:
-        raise SpecError(
+        raise SpecError.at(
+            None,
             f"MFU {mfu:.2f} > 1 on {device} ({dtype}): {format_si(flop_per_sec, 'FLOP/s')} "
-            f"measured against a peak of {format_si(peak or 0.0, 'FLOP/s')} "
-            f"({peak_source or 'peak='}). The peak "
-            f"is wrong (or the call does less work than its {flops:,} counted FLOPs): pass "
-            f"peak= or set {devices.ENV_PEAK_FLOPS}"
+            "measured against a peak of "
+            f"{format_si(peak or 0.0, 'FLOP/s')} ({peak_source or 'peak='}). The peak is wrong "
+            f"(or the call does less work than its {flops:,} counted FLOPs): pass peak= or "
+            f"set {devices.ENV_PEAK_FLOPS}",
         )
     intensity = flops / bytes_moved if bytes_moved > 0 else None
     ridge = None if peak is None or bandwidth is None else ridge_point(peak, bandwidth)
@@ -497,7 +498,7 @@ def benchmark(
             f"warmup={warmup}, repeat={repeat}, warmup_time={warmup_time}, min_time={min_time}"
         )
     if peak is not None and not peak > 0:
-        raise SpecError(f"peak= must be a positive number of FLOP/s, got {peak!r}")
+        raise SpecError.at(None, f"peak= must be a positive number of FLOP/s, got {peak!r}")
     cost = _call_cost(fn, args, kwargs)  # the contract first: nothing has run yet
     device, dtype = _placement(fn, args, kwargs)
     bytes_moved = int(cost.bytes_read) + int(cost.bytes_written)

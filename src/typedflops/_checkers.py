@@ -28,7 +28,7 @@ from ._plain_hints import (
     type_name_of,
 )
 from ._scope import CallState, shape_text, size_text, violation
-from .errors import ContractError, DeviceError, DtypeError, ShapeError, SpecError
+from .errors import ContractError, DeviceError, DtypeError, ShapeError, UnresolvedHintError
 
 __all__ = ["Checker", "UnresolvedHintError", "compile_hint", "hint_text", "tensor_specs"]
 
@@ -255,10 +255,6 @@ def _shapeless(state: CallState, where: str, value: torch.Tensor, spec: TensorSp
         expected=spec.dim_str,
         actual=f"{value.layout}",
     )
-
-
-class UnresolvedHintError(SpecError, NameError):
-    """A type hint names something that is not defined (yet)."""
 
 
 def _wrong_kind(

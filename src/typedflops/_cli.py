@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ._plan import add_parser as add_plan_parser
 from ._plan import run as run_plan
+from .errors import UsageError
 from .text import TERMINAL_WIDTH, fit_table, format_percent, format_si, wrap_lines
 
 if TYPE_CHECKING:
@@ -42,10 +43,6 @@ examples:
   typedflops plan --model gpt2 --batch 8 --seq 1024
                                          FLOPs, memory and step time of a training step
 """
-
-
-class UsageError(Exception):
-    """A command line that cannot run: reported as one line on stderr, exit status 2."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ def resolve_device(name: str | None) -> torch.device:
     >>> resolve_device("tpu")
     Traceback (most recent call last):
     ...
-    typedflops._cli.UsageError: --device 'tpu' is not a device torch knows; use cpu, cuda or mps
+    typedflops.errors.UsageError: --device 'tpu' is not a device torch knows; use cpu, cuda or mps
     """
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._annotation import AxisKind, TensorSpec, is_tensor_annotation
-from ._checkers import Checker, UnresolvedHintError, compile_hint, tensor_specs
+from ._checkers import Checker, compile_hint, tensor_specs
 from ._deferred import PLACEHOLDER_PREFIX, argument_sizes, shown, spec_of
 from ._scope import CallState, display_name, shape_text, violation
-from .errors import ShapeError, SpecError
+from .errors import ShapeError, SpecError, UnresolvedHintError
 
 __all__ = [
     "Contract",
@@ -176,11 +176,12 @@ class Contract:
                         where = "return" if key == "return" else f"parameter '{key}'"
                         multi = sorted((axis.expression.names & variadic) - bindable)
                         if multi:
-                            raise SpecError(
-                                f'{self.function}(): {where} annotation "{spec.dim_str}" '
-                                f'uses {", ".join(multi)} in "{axis.expression.text}", but '
+                            raise SpecError.at(
+                                f"{self.function}()",
+                                f'{where} annotation "{spec.dim_str}" uses '
+                                f'{", ".join(multi)} in "{axis.expression.text}", but '
                                 f"{multi[0]} is a variadic dim (*{multi[0]}); a symbolic axis "
-                                "can only use single dims"
+                                "can only use single dims",
                             )
                         missing = sorted(
                             name
@@ -189,10 +190,11 @@ class Contract:
                         )
                         if missing and not self.takes_self:
                             # (a module may bind dims that no argument names)
-                            raise SpecError(
-                                f'{self.function}(): {where} annotation "{spec.dim_str}" '
-                                f'uses {", ".join(missing)} in "{axis.expression.text}" but '
-                                "no parameter's annotation binds it"
+                            raise SpecError.at(
+                                f"{self.function}()",
+                                f'{where} annotation "{spec.dim_str}" uses '
+                                f'{", ".join(missing)} in "{axis.expression.text}" but '
+                                "no parameter's annotation binds it",
                             )
 
     def check_arguments(
@@ -287,14 +289,16 @@ class Contract:
             try:
                 expected = expression.evaluate(sizes)
             except KeyError as exc:
-                raise SpecError(
-                    f'{state.function}(): symbolic axis "{shown(expression.text)}" in "{dim_str}"'
-                    f" uses {exc.args[0]}, which no argument bound"
+                raise SpecError.at(
+                    f"{state.function}()",
+                    f'symbolic axis "{shown(expression.text)}" in "{dim_str}" uses '
+                    f"{exc.args[0]}, which no argument bound",
                 ) from None
             except TypeError:  # a variadic dim (a tuple) in the expression
-                raise SpecError(
-                    f'{state.function}(): symbolic axis "{shown(expression.text)}" in "{dim_str}"'
-                    " uses a variadic dim; a symbolic axis can only use single dims"
+                raise SpecError.at(
+                    f"{state.function}()",
+                    f'symbolic axis "{shown(expression.text)}" in "{dim_str}" uses a variadic '
+                    "dim; a symbolic axis can only use single dims",
                 ) from None
             if expected != size:
                 reason = (
@@ -389,9 +393,11 @@ def _resolve_hints(
     try:
         return typing.get_type_hints(fn, localns=dict(localns or {}), include_extras=True)
     except NameError as exc:
-        raise UnresolvedHintError(f"{function}(): cannot resolve its type hints ({exc})") from None
+        raise UnresolvedHintError.at(
+            f"{function}()", f"cannot resolve its type hints ({exc})"
+        ) from None
     except Exception as exc:
-        raise SpecError(f"{function}(): cannot resolve its type hints ({exc})") from None
+        raise SpecError.at(f"{function}()", f"cannot resolve its type hints ({exc})") from None
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -38,7 +38,7 @@ from ._cost import Cost
 from ._engine.calls import begin_call
 from ._engine.dryrun import Probe, measure
 from ._engine.frames import Frame, current_frame
-from ._engine.probes import call_dims, call_probe, estimate_probe
+from ._engine.probes import call_dims, call_probe, estimate_probe, method_needs_object
 from ._engine.session import RunSession
 from ._expr import parse_expression
 from ._generators import checked_async_generator, checked_generator
@@ -156,10 +156,10 @@ class TypedFunction(Generic[P, R]):
         unknown = sorted(self._flops.names - known)
         if unknown and not contract.takes_self:
             shown = ", ".join(sorted(known)) or "none"
-            raise SpecError(
-                f"{self.name}(): flops={self._flops.text!r} names "
-                f"{', '.join(unknown)}, which no annotation of {self.name} binds "
-                f"(its dims: {shown})"
+            raise SpecError.at(
+                f"{self.name}()",
+                f"flops={self._flops.text!r} names {', '.join(unknown)}, which no annotation "
+                f"of {self.name} binds (its dims: {shown})",
             )
 
     @property
@@ -402,11 +402,7 @@ class TypedFunction(Generic[P, R]):
     def _derive_formula(self) -> sympy.Expr:
         contract = self.contract
         if contract.takes_self:
-            raise SpecError(
-                f"{self.name}.estimate(): a method needs its object first, e.g. "
-                f"{self.name}.estimate(obj, ...) (or model.estimate(...) for typedflops.nn "
-                "models); its formula is only known through such an estimate"
-            )
+            raise method_needs_object(self.name)
         sizes = probe_sizes(contract)
         try:
             return self.estimate(**sizes).formula
@@ -415,10 +411,12 @@ class TypedFunction(Generic[P, R]):
                 return self.estimate(**self._last_estimate).formula
             shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
             reason = str(exc).splitlines()[0]
-            raise SpecError(
-                f"{self.name}(): cannot derive its formula by a dry run at probe sizes "
-                f"{shown} ({type(exc).__name__}: {reason}); call {self.name}.estimate(...) "
-                "with sizes the body accepts first, or pass flops= to @typed_flops"
+            raise SpecError.at(
+                f"{self.name}()",
+                f"cannot derive its formula by a dry run at probe sizes {shown} "
+                f"({type(exc).__name__}: {reason})",
+                hint=f"call {self.name}.estimate(...) with sizes the body accepts first, or "
+                "pass flops= to @typed_flops",
             ) from None
 
     def check_call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> CallState:

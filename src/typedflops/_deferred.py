@@ -59,9 +59,10 @@ def _compile(node: ast.expr, text: str) -> Callable[[Mapping[str, Any]], Any]:
         left, right = _compile(node.left, text), _compile(node.right, text)
         apply = _OPERATORS[type(node.op)]
         return lambda arguments: apply(left(arguments), right(arguments))
-    raise SpecError(
-        f"deferred dim {{{text}}}: {ast.unparse(node)!r} is not allowed; only argument "
-        "names, their attributes, integers and + - * // % are"
+    raise SpecError.at(
+        f"deferred dim {{{text}}}",
+        f"{ast.unparse(node)!r} is not allowed; only argument names, their attributes, "
+        "integers and + - * // % are",
     )
 
 
@@ -72,7 +73,7 @@ def _placeholder(text: str) -> str:
         try:
             tree = ast.parse(text, mode="eval")
         except SyntaxError:
-            raise SpecError(f"deferred dim {{{text}}}: not a valid expression") from None
+            raise SpecError.at(f"deferred dim {{{text}}}", "not a valid expression") from None
         found = f"{PLACEHOLDER_PREFIX}{len(_placeholders)}"
         _evaluators[found] = (text, _compile(tree.body, text))
         _placeholders[text] = found
@@ -137,18 +138,18 @@ def argument_sizes(
         try:
             value = evaluate(arguments)
         except KeyError as exc:
-            raise SpecError(
-                f"{where}: deferred dim {{{text}}} uses {exc.args[0]}, which is not a parameter"
+            raise SpecError.at(
+                where, f"deferred dim {{{text}}} uses {exc.args[0]}, which is not a parameter"
             ) from None
         except AttributeError as exc:
-            raise SpecError(f"{where}: deferred dim {{{text}}}: {exc}") from None
+            raise SpecError.at(f"{where}: deferred dim {{{text}}}", str(exc)) from None
         try:
             if isinstance(value, bool):
                 raise TypeError
             sizes[name] = operator.index(value)
         except TypeError:
-            raise SpecError(
-                f"{where}: deferred dim {{{text}}} is {type(value).__name__} {value!r}, "
-                "not an integer"
+            raise SpecError.at(
+                where,
+                f"deferred dim {{{text}}} is {type(value).__name__} {value!r}, not an integer",
             ) from None
     return sizes

@@ -60,7 +60,7 @@ class Expression:
         try:
             return self.formula.evaluate(sizes)
         except Problem as problem:
-            raise SpecError(f"{self.origin} {shorten(self.text)!r}: {problem.reason}") from None
+            raise SpecError.at(f"{self.origin} {shorten(self.text)!r}", problem.reason) from None
 
 
 def _sympy(node: Node) -> sympy.Expr:
@@ -93,7 +93,7 @@ def parse_expression(text: object, origin: str = "formula") -> Expression:
         try:
             parse_formula(text)
         except Problem as problem:
-            raise SpecError(f"{origin} {shorten(text)!r}: {problem.reason}") from None
+            raise SpecError.at(f"{origin} {shorten(text)!r}", problem.reason) from None
     assert isinstance(text, str)
     return _parse(text, origin)
 
@@ -104,7 +104,7 @@ def _parse(text: str, origin: str) -> Expression:
         formula = parse_formula(text)
         expression = _sympy(formula.tree)
     except Problem as problem:
-        raise SpecError(f"{origin} {shorten(text)!r}: {problem.reason}") from None
+        raise SpecError.at(f"{origin} {shorten(text)!r}", problem.reason) from None
     return Expression(
         text=text, names=formula.names, sympy=expression, formula=formula, origin=origin
     )

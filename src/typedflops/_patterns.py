@@ -70,12 +70,11 @@ def pattern_error(
     function: str | None = None,
 ) -> PatternError:
     """One PatternError: the reason first, then the pattern's inputs and the offending axis."""
-    where = f"{function}(): " if function else ""
-    lines = [f'{where}{op} "{pattern}": {reason}']
-    lines.append("input shapes: " + ", ".join(shape_text(s) for s in shapes))
+    where = f'{function}(): {op} "{pattern}"' if function else f'{op} "{pattern}"'
+    context = ["input shapes: " + ", ".join(shape_text(s) for s in shapes)]
     if axis is not None:
-        lines.append(f"offending axis: {axis}")
-    return PatternError("\n  ".join(lines))
+        context.append(f"offending axis: {axis}")
+    return PatternError.at(where, reason, context=context)
 
 
 # -- einsum -------------------------------------------------------------------------------

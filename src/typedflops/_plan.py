@@ -189,7 +189,9 @@ def _resolve_device(name: str) -> DeviceSpec:
     spec = devices.lookup(name)
     if spec is None:
         known = ", ".join(f'"{sku}"' for sku in MEMORY_GB)
-        raise SpecError(f"unknown device {name!r}: {devices.explain(name)}; known: {known}")
+        raise SpecError.at(
+            None, f"unknown device {name!r}: {devices.explain(name)}", hint=f"known: {known}"
+        )
     return spec
 
 
@@ -213,15 +215,17 @@ def plan(
     """
     if isinstance(model, str):
         if model not in CONFIGS:
-            raise SpecError(f"unknown model {model!r}; known: {', '.join(CONFIGS)}")
+            raise SpecError.at(
+                None, f"unknown model {model!r}", hint=f"known: {', '.join(CONFIGS)}"
+            )
         name, config = model, CONFIGS[model]
     else:
         name, config = "custom", model
     for label, value in (("batch", batch), ("seq", seq)):
         if type(value) is not int or value < 1:
-            raise SpecError(f"plan(): {label}={value!r} is not a size >= 1")
+            raise SpecError.at("plan()", f"{label}={value!r} is not a size >= 1")
     if seq > config.context:
-        raise SpecError(f"plan(): seq={seq} is longer than {name}'s context {config.context}")
+        raise SpecError.at("plan()", f"seq={seq} is longer than {name}'s context {config.context}")
     config = dataclasses.replace(config, checkpoint=checkpoint or config.checkpoint)
     spec = device if isinstance(device, DeviceSpec) else _resolve_device(device)
     with torch.device("meta"):

@@ -42,11 +42,11 @@ def _spec(device: DeviceSpec | str | torch.device | None) -> DeviceSpec:
     if isinstance(device, str) and device not in ("cpu", "cuda") and ":" not in device:
         found = devices.lookup(device)
         if found is None:
-            raise SpecError(f"unknown device {device!r}: {devices.explain(device)}")
+            raise SpecError.at(None, f"unknown device {device!r}: {devices.explain(device)}")
         return found
     spec = devices.device_spec(device)
     if spec is None:
-        raise SpecError(f"no peak figures for device {device!r}")
+        raise SpecError.at(None, f"no peak figures for device {device!r}")
     return spec
 
 
@@ -112,11 +112,11 @@ def step_time(
     (True, 6.668)
     """
     if not 0.0 < mfu <= 1.0:
-        raise SpecError(f"step_time(): mfu={mfu!r} must be in (0, 1]")
+        raise SpecError.at("step_time()", f"mfu={mfu!r} must be in (0, 1]")
     spec = _spec(device)
     peak = devices.peak_flops(dtype, spec)
     if peak is None:
-        raise SpecError(f"step_time(): {spec.name} has no {dtype} peak ({spec.source})")
+        raise SpecError.at("step_time()", f"{spec.name} has no {dtype} peak ({spec.source})")
     flops = cost.flops + cost.backward_flops + cost.recompute_flops
     moved = (1 + BACKWARD_TRAFFIC) * cost.bytes
     bound = flops / peak
@@ -155,13 +155,15 @@ def step_mfu(
     0.6442450944
     """
     if seconds <= 0:
-        raise SpecError(f"step_mfu(): seconds={seconds!r} must be positive")
+        raise SpecError.at("step_mfu()", f"seconds={seconds!r} must be positive")
     figure = peak if peak is not None else devices.peak_flops(dtype, _spec(device))
     if figure is None:
-        raise SpecError(f"step_mfu(): no {dtype} peak for device {device!r}; pass peak=")
+        raise SpecError.at(
+            "step_mfu()", f"no {dtype} peak for device {device!r}", hint="pass peak="
+        )
     value = model_flops(cost) / seconds / figure
     if value > 1:
-        raise SpecError(
-            f"step_mfu(): MFU {value:.2f} is above 1: the peak ({figure:.3g} FLOP/s) is wrong"
+        raise SpecError.at(
+            "step_mfu()", f"MFU {value:.2f} is above 1: the peak ({figure:.3g} FLOP/s) is wrong"
         )
     return value

@@ -222,9 +222,10 @@ def _step_function(model: torch.nn.Module) -> TypedFunction[..., Any]:
         found = getattr(type(model), name, None)
         if isinstance(found, TypedFunction):
             return found
-    raise SpecError(
-        f"training_memory(): {type(model).__name__} has no @typed_flops forward (or loss) "
-        "method to dry-run; decorate its forward with @typed_flops"
+    raise SpecError.at(
+        "training_memory()",
+        f"{type(model).__name__} has no @typed_flops forward (or loss) method to dry-run",
+        hint="decorate its forward with @typed_flops",
     )
 
 
@@ -257,11 +258,13 @@ def training_memory(
     key = optimizer.lower() if optimizer is not None else None
     if key not in OPTIMIZER_STATES:
         known = ", ".join(sorted(k for k in OPTIMIZER_STATES if k))
-        raise SpecError(f"training_memory(): unknown optimizer {optimizer!r}; known: {known}")
+        raise SpecError.at(
+            "training_memory()", f"unknown optimizer {optimizer!r}", hint=f"known: {known}"
+        )
     parameters = list(model.parameters())
     step_dtype = dtype or (parameters[0].dtype if parameters else torch.float32)
     if not step_dtype.is_floating_point:
-        raise SpecError(f"training_memory(): dtype={step_dtype} is not a floating-point dtype")
+        raise SpecError.at("training_memory()", f"dtype={step_dtype} is not a floating-point dtype")
     mixed = step_dtype in _SIXTEEN_BIT
     master = mixed if master_weights is None else master_weights
     cost = _step_function(model).estimate(model, dtype=step_dtype, **dims)

@@ -225,15 +225,16 @@ def env_peak_flops(dtype: torch.dtype | None) -> float | None:
         try:
             figure = float(value)
         except ValueError:
-            raise SpecError(
-                f"{ENV_PEAK_FLOPS}={raw!r}: {value.strip()!r} is not a number of FLOP/s; "
-                "write e.g. 312e12 or bfloat16=989.4e12,float32=67e12"
+            raise SpecError.at(
+                f"{ENV_PEAK_FLOPS}={raw!r}",
+                f"{value.strip()!r} is not a number of FLOP/s",
+                hint="write e.g. 312e12 or bfloat16=989.4e12,float32=67e12",
             ) from None
         if not 0 < figure < float("inf"):
-            raise SpecError(f"{ENV_PEAK_FLOPS}={raw!r}: a peak must be positive and finite")
+            raise SpecError.at(f"{ENV_PEAK_FLOPS}={raw!r}", "a peak must be positive and finite")
         name = key.strip().removeprefix("torch.")
         if sep and not isinstance(getattr(torch, name, None), torch.dtype):
-            raise SpecError(f"{ENV_PEAK_FLOPS}={raw!r}: {name!r} is not a torch dtype")
+            raise SpecError.at(f"{ENV_PEAK_FLOPS}={raw!r}", f"{name!r} is not a torch dtype")
         if not sep:
             generic = figure
         elif name == dtype_name:

@@ -5,13 +5,15 @@ pattern, the dims given to ``estimate``). ``ContractError`` means a call is wron
 shape, dtype or device, or a non-tensor argument that its hint rejects).
 
 Every error is raised once, with the reason on its first line and the context (function,
-argument, bound dims) on the lines after it.
+argument, bound dims) on the lines after it. A ``SpecError`` message is built in one place,
+:meth:`SpecError.at`: where the mistake was written, then what is wrong with it, then (if there
+is one) what to do instead, each also kept as an attribute for tools and tests to read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 import einops
 from jaxtyping import TypeCheckError
@@ -24,6 +26,8 @@ __all__ = [
     "ShapeError",
     "SpecError",
 ]
+
+_Spec = TypeVar("_Spec", bound="SpecError")
 
 
 class ContractError(TypeCheckError):
@@ -70,8 +74,64 @@ class DeviceError(ContractError):
 
 
 class SpecError(ValueError):
-    """A specification is wrong: an annotation, a ``flops=`` formula, a pattern, estimate dims."""
+    """A specification is wrong: an annotation, a ``flops=`` formula, a pattern, estimate dims.
+
+    Attributes name the mistake: ``where`` (what was written wrong, as the message's first
+    words: ``"f()"``, ``'annotation "batch d_in"'``; None if the reason says it all),
+    ``reason`` (what is wrong with it), ``hint`` (what to do instead, or None) and
+    ``context`` (the lines after the first: shapes, the offending axis). Build one with
+    :meth:`at`; a ``SpecError(message)`` made by hand has its whole message as ``reason``.
+    """
+
+    def __init__(self, message: str = "") -> None:
+        # No super().__init__, as in ContractError: BaseException.__new__ keeps ``message``
+        # as the error's args, which is all that unpickling passes back to this constructor
+        # (the attributes come back through the instance's __dict__).
+        self.where: str | None = None
+        self.reason = message
+        self.hint: str | None = None
+        self.context: tuple[str, ...] = ()
+
+    @classmethod
+    def at(
+        cls: type[_Spec],
+        where: str | None,
+        reason: str,
+        *,
+        hint: str | None = None,
+        context: Iterable[str] = (),
+    ) -> _Spec:
+        """The error for ``reason`` at ``where``: ``"{where}: {reason}; {hint}"``, then each
+        line of ``context`` indented on a line of its own.
+
+        >>> error = SpecError.at('annotation "b  c"', "two spaces", hint="write one")
+        >>> str(error)
+        'annotation "b  c": two spaces; write one'
+        >>> error.where, error.reason, error.hint
+        ('annotation "b  c"', 'two spaces', 'write one')
+        >>> print(PatternError.at('rearrange "a -> a a"', "a twice", context=["shapes: (2,)"]))
+        rearrange "a -> a a": a twice
+          shapes: (2,)
+        """
+        lines = tuple(context)
+        error = cls(
+            (f"{where}: " if where else "")
+            + reason
+            + (f"; {hint}" if hint else "")
+            + "".join(f"\n  {line}" for line in lines)
+        )
+        error.where, error.reason, error.hint, error.context = where or None, reason, hint, lines
+        return error
 
 
 class PatternError(SpecError, einops.EinopsError):
     """An einops pattern is malformed or does not fit the tensors it is applied to."""
+
+
+class UnresolvedHintError(SpecError, NameError):
+    """A type hint names something that is not defined (yet): the decorator compiles the
+    contract again at the first call, and raises this if the name is still unknown."""
+
+
+class UsageError(Exception):
+    """A command line that cannot run: reported as one line on stderr, exit status 2."""

@@ -37,6 +37,7 @@ __all__ = [
     "call_probe",
     "check_sizes",
     "estimate_probe",
+    "method_needs_object",
     "module_names",
     "module_repeats",
     "plain_probe",
@@ -82,6 +83,16 @@ def materialize(value: Any, device: str) -> Any:
     return value
 
 
+def method_needs_object(function: str) -> SpecError:
+    """The error for estimating a method with no object: its dims may come from the object."""
+    return SpecError.at(
+        f"{function}.estimate()",
+        f"a method needs its object first, e.g. {function}.estimate(obj, ...) (or "
+        "model.estimate(...) for typedflops.nn models); its formula is only known through such "
+        "an estimate",
+    )
+
+
 def check_sizes(function: str, dims: Mapping[str, Any], variadic: set[str]) -> dict[str, Size]:
     """``estimate``'s sizes as ints (or tuples for ``*name`` dims and ``...``), or a SpecError
     naming the dim and what was given."""
@@ -89,9 +100,10 @@ def check_sizes(function: str, dims: Mapping[str, Any], variadic: set[str]) -> d
     for name, value in dims.items():
         if isinstance(value, tuple | list):
             if name not in variadic:
-                raise SpecError(
-                    f"{function}.estimate(): {name}={value!r} is a tuple, but {name} is one "
-                    "axis; give it one size (tuples are for *name dims and ellipsis=)"
+                raise SpecError.at(
+                    f"{function}.estimate()",
+                    f"{name}={value!r} is a tuple, but {name} is one axis",
+                    hint="give it one size (tuples are for *name dims and ellipsis=)",
                 )
             checked[name] = tuple(_size(function, name, item) for item in value)
         else:
@@ -101,16 +113,17 @@ def check_sizes(function: str, dims: Mapping[str, Any], variadic: set[str]) -> d
 
 def _size(function: str, name: str, value: Any) -> int:
     if isinstance(value, bool) or not _is_integer(value):
-        raise SpecError(
-            f"{function}.estimate(): {name}={value!r} is not a size; sizes are integers "
-            f"(got {type(value).__name__})"
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"{name}={value!r} is not a size; sizes are integers (got {type(value).__name__})",
         )
     size = operator.index(value)
     if size < 0:
-        raise SpecError(f"{function}.estimate(): {name}={size} is negative; sizes are >= 0")
+        raise SpecError.at(f"{function}.estimate()", f"{name}={size} is negative; sizes are >= 0")
     if size > _MAX_SIZE:
-        raise SpecError(
-            f"{function}.estimate(): {name}={size} is too large for a tensor size (at most 2**62)"
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"{name}={size} is too large for a tensor size (at most 2**62)",
         )
     return size
 
@@ -338,18 +351,19 @@ def estimate_probe(
     unknown = sorted(set(given) - known)
     if unknown:
         shown = ", ".join(sorted(known - {ELLIPSIS})) or "none"
-        raise SpecError(
-            f"{function}.estimate(): unknown dim{'s' * (len(unknown) > 1)} "
-            f"{', '.join(unknown)}; its dims are {shown}"
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"unknown dim{'s' * (len(unknown) > 1)} {', '.join(unknown)}; its dims are {shown}",
         )
     sizes = check_sizes(function, given, variadic)
     unknown_grad = sorted(set(grad) - set(by_name))
     if unknown_grad:
         which = "is not a tensor parameter" if len(unknown_grad) == 1 else "are not"
-        raise SpecError(
-            f"{function}.estimate(): grad names {', '.join(unknown_grad)}, which {which}"
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"grad names {', '.join(unknown_grad)}, which {which}"
             f"{' tensor parameters' if len(unknown_grad) > 1 else ''}"
-            f" (tensor parameters: {', '.join(by_name) or 'none'})"
+            f" (tensor parameters: {', '.join(by_name) or 'none'})",
         )
     required = {p.name for p in parameters if not p.defaults_to_none}
     required_dims = {n for p in parameters if p.name in required for n in p.spec.names}
@@ -369,10 +383,11 @@ def estimate_probe(
             needed.add(ELLIPSIS)
     missing = sorted(needed - set(sizes) - set(own))
     if missing:
-        raise SpecError(
-            f"{function}.estimate(): missing size{'s' * (len(missing) > 1)} for "
-            f"{', '.join(missing)}; pass {', '.join(f'{m}=...' for m in missing)}"
-            + (" (the axes '...' stands for: an int or a tuple)" if ELLIPSIS in missing else "")
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"missing size{'s' * (len(missing) > 1)} for {', '.join(missing)}",
+            hint=f"pass {', '.join(f'{m}=...' for m in missing)}"
+            + (" (the axes '...' stands for: an int or a tuple)" if ELLIPSIS in missing else ""),
         )
     for param in contract.parameters:
         if (
@@ -382,14 +397,11 @@ def estimate_probe(
             and contract.signature.parameters[param.name].default is inspect.Parameter.empty
         ):
             if param.index == 0 and contract.takes_self:
-                raise SpecError(
-                    f"{function}.estimate(): a method needs its object first, e.g. "
-                    f"{function}.estimate(obj, ...) (or model.estimate(...) for typedflops.nn "
-                    "models); its formula is only known through such an estimate"
-                )
-            raise SpecError(
-                f"{function}.estimate(): cannot build argument '{param.name}' (not a tensor "
-                f"annotation); pass {param.name}=... to estimate"
+                raise method_needs_object(function)
+            raise SpecError.at(
+                f"{function}.estimate()",
+                f"cannot build argument '{param.name}' (not a tensor annotation)",
+                hint=f"pass {param.name}=... to estimate",
             )
     base: dict[str, Size] = {**own, **sizes}
     device = _module_device(module) or "cpu"

@@ -140,12 +140,12 @@ def _as_count(value: Any, name: str) -> int:
     try:
         count = int(value)
     except (TypeError, ValueError):
-        raise SpecError(
-            f"the FLOP rule of {name} returned {value!r}; a rule returns a number of FLOPs"
+        raise SpecError.at(
+            None, f"the FLOP rule of {name} returned {value!r}; a rule returns a number of FLOPs"
         ) from None
     if count != value or count < 0:
-        raise SpecError(
-            f"the FLOP rule of {name} returned {value!r}; FLOPs are a non-negative integer"
+        raise SpecError.at(
+            None, f"the FLOP rule of {name} returned {value!r}; FLOPs are a non-negative integer"
         )
     return count
 
@@ -504,7 +504,7 @@ def register_rule(target: Any) -> Callable[[Callable[..., Any]], Callable[..., A
 
     def decorate(rule: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(rule):
-            raise SpecError(f"register_rule({target!r}): the rule must be callable")
+            raise SpecError.at(f"register_rule({target!r})", "the rule must be callable")
         entry = RuleEntry(
             rule, symbolic=False, source="user", raw=True, extra={"name": _label(key)}
         )
@@ -526,14 +526,16 @@ def _op_key(target: Any) -> Any:
         return op
     if callable(target):
         if getattr(inspect.unwrap(target), "__code__", None) is None:
-            raise SpecError(
-                f"register_rule({target!r}): a Python function needs Python code to be seen "
-                "running; give the rule to the op it calls instead"
+            raise SpecError.at(
+                f"register_rule({target!r})",
+                "a Python function needs Python code to be seen running",
+                hint="give the rule to the op it calls instead",
             )
         return None
-    raise SpecError(
-        f"register_rule({target!r}): the target must be a torch op (torch.ops.lib.name), "
-        "a torch.library.custom_op or a Python function"
+    raise SpecError.at(
+        f"register_rule({target!r})",
+        "the target must be a torch op (torch.ops.lib.name), a torch.library.custom_op or a "
+        "Python function",
     )
 
 
