@@ -222,6 +222,23 @@ def module_names(module: Any) -> dict[str, int]:
     return found
 
 
+def held_dims(module: Any) -> dict[str, int]:
+    """Sizes a module holds, for a method's dims that its caller does not give: what
+    :func:`module_names` finds, then the dims its typed submodules declare (a typed
+    ``Linear``'s ``d_in``), where every submodule declaring one name gives it one size."""
+    found = module_names(module)
+    if not isinstance(module, torch.nn.Module):
+        return found
+    seen: dict[str, set[int]] = {}
+    for sub in module.modules():
+        for name, size in module_dims(sub).items():
+            seen.setdefault(name, set()).add(size)
+    for name, sizes in seen.items():
+        if len(sizes) == 1 and name not in found:
+            found[name] = next(iter(sizes))
+    return found
+
+
 def module_repeats(module: Any) -> dict[str, int]:
     """Names for how many times a module repeats a block: its int attributes (or declared
     dims) equal to the length of one of its ``ModuleList``/``Sequential`` children, those
@@ -367,7 +384,12 @@ def estimate_probe(
         needed |= set(p.spec.bindable_names)
         if p.spec.has_ellipsis:
             needed.add(ELLIPSIS)
-    missing = sorted(needed - set(sizes) - set(own))
+    held = {
+        name: size
+        for name, size in held_dims(module).items()
+        if name in needed and name not in sizes and name not in own
+    }
+    missing = sorted(needed - set(sizes) - set(own) - set(held))
     if missing:
         raise SpecError(
             f"{function}.estimate(): missing size{'s' * (len(missing) > 1)} for "
@@ -391,7 +413,7 @@ def estimate_probe(
                 f"{function}.estimate(): cannot build argument '{param.name}' (not a tensor "
                 f"annotation); pass {param.name}=... to estimate"
             )
-    base: dict[str, Size] = {**own, **sizes}
+    base: dict[str, Size] = {**own, **held, **sizes}
     device = _module_device(module) or "cpu"
     repeats = module_repeats(module)
     variable = list(sizes)
