@@ -14,6 +14,7 @@ at other sizes of its own dims.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -211,15 +212,36 @@ def module_names(module: Any) -> dict[str, int]:
     for sub in module.modules():
         if type(sub).__module__.startswith("torch."):
             continue
-        for name, value in vars(sub).items():
-            if (
-                type(value) is int
-                and value in axes
-                and not name.startswith("_")
-                and name not in found
-            ):
+        for name, value in _int_fields(sub):
+            if value in axes and name not in found:
                 found[name] = value
     return found
+
+
+_CONFIG_NAMES = ("config", "cfg", "args", "hparams", "params")
+
+
+def _int_fields(module: Any) -> list[tuple[str, int]]:
+    """A module's public int attributes, then those of its config object (a dataclass, or an
+    attribute named ``config``, ``cfg``, ``args``...): ``GPT.config.n_embd``."""
+    fields: list[tuple[str, int]] = []
+    configs: list[Any] = []
+    for name, value in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if type(value) is int:
+            fields.append((name, value))
+        elif (dataclasses.is_dataclass(value) and not isinstance(value, type)) or (
+            name in _CONFIG_NAMES and hasattr(value, "__dict__") and not callable(value)
+        ):
+            configs.append(value)
+    for config in configs:
+        fields.extend(
+            (name, value)
+            for name, value in vars(config).items()
+            if type(value) is int and not name.startswith("_")
+        )
+    return fields
 
 
 def held_dims(module: Any) -> dict[str, int]:
@@ -251,11 +273,7 @@ def module_repeats(module: Any) -> dict[str, int]:
         if isinstance(sub, torch.nn.ModuleList | torch.nn.Sequential) and len(sub) > 1
     }
     candidates = dict(module_dims(module))
-    candidates.update(
-        (name, value)
-        for name, value in vars(module).items()
-        if type(value) is int and not name.startswith("_")
-    )
+    candidates.update(_int_fields(module))
     found = {name: value for name, value in candidates.items() if value in lengths}
     preferred = {
         name: value
