@@ -145,3 +145,53 @@ def test_dtype_and_return_errors_under_compile() -> None:
     for dynamic in (None, True):
         with pytest.raises(ShapeError, match=re.escape("the return value has shape (3,)")):
             torch.compile(wrong, backend="eager", dynamic=dynamic)(torch.ones(3))
+
+
+def test_record_around_a_compiled_module_counts_what_the_eager_module_does() -> None:
+    """Under a dispatch mode dynamo runs the frames eagerly (as under FlopCounterMode):
+    the rows and counts are the eager module's, and nothing is counted twice."""
+    from typedflops import record
+
+    model = Block()
+    compiled = torch.compile(model, backend="aot_eager")
+    x = torch.randn(5, 4)
+    compiled(x)  # compiled outside the recording
+    with record() as eager:
+        model(x)
+        model(x)
+    with record() as under_compile:
+        compiled(x)
+        compiled(x)
+    assert under_compile.total.flops == eager.total.flops > 0
+    assert under_compile.total.formula == eager.total.formula
+
+
+def test_bound_methods_estimate_and_give_a_formula_with_their_module_on_meta() -> None:
+    model = Block()
+    cost = model.score.estimate(n=10, d=4)
+    assert (cost.flops, str(cost.formula)) == (40, "d*n")
+    forward = model.forward.estimate(n=10)
+    assert forward.flops == forward.formula.subs(dict(forward.dims)) > 0
+    assert str(model.score.formula) == "d*n"
+
+
+class Scorer(torch.nn.Module):
+    """A plain module over a typed Linear, with a decorated method other than forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = Linear(16, 8)
+
+    @typed_flops
+    def score(self, q: Float[Tensor, "n d_in"]) -> Float[Tensor, " n"]:
+        return self.proj(q).sum(-1)
+
+
+def test_dims_a_typed_submodule_holds_need_not_be_given() -> None:
+    scorer = Scorer()
+    cost = scorer.score.estimate(n=10)
+    assert cost.dims["d_in"] == 16
+    assert str(cost.formula) == "d_out*n*(2*d_in + 1)"
+    assert scorer.score.formula == cost.formula
+    with pytest.raises(ShapeError, match="d_in"):
+        scorer.score(torch.randn(3, 15))

@@ -138,8 +138,9 @@ def test_a_method_needs_its_object_to_be_estimated() -> None:
 
     layer = Linear(4, 3)
     with pytest.raises(SpecError, match=r"a method needs its object first"):
-        layer.forward.formula  # noqa: B018
+        Linear.forward.formula  # noqa: B018
     assert str(Linear.forward.estimate(layer, batch=2).formula) == "2*batch*d_in*d_out"
+    assert str(layer.forward.formula) == "2*batch*d_in*d_out"  # bound: the object is there
 
 
 def test_activation_bytes_are_what_autograd_saves() -> None:

@@ -3,6 +3,7 @@ dims, every count what ran (the properties in the README's "Formulas" section)."
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -12,7 +13,7 @@ import sympy
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from real_models import (
     GptBlock,
     MultiHeadSelfAttention,
@@ -276,3 +277,31 @@ def test_report_rows_are_true_at_their_sizes() -> None:
 def _lm_call(batch: int, seq: int) -> Callable[[], Tensor]:
     ids = torch.randint(0, 97, (batch, seq))
     return lambda: LM(ids)
+
+
+@dataclasses.dataclass
+class TinyConfig:
+    vocab_size: int = 37
+    n_embd: int = 12
+
+
+class ConfiguredLM(torch.nn.Module):
+    """Sizes held in a config object, as many public models hold them."""
+
+    def __init__(self, config: TinyConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.wte = torch.nn.Embedding(config.vocab_size, config.n_embd)
+        self.head = torch.nn.Linear(config.n_embd, config.vocab_size, bias=False)
+
+    @typed_flops
+    def forward(self, ids: Int[Tensor, "b t"]) -> Float[Tensor, "b t vocab"]:
+        out: Tensor = self.head(self.wte(ids))
+        return out
+
+
+def test_sizes_in_a_config_object_name_the_formula() -> None:
+    model = ConfiguredLM(TinyConfig())
+    cost = model.forward.estimate(b=2, t=5)
+    assert str(cost.formula) == "2*b*n_embd*t*vocab"  # the annotation's name first
+    assert cost.flops == 2 * 2 * 5 * 12 * 37

@@ -7,6 +7,8 @@ import typing
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import sympy
+
     from ._cost import Cost
 
 
@@ -18,6 +20,8 @@ class _Bindable(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def estimate(self, *args: Any, **kwargs: Any) -> Cost: ...
+
+    def formula_of(self, obj: Any) -> sympy.Expr: ...
 
 
 __all__ = ["TypedMethod"]
@@ -45,6 +49,12 @@ class TypedMethod(functools.partial[Any]):
         """:meth:`TypedFunction.estimate` with this object first."""
         cost: Cost = self.__func__.estimate(self.args[0], *args, **kwargs)
         return cost
+
+    @property
+    def formula(self) -> sympy.Expr:
+        """Forward FLOPs of calls on this object, in the dims of the method's annotations
+        (those the object holds, a typed submodule's ``d_in``, fixed at its sizes)."""
+        return self.__func__.formula_of(self.args[0])
 
     def __getattr__(self, name: str) -> Any:
         if name == "__wrapped__":  # inspect.signature would skip the binding of the object

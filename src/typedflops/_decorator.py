@@ -38,7 +38,13 @@ from ._cost import Cost
 from ._engine.calls import begin_call
 from ._engine.dryrun import Probe, measure
 from ._engine.frames import Frame, current_frame
-from ._engine.probes import call_dims, call_probe, estimate_probe, method_needs_object
+from ._engine.probes import (
+    call_dims,
+    call_probe,
+    estimate_probe,
+    held_dims,
+    method_needs_object,
+)
 from ._engine.session import RunSession
 from ._expr import parse_expression
 from ._generators import checked_async_generator, checked_generator
@@ -399,16 +405,24 @@ class TypedFunction(Generic[P, R]):
             self._formula = self._derive_formula()
         return self._formula
 
-    def _derive_formula(self) -> sympy.Expr:
+    def formula_of(self, obj: Any) -> sympy.Expr:
+        """A method's forward FLOPs on ``obj`` (what ``obj.method.formula`` gives), fitted at
+        probe sizes for the dims that ``obj`` does not hold."""
+        if self._flops is not None:
+            return self._flops.sympy
+        return self._derive_formula((obj,))
+
+    def _derive_formula(self, objects: tuple[Any, ...] = ()) -> sympy.Expr:
         contract = self.contract
-        if contract.takes_self:
+        if contract.takes_self and not objects:
             raise method_needs_object(self.name)
-        sizes = probe_sizes(contract)
+        held = held_dims(objects[0]) if objects else {}
+        sizes = {k: v for k, v in probe_sizes(contract).items() if k not in held}
         try:
-            return self.estimate(**sizes).formula
+            return self.estimate(*objects, **sizes).formula
         except Exception as exc:
             if self._last_estimate is not None:
-                return self.estimate(**self._last_estimate).formula
+                return self.estimate(*objects, **self._last_estimate).formula
             shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
             reason = str(exc).splitlines()[0]
             raise SpecError.at(

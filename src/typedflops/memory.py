@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ._storage import nbytes, same_storage
-from ._training import OPTIMIZER_STATES, TrainingMemory
-from ._training import training_memory as step_memory
+from ._training import OPTIMIZER_STATES, TrainingMemory, training_memory
 
-__all__ = ["OPTIMIZER_STATES", "model_memory", "nbytes", "same_storage", "training_memory"]
+__all__ = [
+    "OPTIMIZER_STATES",
+    "TrainingMemory",
+    "model_memory",
+    "nbytes",
+    "same_storage",
+    "training_memory",
+]
 
 
 def model_memory(model: torch.nn.Module, optimizer: str | None = "adam") -> dict[str, int]:
@@ -37,19 +41,3 @@ def model_memory(model: torch.nn.Module, optimizer: str | None = "adam") -> dict
         "optimizer": states,
         "total": parameters + trainable + states,
     }
-
-
-def training_memory(
-    model: torch.nn.Module,
-    optimizer: str | None = "adamw",
-    dtype: torch.dtype | None = None,
-    *,
-    master_weights: bool | None = None,
-    **dims: Any,
-) -> TrainingMemory:
-    """The bytes one training step of ``model`` holds at its peak, at ``dims`` (``batch=``,
-    ``seq=``...): parameters, gradients, optimizer state, fp32 master weights (16-bit
-    ``dtype``) and activations, as numbers and formulas in the model's dims. See
-    :func:`typedflops._training.training_memory`.
-    """
-    return step_memory(model, optimizer, dtype, master_weights=master_weights, **dims)

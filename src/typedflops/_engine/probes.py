@@ -14,6 +14,7 @@ at other sizes of its own dims.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -224,14 +225,52 @@ def module_names(module: Any) -> dict[str, int]:
     for sub in module.modules():
         if type(sub).__module__.startswith("torch."):
             continue
-        for name, value in vars(sub).items():
-            if (
-                type(value) is int
-                and value in axes
-                and not name.startswith("_")
-                and name not in found
-            ):
+        for name, value in _int_fields(sub):
+            if value in axes and name not in found:
                 found[name] = value
+    return found
+
+
+_CONFIG_NAMES = ("config", "cfg", "args", "hparams", "params")
+
+
+def _int_fields(module: Any) -> list[tuple[str, int]]:
+    """A module's public int attributes, then those of its config object (a dataclass, or an
+    attribute named ``config``, ``cfg``, ``args``...): ``GPT.config.n_embd``."""
+    fields: list[tuple[str, int]] = []
+    configs: list[Any] = []
+    for name, value in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if type(value) is int:
+            fields.append((name, value))
+        elif (dataclasses.is_dataclass(value) and not isinstance(value, type)) or (
+            name in _CONFIG_NAMES and hasattr(value, "__dict__") and not callable(value)
+        ):
+            configs.append(value)
+    for config in configs:
+        fields.extend(
+            (name, value)
+            for name, value in vars(config).items()
+            if type(value) is int and not name.startswith("_")
+        )
+    return fields
+
+
+def held_dims(module: Any) -> dict[str, int]:
+    """Sizes a module holds, for a method's dims that its caller does not give: what
+    :func:`module_names` finds, then the dims its typed submodules declare (a typed
+    ``Linear``'s ``d_in``), where every submodule declaring one name gives it one size."""
+    found = module_names(module)
+    if not isinstance(module, torch.nn.Module):
+        return found
+    seen: dict[str, set[int]] = {}
+    for sub in module.modules():
+        for name, size in module_dims(sub).items():
+            seen.setdefault(name, set()).add(size)
+    for name, sizes in seen.items():
+        if len(sizes) == 1 and name not in found:
+            found[name] = next(iter(sizes))
     return found
 
 
@@ -247,11 +286,7 @@ def module_repeats(module: Any) -> dict[str, int]:
         if isinstance(sub, torch.nn.ModuleList | torch.nn.Sequential) and len(sub) > 1
     }
     candidates = dict(module_dims(module))
-    candidates.update(
-        (name, value)
-        for name, value in vars(module).items()
-        if type(value) is int and not name.startswith("_")
-    )
+    candidates.update(_int_fields(module))
     found = {name: value for name, value in candidates.items() if value in lengths}
     preferred = {
         name: value
@@ -381,7 +416,12 @@ def estimate_probe(
         needed |= set(p.spec.bindable_names)
         if p.spec.has_ellipsis:
             needed.add(ELLIPSIS)
-    missing = sorted(needed - set(sizes) - set(own))
+    held = {
+        name: size
+        for name, size in held_dims(module).items()
+        if name in needed and name not in sizes and name not in own
+    }
+    missing = sorted(needed - set(sizes) - set(own) - set(held))
     if missing:
         raise SpecError.at(
             f"{function}.estimate()",
@@ -403,7 +443,7 @@ def estimate_probe(
                 f"cannot build argument '{param.name}' (not a tensor annotation)",
                 hint=f"pass {param.name}=... to estimate",
             )
-    base: dict[str, Size] = {**own, **sizes}
+    base: dict[str, Size] = {**own, **held, **sizes}
     device = _module_device(module) or "cpu"
     repeats = module_repeats(module)
     variable = list(sizes)
