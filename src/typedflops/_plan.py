@@ -154,7 +154,8 @@ class TrainingPlan:
         lines.append("")
         lines.append(
             f"step time: at {timing.mfu:.0%} MFU {_seconds(timing.seconds)}; roofline bound "
-            f"{_seconds(timing.roofline_seconds)} ({timing.bound}-bound; peak "
+            f"{_seconds(timing.roofline_seconds)} ({timing.bound}-bound with every op's "
+            f"traffic unfused: {format_count(timing.step_bytes)}B; peak "
             f"{format_count(timing.peak_flop_per_sec)}FLOP/s {_dtype(memory.dtype)})"
         )
         lines.append("")

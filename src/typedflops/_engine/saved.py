@@ -55,6 +55,8 @@ class SavedTensors:
 
     def __init__(self) -> None:
         self.entries: dict[Any, SavedEntry] = {}
+        # Every storage noted or passed over, in order, with repeats: what one call saved.
+        self.log: list[Any] = []
         # Storages are kept alive while the run lasts: a freed storage's address could be
         # reused by another, which would then be taken for one already seen.
         self._alive: list[Any] = []
@@ -70,6 +72,7 @@ class SavedTensors:
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
         key = storage._cdata
+        self.log.append(key)
         if key in self.entries or key in self.weights:
             return tensor
         base = tensor._base if tensor._base is not None else tensor
@@ -89,21 +92,32 @@ class SavedTensors:
         return getattr(_top_pack_hook(), "__self__", None) is self
 
     def mark(self) -> int:
-        """How many storages were noted so far (see :meth:`since`)."""
-        return len(self.entries)
+        """A point in the run (see :meth:`since`)."""
+        return len(self.log)
 
     def since(self, mark: int) -> list[tuple[Any, SavedEntry]]:
-        """The storages noted after :meth:`mark` returned ``mark``, in order."""
-        return list(itertools.islice(self.entries.items(), mark, None))
+        """The activation storages saved after :meth:`mark` returned ``mark``, in order,
+        each once (also those noted before it, and copies noted by :meth:`add`)."""
+        keys = dict.fromkeys(key for key in self.log[mark:] if key in self.entries)
+        return [(key, self.entries[key]) for key in keys]
+
+    def leaves_since(self, mark: int) -> list[Any]:
+        """The storages of leaves that require grad (parameters, inputs) saved after
+        :meth:`mark` returned ``mark``: not activations here, but a repeat given an
+        activation in their place saves it."""
+        return list(dict.fromkeys(key for key in self.log[mark:] if key in self.weights))
 
     def add(self, tensor: torch.Tensor | None, entry: SavedEntry) -> None:
         """Note the storage of ``tensor`` (a copy of one a repeated block's first call
         saved), unless noted already; a storage of its own when ``tensor`` is None."""
         if tensor is None:
-            self.entries[("copy", next(_copies))] = entry
+            key = ("copy", next(_copies))
+            self.entries[key] = entry
+            self.log.append(key)
             return
         storage = tensor.untyped_storage()
         key = storage._cdata
+        self.log.append(key)
         if key not in self.entries and key not in self.weights:
             self._alive.append(storage)
             self.entries[key] = entry

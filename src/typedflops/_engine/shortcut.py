@@ -85,8 +85,17 @@ def shortcut_of(
     for index, argument in enumerate(arguments):
         roles.setdefault(argument, ("arg", index))
     roles[key] = ("result",)
-    entries = tuple((roles.get(k, ("new",)), entry) for k, entry in saved.since(mark))
-    return Shortcut(describe(result), entries)
+    entries = [(roles.get(k, ("new",)), entry) for k, entry in saved.since(mark)]
+    # An argument that was a leaf needing grad here (the input of an estimate with grad=)
+    # is no activation of this call, but the same argument of a repeat (an activation) is.
+    for leaf in saved.leaves_since(mark):
+        role = roles.get(leaf)
+        if role is not None and role[0] == "arg":
+            tensor = _tensors(args, kwargs)[role[1]]
+            base = tensor._base if tensor._base is not None else tensor
+            nbytes = int(tensor.untyped_storage().nbytes())
+            entries.append((role, SavedEntry(nbytes, describe(base), None)))
+    return Shortcut(describe(result), tuple(entries))
 
 
 def stand_in(

@@ -47,18 +47,24 @@ class TypedLayer(TypedModule):
         return torch.float32
 
     def estimate(
-        self, batch: int | tuple[int, ...], dtype: torch.dtype | None = None, **dims: int
+        self,
+        batch: int | tuple[int, ...],
+        dtype: torch.dtype | None = None,
+        *,
+        grad: tuple[str, ...] = (),
+        **dims: int,
     ) -> Cost:
         """The cost of one forward call from a meta dry run: ``batch`` (an int, or a tuple
         for several batch axes) and the forward's other dims (``seq=``...).
 
-        Parameters follow their ``requires_grad``; the input needs no grad; ``dtype`` (default:
-        the parameters') is the dtype of the floating-point tensors. Nothing is allocated.
+        Parameters follow their ``requires_grad``; the input needs grad only when ``grad``
+        names it (``grad=("x",)``); ``dtype`` (default: the parameters') is the dtype of the
+        floating-point tensors. Nothing is allocated.
         """
         forward = type(self).forward
         assert isinstance(forward, TypedFunction)
         sizes: dict[str, Any] = {"batch": batch, **dims}
-        return forward.estimate(self, dtype=dtype or self.float_dtype(), **sizes)
+        return forward.estimate(self, dtype=dtype or self.float_dtype(), grad=grad, **sizes)
 
 
 class Embedding(TypedLayer):
