@@ -242,7 +242,7 @@ class Block(TypedLayer):
 
 
 def _function_modes() -> list[Any]:
-    return list(torch.overrides._get_current_function_mode_stack())
+    return list(torch.overrides._get_current_function_mode_stack())  # type: ignore[no-untyped-call]
 
 
 @contextlib.contextmanager
