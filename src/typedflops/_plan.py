@@ -26,7 +26,7 @@ from . import devices
 from ._device_table import MEMORY_GB
 from ._engine.attention import kernels_of
 from ._steptime import StepTime, step_time
-from ._training import MEMORY_TERMS, TrainingMemory, training_memory
+from ._training import MEMORY_TERMS, OPTIMIZER_STATES, TrainingMemory, training_memory
 from .devices import DeviceSpec
 from .errors import SpecError
 from .nn import CONFIGS, TransformerConfig, TransformerLM
@@ -35,6 +35,15 @@ from .text import format_count, text_table
 __all__ = ["TrainingPlan", "add_parser", "batch_sweep", "device_memory", "plan", "plot_plan", "run"]
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+#: The JSON keys of the memory terms (figures and formulas alike).
+_BYTE_KEYS = {
+    "parameters": "parameter_bytes",
+    "gradients": "gradient_bytes",
+    "optimizer": "optimizer_bytes",
+    "master_weights": "master_weight_bytes",
+    "activations": "activation_bytes",
+    "total": "total_bytes",
+}
 
 
 def device_memory(spec: DeviceSpec) -> tuple[int, str] | None:
@@ -85,12 +94,7 @@ class TrainingPlan:
             "recompute_flops": cost.recompute_flops,
             "step_flops": self.time.step_flops,
             "model_flops": self.time.model_flops,
-            "parameter_bytes": numbers["parameters"],
-            "gradient_bytes": numbers["gradients"],
-            "optimizer_bytes": numbers["optimizer"],
-            "master_weight_bytes": numbers["master_weights"],
-            "activation_bytes": numbers["activations"],
-            "total_bytes": numbers["total"],
+            **{name: numbers[key] for key, name in _BYTE_KEYS.items()},
             "peak_bytes": self.memory.peak,
             "forward_backward_bytes": self.memory.forward_backward,
             "device_memory_bytes": self.capacity,
@@ -107,10 +111,7 @@ class TrainingPlan:
                 "backward_flops": str(cost.backward_formula),
                 "recompute_flops": str(cost.recompute_formula),
                 "parameters": str(self.memory.parameters.formula),
-                **{
-                    f"{key}_bytes": str(self.memory.formulas[key])
-                    for key in (*MEMORY_TERMS, "total")
-                },
+                **{name: str(self.memory.formulas[key]) for key, name in _BYTE_KEYS.items()},
             },
             "dims": {name: int(size) for name, size in self.memory.dims.items()},
         }
@@ -243,6 +244,11 @@ def plan(
             raise SpecError.at("plan()", f"{label}={value!r} is not a size >= 1")
     if seq > config.context:
         raise SpecError.at("plan()", f"seq={seq} is longer than {name}'s context {config.context}")
+    if (optimizer.lower() if optimizer is not None else None) not in OPTIMIZER_STATES:
+        known = ", ".join(sorted(k for k in OPTIMIZER_STATES if k))
+        raise SpecError.at("plan()", f"unknown optimizer {optimizer!r}", hint=f"known: {known}")
+    if not 0.0 < mfu <= 1.0:
+        raise SpecError.at("plan()", f"mfu={mfu!r} must be in (0, 1]")
     config = dataclasses.replace(config, checkpoint=checkpoint or config.checkpoint)
     spec = device if isinstance(device, DeviceSpec) else _resolve_device(device)
     with torch.device("meta"):
