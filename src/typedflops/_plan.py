@@ -3,7 +3,8 @@
 A named config (:data:`typedflops.nn.CONFIGS`) is built on ``meta`` and its loss dry-run at
 the batch and sequence length asked: FLOPs (forward, backward, recomputation), memory
 (parameters, gradients, optimizer state, master weights, activations) and their formulas,
-whether the total fits the device's memory, and the step's time on it.
+the step's peak (allocation by allocation) and whether it fits the device's memory, and
+the step's time on it.
 
 Attention is costed as the fused flash kernel a GPU runs for these shapes; where no CUDA
 device is present, the CPU's flash kernel stands in for it (the same FLOP formula,
@@ -25,7 +26,7 @@ from . import devices
 from ._device_table import MEMORY_GB
 from ._engine.attention import kernels_of
 from ._steptime import StepTime, step_time
-from ._training import MEMORY_TERMS, TrainingMemory, training_memory
+from ._training import MEMORY_TERMS, OPTIMIZER_STATES, TrainingMemory, training_memory
 from .devices import DeviceSpec
 from .errors import SpecError
 from .nn import CONFIGS, TransformerConfig, TransformerLM
@@ -34,6 +35,15 @@ from .text import format_count, text_table, wrap_lines
 __all__ = ["TrainingPlan", "add_parser", "batch_sweep", "device_memory", "plan", "plot_plan", "run"]
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+#: The JSON keys of the memory terms (figures and formulas alike).
+_BYTE_KEYS = {
+    "parameters": "parameter_bytes",
+    "gradients": "gradient_bytes",
+    "optimizer": "optimizer_bytes",
+    "master_weights": "master_weight_bytes",
+    "activations": "activation_bytes",
+    "total": "total_bytes",
+}
 
 
 def device_memory(spec: DeviceSpec) -> tuple[int, str] | None:
@@ -64,7 +74,7 @@ class TrainingPlan:
     @property
     def fits(self) -> bool | None:
         """Whether the step's peak fits the device's memory (None when it is unknown)."""
-        return None if self.capacity is None else self.memory.total <= self.capacity
+        return None if self.capacity is None else self.memory.peak <= self.capacity
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: the figures, the formulas and the dims they are in."""
@@ -84,16 +94,16 @@ class TrainingPlan:
             "recompute_flops": cost.recompute_flops,
             "step_flops": self.time.step_flops,
             "model_flops": self.time.model_flops,
-            "parameter_bytes": numbers["parameters"],
-            "gradient_bytes": numbers["gradients"],
-            "optimizer_bytes": numbers["optimizer"],
-            "master_weight_bytes": numbers["master_weights"],
-            "activation_bytes": numbers["activations"],
-            "total_bytes": numbers["total"],
+            **{name: numbers[key] for key, name in _BYTE_KEYS.items()},
+            "peak_bytes": self.memory.peak,
+            "forward_backward_bytes": self.memory.forward_backward,
             "device_memory_bytes": self.capacity,
             "fits": self.fits,
             "step_seconds": self.time.seconds,
             "roofline_seconds": self.time.roofline_seconds,
+            "bound": self.time.bound,
+            "least_traffic_bytes": self.time.step_bytes,
+            "unfused_traffic_bytes": self.time.unfused_bytes,
             "mfu": self.time.mfu,
             "formulas": {
                 "forward_flops": str(cost.formula),
@@ -101,10 +111,7 @@ class TrainingPlan:
                 "backward_flops": str(cost.backward_formula),
                 "recompute_flops": str(cost.recompute_formula),
                 "parameters": str(self.memory.parameters.formula),
-                **{
-                    f"{key}_bytes": str(self.memory.formulas[key])
-                    for key in (*MEMORY_TERMS, "total")
-                },
+                **{name: str(self.memory.formulas[key]) for key, name in _BYTE_KEYS.items()},
             },
             "dims": {name: int(size) for name, size in self.memory.dims.items()},
         }
@@ -138,29 +145,37 @@ class TrainingPlan:
         lines.append(text_table(["FLOPs", "count", ""], flops, right={1}))
         lines.append("")
         rows = [
-            [key.replace("_", " "), _gb(memory.bytes[key])]
+            [key.replace("_", " "), _gb(memory.bytes[key]), ""]
             for key in (*MEMORY_TERMS, "total")
             if key != "master_weights" or memory.mixed_precision
         ]
-        lines.append(text_table(["memory", "GB"], rows, right={1}))
+        rows[-1][2] = "every term held at once"
+        rows.append(["peak", _gb(memory.peak), "allocation by allocation"])
+        lines.append(text_table(["memory", "GB", ""], rows, right={1}))
         if self.capacity is None:
             lines.append(f"fits: unknown (no memory figure for {self.device.name})")
         else:
             verdict = "yes" if self.fits else "NO"
             lines.append(
                 f"fits in {self.device.name}'s {_gb(self.capacity)} GB: {verdict} "
-                f"({memory.total / self.capacity:.0%} of it)"
+                f"(peak {memory.peak / self.capacity:.0%} of it)"
             )
             lines.append(f"  memory: {self.capacity_source}")
-            lines.append("  the total is what the step holds; its peak adds what backward makes")
-            lines.append("  and frees, such as the logits' gradient")
         lines.append("")
         lines.append(
             f"step time: at {timing.mfu:.0%} MFU {_seconds(timing.seconds)}; roofline bound "
-            f"{_seconds(timing.roofline_seconds)} ({timing.bound}-bound with every op's "
-            f"traffic unfused: {format_count(timing.step_bytes)}B; peak "
+            f"{_seconds(timing.roofline_seconds)} ({timing.bound}-bound; peak "
             f"{format_count(timing.peak_flop_per_sec)}FLOP/s {_dtype(memory.dtype)})"
         )
+        if timing.bandwidth:
+            lines.append(
+                f"traffic: at least {_gb(timing.step_bytes)} GB (weights read twice, gradients "
+                f"written, saved activations written and read), "
+                f"{_seconds(timing.step_bytes / timing.bandwidth)}; every op unfused "
+                f"{_gb(timing.unfused_bytes)} GB, "
+                f"{_seconds(timing.unfused_bytes / timing.bandwidth)} at "
+                f"{format_count(timing.bandwidth)}B/s"
+            )
         lines.append("")
         shown = ", ".join(f"{name}={size}" for name, size in memory.dims.items())
         lines.append(f"formulas, in {shown}:")
@@ -230,6 +245,11 @@ def plan(
             raise SpecError.at("plan()", f"{label}={value!r} is not a size >= 1")
     if seq > config.context:
         raise SpecError.at("plan()", f"seq={seq} is longer than {name}'s context {config.context}")
+    if (optimizer.lower() if optimizer is not None else None) not in OPTIMIZER_STATES:
+        known = ", ".join(sorted(k for k in OPTIMIZER_STATES if k))
+        raise SpecError.at("plan()", f"unknown optimizer {optimizer!r}", hint=f"known: {known}")
+    if not 0.0 < mfu <= 1.0:
+        raise SpecError.at("plan()", f"mfu={mfu!r} must be in (0, 1]")
     config = dataclasses.replace(config, checkpoint=checkpoint or config.checkpoint)
     spec = device if isinstance(device, DeviceSpec) else _resolve_device(device)
     with torch.device("meta"):
@@ -237,7 +257,14 @@ def plan(
     # The GPU's flash kernel, or the CPU's in its stead where no CUDA device is present.
     with kernels_of("cuda" if torch.cuda.is_available() else "cpu"):
         memory = training_memory(lm, optimizer, dtype, batch=batch, seq=seq)
-    timing = step_time(memory.cost, spec, dtype, mfu=mfu)
+    timing = step_time(
+        memory.cost,
+        spec,
+        dtype,
+        mfu=mfu,
+        parameter_bytes=memory.bytes["parameters"],
+        gradient_bytes=memory.bytes["gradients"],
+    )
     found = device_memory(spec)
     return TrainingPlan(
         model=name,
@@ -259,7 +286,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="FLOPs, memory and time of a training step of a named model",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    parser.add_argument("--model", required=True, choices=list(CONFIGS))
+    parser.add_argument("--model", required=True, help=f"one of {', '.join(CONFIGS)}")
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--seq", type=int, required=True)
     parser.add_argument("--device", default="H100 SXM", help='device-table name ("H100 SXM")')

@@ -19,11 +19,28 @@ from ._cost import Cost
 from .devices import DeviceSpec
 from .errors import SpecError
 
-__all__ = ["BACKWARD_TRAFFIC", "StepTime", "model_flops", "step_mfu", "step_time"]
+__all__ = ["BACKWARD_TRAFFIC", "StepTime", "least_traffic", "model_flops", "step_mfu", "step_time"]
 
-#: Bytes a step moves, as a multiple of its forward's: the backward reads and writes about
-#: twice what the forward did (gradients of the inputs and of the weights).
+#: Bytes a step's ops move unfused, as a multiple of its forward's: the backward reads and
+#: writes about twice what the forward did (gradients of the inputs and of the weights).
 BACKWARD_TRAFFIC = 2
+
+
+def least_traffic(cost: Cost, parameter_bytes: int = 0, gradient_bytes: int = 0) -> int:
+    """The bytes a training step must move between memory and the chip however its ops
+    are fused: the parameters read by forward and again by backward, their gradients
+    written once, and each activation saved for backward written once and read back once
+    (``2 * cost.activation_bytes``). What an op makes and the next consumes at once need
+    never reach memory, so the rest of each op's traffic is not counted.
+
+    >>> from typedflops.nn import Linear
+    >>> layer = Linear(256, 64)
+    >>> cost = layer.estimate(batch=1024)
+    >>> weights = 4 * (256 * 64 + 64)
+    >>> least_traffic(cost, weights, weights) == 3 * weights + 2 * cost.activation_bytes
+    True
+    """
+    return 2 * parameter_bytes + gradient_bytes + 2 * cost.activation_bytes
 
 
 def model_flops(cost: Cost) -> int:
@@ -55,9 +72,12 @@ class StepTime:
     """The predicted time of one training step on ``device`` at ``dtype``.
 
     ``step_flops`` is what runs (forward, backward and recomputation), ``model_flops``
-    PaLM's count; ``roofline_seconds`` is a lower bound (``step_flops`` at the promised
-    peak, or ``step_bytes`` at the memory bandwidth, whichever takes longer);
-    ``seconds`` is ``model_flops`` at ``mfu`` times the peak.
+    PaLM's count; ``step_bytes`` the traffic no fusion avoids (:func:`least_traffic`) and
+    ``unfused_bytes`` what the ops move run one by one (each op's reads and writes in the
+    forward, and :data:`BACKWARD_TRAFFIC` times that for the backward); ``roofline_seconds``
+    is a lower bound (``step_flops`` at the promised peak, or ``step_bytes`` at the memory
+    bandwidth, whichever takes longer); ``seconds`` is ``model_flops`` at ``mfu`` times the
+    peak.
     """
 
     device: str
@@ -70,6 +90,7 @@ class StepTime:
     roofline_seconds: float
     mfu: float
     seconds: float
+    unfused_bytes: int = 0
 
     @property
     def bound(self) -> str:
@@ -87,6 +108,7 @@ class StepTime:
             "step_flops": self.step_flops,
             "model_flops": self.model_flops,
             "step_bytes": self.step_bytes,
+            "unfused_bytes": self.unfused_bytes,
             "roofline_seconds": self.roofline_seconds,
             "bound": self.bound,
             "mfu": self.mfu,
@@ -100,10 +122,14 @@ def step_time(
     dtype: torch.dtype = torch.bfloat16,
     *,
     mfu: float = 0.4,
+    parameter_bytes: int = 0,
+    gradient_bytes: int = 0,
 ) -> StepTime:
     """The time of a training step whose forward is ``cost`` (a dry run of the step's
     forward with its parameters requiring grad), on ``device`` (a device-table name such as
     ``"H100 SXM"``, a ``DeviceSpec``, or a torch device; default the current one).
+    ``parameter_bytes`` and ``gradient_bytes`` (the parameters' and their gradients') count
+    in the step's least traffic, which bounds its time at the memory bandwidth.
 
     >>> from typedflops.nn import Linear
     >>> cost = Linear(8192, 8192, device="meta").estimate(batch=8192)
@@ -118,7 +144,7 @@ def step_time(
     if peak is None:
         raise SpecError.at("step_time()", f"{spec.name} has no {dtype} peak ({spec.source})")
     flops = cost.flops + cost.backward_flops + cost.recompute_flops
-    moved = (1 + BACKWARD_TRAFFIC) * cost.bytes
+    moved = least_traffic(cost, parameter_bytes, gradient_bytes)
     bound = flops / peak
     if spec.bandwidth:
         bound = max(bound, moved / spec.bandwidth)
@@ -134,6 +160,7 @@ def step_time(
         roofline_seconds=bound,
         mfu=mfu,
         seconds=useful / (mfu * peak),
+        unfused_bytes=(1 + BACKWARD_TRAFFIC) * cost.bytes,
     )
 
 

@@ -7,10 +7,13 @@ typed modules of :mod:`typedflops.nn` (each parameter's size is fitted from the 
 rebuilt on ``meta`` at other sizes); activations come from a dry run of the step's forward
 (:attr:`Cost.activation_bytes`, each saved storage once).
 
-The peak is taken as all of them at once: parameters, optimizer state and master weights
-live through the step, the activations are all held when backward starts, and gradients
-are counted beside them (backward frees activations as it makes gradients, so this errs
-high by at most the smaller of the two).
+Their sum (``total``, a formula) is the memory of every term held at once. The step's
+``peak`` is found allocation by allocation instead: parameters, optimizer state and master
+weights live through the step; forward and backward are run on ``meta`` and every storage
+they make is counted while it lives (activations, gradients, and the temporaries backward
+makes, such as the logits' gradient); the optimizer's step holds the gradients and a
+temporary the size of its state tensors (the ``foreach`` implementations torch uses on a
+GPU). The larger of the two phases is the peak.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ._cost import Cost
 from ._decorator import TypedFunction
 from ._engine.fit import Plan, fit_count
 from ._engine.probes import module_dims, module_repeats
+from ._peak import forward_backward_peak
 from .errors import SpecError
 from .text import format_count, text_table
 
@@ -167,9 +171,12 @@ def _trainable(
 class TrainingMemory:
     """The bytes one training step holds at its peak, by term, with formulas in the dims.
 
-    ``bytes`` and ``formulas`` have the keys of :data:`MEMORY_TERMS` and ``"total"``;
-    ``parameters`` counts the model's parameters; ``cost`` is the dry run of the step's
-    forward (its FLOPs, backward and recomputed FLOPs, and activation bytes).
+    ``bytes`` and ``formulas`` have the keys of :data:`MEMORY_TERMS` and ``"total"`` (all
+    the terms held at once); ``parameters`` counts the model's parameters; ``cost`` is the
+    dry run of the step's forward (its FLOPs, backward and recomputed FLOPs, and activation
+    bytes). ``peak`` is the step's peak allocation by allocation (see the module's doc):
+    the held terms plus ``forward_backward`` (the most forward and backward hold at once,
+    gradients included) or the optimizer's step, whichever holds more.
     """
 
     bytes: Mapping[str, int]
@@ -180,10 +187,12 @@ class TrainingMemory:
     dtype: torch.dtype
     optimizer: str | None
     mixed_precision: bool = field(default=False)
+    peak: int = 0
+    forward_backward: int = 0
 
     @property
     def total(self) -> int:
-        """All the terms together: the step's peak."""
+        """All the terms together, as if each were held at once."""
         return self.bytes["total"]
 
     def to_dict(self) -> dict[str, Any]:
@@ -198,6 +207,8 @@ class TrainingMemory:
             "dtype": str(self.dtype).removeprefix("torch."),
             "optimizer": self.optimizer,
             "mixed_precision": self.mixed_precision,
+            "peak": self.peak,
+            "forward_backward": self.forward_backward,
         }
 
     def table(self) -> str:
@@ -207,6 +218,7 @@ class TrainingMemory:
             for key in (*MEMORY_TERMS, "total")
             if key != "master_weights" or self.mixed_precision
         ]
+        rows.append(["peak", _bytes(self.peak), "allocation by allocation"])
         return text_table(["memory", "bytes", "formula"], rows, right={1})
 
     def __str__(self) -> str:
@@ -267,7 +279,8 @@ def training_memory(
         raise SpecError.at("training_memory()", f"dtype={step_dtype} is not a floating-point dtype")
     mixed = step_dtype in _SIXTEEN_BIT
     master = mixed if master_weights is None else master_weights
-    cost = _step_function(model).estimate(model, dtype=step_dtype, **dims)
+    function = _step_function(model)
+    cost = function.estimate(model, dtype=step_dtype, **dims)
     recomputed = _recomputed(model, step_dtype, dims) if cost.recompute_flops else None
     count = parameter_count(model)
     size = torch.empty((), dtype=step_dtype).element_size()
@@ -288,6 +301,10 @@ def training_memory(
         "activations": cost.activation_bytes + (recomputed[0] if recomputed else 0),
     }
     numbers["total"] = sum(numbers.values())
+    forward_backward = forward_backward_peak(function, model, step_dtype, dims)
+    held = numbers["parameters"] + numbers["optimizer"] + numbers["master_weights"]
+    temporary = state_size * count.trainable if states else 0
+    peak = held + max(forward_backward, numbers["gradients"] + temporary)
     formulas["total"] = sympy.factor(sympy.expand(sum(formulas.values(), sympy.Integer(0))))
     values = {**{str(k): v for k, v in cost.dims.items()}, **module_dims(model)}
     shown = {
@@ -302,6 +319,8 @@ def training_memory(
         dtype=step_dtype,
         optimizer=key,
         mixed_precision=master,
+        peak=peak,
+        forward_backward=forward_backward,
     )
 
 

@@ -34,10 +34,15 @@ Kernel = Literal["sdpa", "einsum"]
 
 
 def rotary_tables(
-    seq: int, d_head: int, base: float = 10000.0, dtype: torch.dtype | None = None
+    seq: int,
+    d_head: int,
+    base: float = 10000.0,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The cosines and sines of RoPE (Su et al. 2021) for positions ``0..seq-1``: two
-    ``(seq, d_head // 2)`` tensors; pair ``i`` turns at frequency ``base**(-2i/d_head)``.
+    ``(seq, d_head // 2)`` tensors on ``device``; pair ``i`` turns at frequency
+    ``base**(-2i/d_head)``.
 
     >>> cos, sin = rotary_tables(4, 8)
     >>> cos.shape, float(cos[0, 0]), float(sin[0, 0])
@@ -45,8 +50,8 @@ def rotary_tables(
     """
     if d_head % 2:
         raise ValueError(f"rotary_tables(): d_head={d_head} must be even (pairs of axes turn)")
-    inverse = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
-    angles = torch.outer(torch.arange(seq, dtype=torch.float32), inverse)
+    inverse = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32, device=device) / d_head)
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32, device=device), inverse)
     return angles.cos().to(dtype or torch.float32), angles.sin().to(dtype or torch.float32)
 
 
@@ -138,7 +143,7 @@ class Attention(TypedLayer):
             n_heads=self.n_heads,
         )
         if self.rope:
-            cos, sin = rotary_tables(x.shape[-2], self.d_head, self.rope_base, x.dtype)
+            cos, sin = rotary_tables(x.shape[-2], self.d_head, self.rope_base, x.dtype, x.device)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         dropout = self.dropout if self.training else 0.0
         if self.kernel == "sdpa":
@@ -153,7 +158,7 @@ class Attention(TypedLayer):
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, dropout: float) -> Tensor:
         scores = einsum(q, k, "... n_heads i d_head, ... n_heads j d_head -> ... n_heads i j")
         seq = q.shape[-2]
-        future = torch.ones(seq, seq, dtype=torch.bool).triu(1)
+        future = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1)
         weights = (scores * self.scale).masked_fill(future, float("-inf")).softmax(dim=-1)
         if dropout:
             weights, _ = torch.native_dropout(weights, dropout, True)

@@ -12,8 +12,9 @@ are dims of its contract, so its cost is a formula in them (``n_layers`` counts 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -207,7 +208,13 @@ class Block(TypedLayer):
         """Apply the block to ``x`` (``(*batch, seq, d_model)``); with the config's
         ``checkpoint``, only ``x`` is kept for backward, which runs the block again."""
         if self.config.checkpoint and torch.is_grad_enabled():
-            out: Tensor = checkpoint(self._layers, x, use_reentrant=False)
+            modes = [] if torch.compiler.is_compiling() else _function_modes()
+            if modes:
+                out: Tensor = checkpoint(
+                    self._layers, x, use_reentrant=False, context_fn=lambda: _again(modes)
+                )
+            else:
+                out = checkpoint(self._layers, x, use_reentrant=False)
             return out
         return self._layers(x)
 
@@ -232,6 +239,25 @@ class Block(TypedLayer):
         x = x + self.drop(self.attn(self.norm1(x)))
         out: Tensor = x + self.drop(self.mlp(self.norm2(x)))
         return out
+
+
+def _function_modes() -> list[Any]:
+    return list(torch.overrides._get_current_function_mode_stack())  # type: ignore[no-untyped-call]
+
+
+@contextlib.contextmanager
+def _entered(modes: Sequence[Any]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for mode in modes:
+            stack.enter_context(mode)
+        yield
+
+
+def _again(modes: Sequence[Any]) -> tuple[Any, Any]:
+    """The contexts of a block's checkpoint: backward runs the block again under the torch
+    function modes its forward ran under (autograd runs backward without them), so that it
+    makes the tensors the forward made (``torch.device``, a dry run's attention kernel)."""
+    return contextlib.nullcontext(), _entered(modes)
 
 
 class TransformerLM(TypedLayer):
