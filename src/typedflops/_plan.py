@@ -30,7 +30,7 @@ from ._training import MEMORY_TERMS, OPTIMIZER_STATES, TrainingMemory, training_
 from .devices import DeviceSpec
 from .errors import SpecError
 from .nn import CONFIGS, TransformerConfig, TransformerLM
-from .text import format_count, text_table, wrap_lines
+from .text import format_count, text_table
 
 __all__ = ["TrainingPlan", "add_parser", "batch_sweep", "device_memory", "plan", "plot_plan", "run"]
 
@@ -189,7 +189,7 @@ class TrainingPlan:
             ("total bytes", memory.formulas["total"]),
         ]
         lines += [f"  {label}: {formula}" for label, formula in formulas]
-        return wrap_lines("\n".join(lines), 100)
+        return "\n".join(lines)
 
 
 def _gb(value: float) -> str:
