@@ -276,6 +276,27 @@ def test_training_memory_terms_per_parameter() -> None:
     assert sgd.peak == sgd.bytes["parameters"] + sgd.forward_backward
 
 
+def test_without_master_weights_the_optimizer_state_has_the_parameters_dtype() -> None:
+    """A bfloat16 model stepped by torch's AdamW itself (no fp32 master copy): torch keeps
+    the two moments in bfloat16, 4 bytes per parameter, and the plan holds exactly what
+    the optimizer made; the peak adds one temporary of the moments' size to the step."""
+    model, ids, targets = model_and_batch(gpt2(), 2, 8, torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
+    with disabled():
+        model.loss(ids, targets).backward()
+        optimizer.step()
+    moments = [m for state in optimizer.state.values() for m in state.values() if m.dim()]
+    assert {m.dtype for m in moments} == {torch.bfloat16}
+    memory = training_memory(model, "adamw", torch.bfloat16, master_weights=False, batch=2, seq=8)
+    n = memory.parameters.trainable
+    assert memory.bytes["optimizer"] == sum(m.nbytes for m in moments) == 4 * n
+    assert memory.bytes["master_weights"] == 0
+    at_dims = {sympy.Symbol(k): v for k, v in memory.dims.items()}
+    assert memory.formulas["optimizer"].xreplace(at_dims) == 4 * n
+    held = memory.bytes["parameters"] + memory.bytes["optimizer"]
+    assert memory.peak == held + max(memory.forward_backward, memory.bytes["gradients"] + 2 * n)
+
+
 def test_training_memory_refuses_an_unknown_optimizer() -> None:
     with pytest.raises(SpecError, match=r"unknown optimizer 'lion'; known: adagrad, adam, "):
         training_memory(TransformerLM(gpt2()), "lion", batch=2, seq=8)

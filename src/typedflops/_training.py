@@ -258,7 +258,9 @@ def training_memory(
     Megatron-LM and ZeRO): an fp32 master copy of the trainable parameters
     (``master_weights``, default True for 16-bit) and fp32 optimizer state
     (``OPTIMIZER_STATES[optimizer]`` tensors per parameter: AdamW's two moments), so AdamW
-    costs 16 bytes per parameter besides the activations.
+    costs 16 bytes per parameter besides the activations. With ``master_weights=False``
+    the optimizer steps the 16-bit parameters themselves and ``torch.optim`` keeps its
+    state in their dtype: AdamW costs 8 bytes per parameter.
 
     >>> from typedflops.nn import TransformerConfig, TransformerLM
     >>> config = TransformerConfig.gpt2(vocab=64, context=8, d_model=16, n_layers=2,
@@ -284,7 +286,9 @@ def training_memory(
     recomputed = _recomputed(model, step_dtype, dims) if cost.recompute_flops else None
     count = parameter_count(model)
     size = torch.empty((), dtype=step_dtype).element_size()
-    state_size = 4 if mixed else size
+    # The optimizer's state has the dtype of the weights it steps: the fp32 master copy
+    # when there is one, else the parameters (torch.optim's zeros_like(param)).
+    state_size = 4 if master else size
     states = OPTIMIZER_STATES[key]
     formulas: dict[str, sympy.Expr] = {
         "parameters": size * count.formula,
