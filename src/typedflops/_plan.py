@@ -30,7 +30,7 @@ from ._training import MEMORY_TERMS, OPTIMIZER_STATES, TrainingMemory, training_
 from .devices import DeviceSpec
 from .errors import SpecError
 from .nn import CONFIGS, TransformerConfig, TransformerLM
-from .text import format_count, text_table
+from .text import format_count, text_table, wrap_lines
 
 __all__ = ["TrainingPlan", "add_parser", "batch_sweep", "device_memory", "plan", "plot_plan", "run"]
 
@@ -158,8 +158,9 @@ class TrainingPlan:
             verdict = "yes" if self.fits else "NO"
             lines.append(
                 f"fits in {self.device.name}'s {_gb(self.capacity)} GB: {verdict} "
-                f"(peak {memory.peak / self.capacity:.0%} of it; {self.capacity_source})"
+                f"(peak {memory.peak / self.capacity:.0%} of it)"
             )
+            lines.append(f"  memory: {self.capacity_source}")
         lines.append("")
         lines.append(
             f"step time: at {timing.mfu:.0%} MFU {_seconds(timing.seconds)}; roofline bound "
@@ -188,7 +189,7 @@ class TrainingPlan:
             ("total bytes", memory.formulas["total"]),
         ]
         lines += [f"  {label}: {formula}" for label, formula in formulas]
-        return "\n".join(lines)
+        return wrap_lines("\n".join(lines), 100)
 
 
 def _gb(value: float) -> str:

@@ -1,0 +1,150 @@
+"""Checks that need a CUDA device, printed side by side (needs a GPU; exits 0 without one).
+
+1. Counts against FlopCounterMode on the kernels that ran: SDPA's flash, memory-efficient,
+   cuDNN and math kernels, forward and backward, and a GPT-2-style LM's training step.
+2. Training memory: ``typedflops.memory.training_memory`` against
+   ``torch.cuda.max_memory_allocated`` over a training step.
+3. ``torch.compile`` (inductor) of a typed module on the GPU: outputs, and a broken call's
+   ShapeError.
+
+Run: ``python benchmarks/gpu_checks.py``
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from typedflops import ShapeError, record
+from typedflops._engine.recorder import torch_counts
+from typedflops.memory import training_memory
+from typedflops.nn import TransformerConfig, TransformerLM
+
+KERNELS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
+def attention_parity() -> None:
+    print("SDPA on cuda, bf16 (4, 8, 256, 64), causal: forward and backward FLOPs")
+    for name, backend in KERNELS.items():
+        q, k, v = (
+            torch.randn(4, 8, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(3)
+        )
+        try:
+            with sdpa_kernel(backend), FlopCounterMode(display=False) as theirs:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                out.sum().backward()
+            with sdpa_kernel(backend), record() as ours:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            counted = torch_counts(ours.session.root)
+        except RuntimeError as exc:
+            print(f"  {name:9s} not available here: {str(exc).splitlines()[0][:80]}")
+            continue
+        fcm = theirs.get_total_flops()
+        print(
+            f"  {name:9s} FlopCounterMode {fcm:>14,}  typedflops (its ops, fwd+bwd) "
+            f"{counted[0] + counted[1]:>14,}  {'equal' if fcm == sum(counted) else 'DIFFER'}"
+        )
+
+
+def model_parity() -> None:
+    config = TransformerConfig.gpt2(vocab=50257, context=1024, d_model=768, n_layers=4, n_heads=12)
+    torch.manual_seed(0)
+    model = TransformerLM(config, device="cuda", dtype=torch.bfloat16)
+    ids = torch.randint(0, config.vocab, (4, 512), device="cuda")
+    with FlopCounterMode(display=False) as theirs:
+        model(ids).float().sum().backward()
+    with record() as ours:
+        logits = model(ids)
+    counted = torch_counts(ours.session.root)
+    estimate = model.estimate(batch=4, seq=512)
+    print("GPT-2-style LM (4 layers, d_model 768) on cuda, bf16, batch 4 x seq 512:")
+    print(f"  FlopCounterMode fwd+bwd          {theirs.get_total_flops():>16,}")
+    print(f"  typedflops torch_counts fwd+bwd  {counted[0] + counted[1]:>16,}")
+    print(f"  typedflops estimate matmul x3    {3 * estimate.matmul_flops:>16,}")
+    print(
+        f"  record() all ops forward         {ours.total.flops:>16,} (estimate {estimate.flops:,})"
+    )
+    del logits
+
+
+def memory() -> None:
+    print("training step memory (AdamW), GPT-2-style, cuda:")
+    for dtype, layers, batch in ((torch.float32, 4, 8), (torch.bfloat16, 6, 8)):
+        config = TransformerConfig.gpt2(
+            vocab=50257, context=1024, d_model=768, n_layers=layers, n_heads=12
+        )
+        torch.cuda.empty_cache()
+        torch.manual_seed(0)
+        model = TransformerLM(config, device="cuda", dtype=dtype)
+        predicted = training_memory(
+            model, "adamw", dtype, master_weights=False, batch=batch, seq=512
+        )
+        optimizer = torch.optim.AdamW(model.parameters())
+        ids = torch.randint(0, config.vocab, (batch, 512), device="cuda")
+        for _ in range(2):  # the second step holds the optimizer state from the start
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            held = torch.cuda.memory_allocated()
+            loss = model.loss(ids, ids)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+        terms = predicted.bytes
+        step_terms = terms["activations"] + terms["gradients"]
+        print(
+            f"  {dtype!s:15s} layers {layers} batch {batch}: measured peak "
+            f"{peak / 1e9:.3f} GB, of which held before the step {held / 1e9:.3f} GB; "
+            f"predicted total {predicted.total / 1e9:.3f} GB (params "
+            f"{terms['parameters'] / 1e9:.3f}, grads {terms['gradients'] / 1e9:.3f}, "
+            f"optimizer {terms['optimizer'] / 1e9:.3f}, activations "
+            f"{terms['activations'] / 1e9:.3f}); measured/predicted "
+            f"{peak / predicted.total:.3f}; step's own peak / (activations + grads) "
+            f"{(peak - held) / step_terms:.3f}"
+        )
+        del model, optimizer, loss
+
+
+def compiled() -> None:
+    from typedflops.nn import TwoLayerMLP
+
+    model = TwoLayerMLP(64, 128, 32, device="cuda")
+    fast = torch.compile(model, backend="inductor", fullgraph=True)
+    x = torch.randn(16, 64, device="cuda")
+    torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+    message = "no error"
+    with contextlib.suppress(Exception):
+        try:
+            fast(torch.randn(16, 63, device="cuda"))
+        except ShapeError as exc:
+            message = f"ShapeError: {str(exc).splitlines()[0]}"
+        except Exception as exc:  # fullgraph: dynamo's own error, carrying ours
+            message = f"{type(exc).__name__}: ...{str(exc)[str(exc).find('argument') :][:90]}"
+    print(f"torch.compile(inductor, fullgraph) on cuda: outputs equal; a broken call: {message}")
+
+
+def main() -> None:
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to check")
+        return
+    print(f"{torch.cuda.get_device_name()} (torch {torch.__version__})")
+    for check in (attention_parity, model_parity, memory, compiled):
+        try:
+            check()
+        except Exception as exc:  # report and go on: each check stands alone
+            print(f"{check.__name__}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+
+
+if __name__ == "__main__":
+    main()
