@@ -151,21 +151,26 @@ def test_the_report_has_its_sections_and_the_papers_figures(
     assert rows["optimizer"][0] == f"{8 * GPT2_PARAMETERS / 1e9:.2f}"
     assert rows["master weights"][0] == f"{4 * GPT2_PARAMETERS / 1e9:.2f}"
     assert rows["peak"] == [f"{step.memory.peak / 1e9:.2f}", "allocation by allocation"]
-    assert any(line.startswith("fits in H100 SXM5 80GB's 80.00 GB: yes (peak ") for line in lines)
+    fits = f"fits in H100 SXM5 80GB's 80.00 GB: yes (peak {step.memory.peak / 80e9:.0%} of it)"
+    assert fits in lines
     seconds = 3 * matmuls / (0.4 * H100_BF16)
     assert any(line.startswith(f"step time: at 40% MFU {seconds * 1e3:.3g} ms; ") for line in lines)
     assert any(line.startswith("traffic: at least ") for line in lines)
+    # Lines past 100 columns go on, indented, on the next: the formulas' labels start lines.
+    start = next(i for i, line in enumerate(lines) if line.startswith("formulas, in "))
+    header = " ".join(line.strip() for line in lines[start : start + 2])
     shown = "vocab=50257, context=1024, d_model=768, n_heads=12, d_head=64, d_ff=3072"
-    start = lines.index(f"formulas, in {shown}, n_layers=12, batch=8, seq=1024:") + 1
-    labels = [line.split(":")[0] for line in lines[start:-1]]  # the last: the plot's path
+    assert header.startswith(f"formulas, in {shown}, n_layers=12, batch=8, seq=1024:")
+    labels = [found[1] for line in lines[start:] if (found := re.match(r"  (\w[\w ]*): ", line))]
     assert labels == [
-        "  forward FLOPs",
-        "  matmul FLOPs",
-        "  backward FLOPs",
-        "  parameters",
-        "  activation bytes",
-        "  total bytes",
+        "forward FLOPs",
+        "matmul FLOPs",
+        "backward FLOPs",
+        "parameters",
+        "activation bytes",
+        "total bytes",
     ]
+    assert max(len(line) for line in lines) <= 100
 
 
 KEYS = (

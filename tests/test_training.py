@@ -196,10 +196,11 @@ def test_a_gpt_layer_against_korthikanti_term_by_term() -> None:
     - 16sb: each LayerNorm's mean and rstd, float32 per token (2 norms x 2 x 4 bytes);
     - s^2: the causal mask (one byte per pair of positions) masked_fill keeps, made per
       layer here, where Megatron shares one across layers.
-    Their other terms are ours one for one: the LayerNorms' inputs (4sbh), Q, K and V
-    (6sbh: QK^T keeps Q and K, the product with V keeps V), the output projection's input
-    (2sbh), the softmax output, its dropout mask and the dropout's output (5as^2b), the
-    MLP's input, the GELU's input and output (2 + 8 + 8 sbh), the two dropout masks (2sbh)."""
+    Their other terms are ours one for one: the LayerNorms' inputs (4sbh), the QKV
+    projection's input (2sbh), Q, K and V (6sbh: QK^T keeps Q and K, the product with V
+    keeps V), the output projection's input (2sbh), the softmax output, its dropout mask
+    and the dropout's output (5as^2b), the MLP's input, the GELU's input and output
+    (2 + 8 + 8 sbh), the two dropout masks (2sbh)."""
     model = TransformerLM(gpt2(kernel="einsum", dropout=0.1), device="meta", dtype=torch.bfloat16)
     cost = model.loss_estimate(batch=2, seq=32)
     formula = cost.activation_formula.xreplace(GPT_SHAPE)
