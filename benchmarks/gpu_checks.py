@@ -6,6 +6,9 @@
    ``torch.cuda.max_memory_allocated`` over a training step.
 3. ``torch.compile`` (inductor) of a typed module on the GPU: outputs, and a broken call's
    ShapeError.
+4. The attention kernel a dry run assumes for a GPU when none is present (torch's order on
+   sm80+) against the one torch picks on this GPU, over dtypes, head sizes, masks and
+   grouped heads.
 
 Run: ``python benchmarks/gpu_checks.py``
 """
@@ -109,9 +112,10 @@ def memory() -> None:
             f"predicted total {predicted.total / 1e9:.3f} GB (params "
             f"{terms['parameters'] / 1e9:.3f}, grads {terms['gradients'] / 1e9:.3f}, "
             f"optimizer {terms['optimizer'] / 1e9:.3f}, activations "
-            f"{terms['activations'] / 1e9:.3f}); measured/predicted "
-            f"{peak / predicted.total:.3f}; step's own peak / (activations + grads) "
-            f"{(peak - held) / step_terms:.3f}"
+            f"{terms['activations'] / 1e9:.3f}); measured/total "
+            f"{peak / predicted.total:.3f}; predicted peak {predicted.peak / 1e9:.3f} GB, "
+            f"measured/predicted peak {peak / predicted.peak:.3f}; step's own peak / "
+            f"(activations + grads) {(peak - held) / step_terms:.3f}"
         )
         del model, optimizer, loss
 
@@ -134,12 +138,50 @@ def compiled() -> None:
     print(f"torch.compile(inductor, fullgraph) on cuda: outputs equal; a broken call: {message}")
 
 
+def kernel_choice() -> None:
+    from typedflops._engine import kernels
+
+    flags = kernels._flags()
+    cases = agree = 0
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for heads in (
+            (64, 64, 64),
+            (128, 128, 128),
+            (256, 256, 256),
+            (512, 512, 512),
+            (62, 62, 62),
+            (64, 64, 32),
+            (80, 80, 80),
+        ):
+            for masked in (False, True):
+                for grouped in (False, True):
+                    q = torch.zeros(1, 4, 8, heads[0], dtype=dtype, device="cuda")
+                    k = torch.zeros(1, 2 if grouped else 4, 8, heads[1], dtype=dtype, device="cuda")
+                    v = torch.zeros(1, 2 if grouped else 4, 8, heads[2], dtype=dtype, device="cuda")
+                    mask = torch.zeros(8, 8, dtype=dtype, device="cuda") if masked else None
+                    try:
+                        real = int(
+                            torch._fused_sdp_choice(q, k, v, attn_mask=mask, enable_gqa=grouped)
+                        )
+                    except RuntimeError:
+                        continue
+                    found = kernels._gpu_choice(dtype, heads, masked, grouped, flags)
+                    cases += 1
+                    agree += real == found
+                    if real != found:
+                        print(
+                            f"  differs: {dtype} heads {heads} mask {masked} grouped {grouped}: "
+                            f"torch {real}, assumed {found}"
+                        )
+    print(f"attention kernel assumed without a GPU: {agree} of {cases} cases as torch picks here")
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
         return
     print(f"{torch.cuda.get_device_name()} (torch {torch.__version__})")
-    for check in (attention_parity, model_parity, memory, compiled):
+    for check in (attention_parity, model_parity, memory, compiled, kernel_choice):
         try:
             check()
         except Exception as exc:  # report and go on: each check stands alone

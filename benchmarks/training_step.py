@@ -30,7 +30,7 @@ import torch
 
 from typedflops import devices
 from typedflops._config import disabled
-from typedflops._engine.attention import kernels_of
+from typedflops._engine.kernels import kernels_of
 from typedflops._steptime import step_mfu
 from typedflops._training import measure_peak, training_memory
 from typedflops.nn import CONFIGS, TransformerConfig, TransformerLM

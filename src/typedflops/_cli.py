@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -380,7 +381,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``typedflops`` console script; returns the exit status."""
-    args = _parser().parse_args(argv)
+    try:
+        return _run(_parser().parse_args(argv))
+    except BrokenPipeError:
+        # The reader went away (``typedflops plan ... | head``): no traceback, and no
+        # second error when Python flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "plan":
         return run_plan(args)
     try:

@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten
 
 from ._config import disabled
 from ._decorator import TypedFunction
-from ._engine.attention import TargetKernels, meta_target
+from ._engine.kernels import TargetKernels, meta_target
 from ._engine.probes import estimate_probe
 
 __all__ = ["LiveBytes", "forward_backward_peak"]

@@ -24,13 +24,13 @@ import torch
 
 from . import devices
 from ._device_table import MEMORY_GB
-from ._engine.attention import kernels_of
+from ._engine.kernels import kernels_of
 from ._steptime import StepTime, step_time
 from ._training import MEMORY_TERMS, OPTIMIZER_STATES, TrainingMemory, training_memory
 from .devices import DeviceSpec
 from .errors import SpecError
 from .nn import CONFIGS, TransformerConfig, TransformerLM
-from .text import format_count, text_table
+from .text import format_count, text_table, wrap_lines
 
 __all__ = ["TrainingPlan", "add_parser", "batch_sweep", "device_memory", "plan", "plot_plan", "run"]
 
@@ -179,6 +179,8 @@ class TrainingPlan:
         lines.append("")
         shown = ", ".join(f"{name}={size}" for name, size in memory.dims.items())
         lines.append(f"formulas, in {shown}:")
+        # The prose fits 100 columns; each formula stays one line, whole, to be copied.
+        prose = wrap_lines("\n".join(lines), 100)
         formulas = [
             ("forward FLOPs", cost.formula),
             ("matmul FLOPs", cost.matmul_formula),
@@ -188,8 +190,7 @@ class TrainingPlan:
             ("activation bytes", memory.formulas["activations"]),
             ("total bytes", memory.formulas["total"]),
         ]
-        lines += [f"  {label}: {formula}" for label, formula in formulas]
-        return "\n".join(lines)
+        return "\n".join([prose, *(f"  {label}: {formula}" for label, formula in formulas)])
 
 
 def _gb(value: float) -> str:
@@ -254,8 +255,9 @@ def plan(
     spec = device if isinstance(device, DeviceSpec) else _resolve_device(device)
     with torch.device("meta"):
         lm = TransformerLM(config, dtype=dtype)
-    # The GPU's flash kernel, or the CPU's in its stead where no CUDA device is present.
-    with kernels_of("cuda" if torch.cuda.is_available() else "cpu"):
+    # The kernels of the device planned for (a GPU's flash attention and fused RMS norm),
+    # whatever machine plans it.
+    with kernels_of("cpu" if spec.kind == "cpu" else "cuda"):
         memory = training_memory(lm, optimizer, dtype, batch=batch, seq=seq)
     timing = step_time(
         memory.cost,

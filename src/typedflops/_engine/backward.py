@@ -18,6 +18,7 @@ import torch
 from .counter import counting
 from .events import Event
 from .frames import no_frame
+from .stand_ins import META_STAND_INS
 from .tensors import TensorMeta, is_float, map_meta
 
 __all__ = ["BackwardResult", "backward_of"]
@@ -75,7 +76,8 @@ def backward_of(event: Event) -> BackwardResult:
 
 
 def _replay(event: Event) -> BackwardResult:
-    func = event.func
+    # A CUDA kernel that meta runs as a decomposition is replayed as its stand-in.
+    func = META_STAND_INS.get(event.func, event.func)
     mutates = any(
         arg.alias_info is not None and arg.alias_info.is_write for arg in func._schema.arguments
     )

@@ -8,11 +8,11 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .attention import TargetKernels
 from .counter import suspended
 from .events import Event, Group, new_serial
 from .fit import Size, evaluate, size_value
 from .frames import Frame, in_frame, owned_by
+from .kernels import TargetKernels
 from .recorder import CountedFunction, RecordSession, Row
 from .session import RunSession, Session, declared_event
 from .shortcut import Shortcut, shortcut_of, stand_in

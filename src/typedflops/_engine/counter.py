@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch._library.autograd as torch_autograd_impl
 from torch.autograd.function import BackwardCFunction
 from torch.nested._internal.nested_tensor import NestedTensor
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._storage import nbytes
-from .attention import SDPA, attention_on_meta
-from .events import Event, Sink, current_group, group, new_group
+from .events import Event, Sink, current_group, group, named_event, new_group
 from .functions import inside_rule, watching
+from .kernels import on_target
 from .rules import OpCall, RuleEntry, find_rule, is_torch_counted, op_name
 from .saved import in_checkpoint
 from .tensors import describe, flat_tensors, is_float, nbytes_of
@@ -96,7 +99,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # A jagged tensor runs each op on its dense values: count those. Its backward
             # runs on jagged tensors, which no replay builds: named, not predicted.
             if _needs_grad(args, kwargs) and find_rule(func) != "free":
-                self.sink.add(_uncounted_event(f"{op_name(func)} (backward, jagged)"))
+                self.sink.add(named_event(f"{op_name(func)} (backward, jagged)"))
             with self, torch.no_grad():
                 return _JAGGED.__torch_dispatch__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
         found = find_rule(func)
@@ -125,9 +128,13 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         is Python code that no op replay shows, so it is listed as uncounted."""
         for tensor in _tensors((args, tuple(kwargs.values()))):
             node = tensor.grad_fn
-            if isinstance(node, BackwardCFunction) and node._forward_cls not in self.custom:
+            if not isinstance(node, BackwardCFunction) or _generated_for_custom_op(
+                node._forward_cls
+            ):
+                continue
+            if node._forward_cls not in self.custom:
                 self.custom.add(node._forward_cls)
-                self.sink.add(_uncounted_event(f"{node._forward_cls.__name__} (backward)"))
+                self.sink.add(named_event(f"{node._forward_cls.__name__} (backward)"))
 
 
 _JAGGED = NestedTensor
@@ -174,7 +181,8 @@ def make_event(
     view = found == "free" and _is_view(func)
     read = 0 if view else _unique_bytes(args, kwargs)
     written = 0 if view else sum(nbytes_of(t) for t in outputs)
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad and is_float(t) for t in inputs)
+    recorded = torch.is_grad_enabled() or _in_custom_op_autograd(func)
+    needs_grad = recorded and any(t.requires_grad and is_float(t) for t in inputs)
     return Event(
         op=name,
         func=func,
@@ -194,24 +202,37 @@ def make_event(
     )
 
 
-def _uncounted_event(name: str) -> Event:
-    """Work that ran, or will run, without a rule: listed by name, costs unknown."""
-    return Event(
-        op=name,
-        func=None,
-        group=new_group(name),
-        args=(),
-        kwargs=(),
-        out=None,
-        flops=0,
-        entry=None,
-        counted=False,
-        bytes_read=0,
-        bytes_written=0,
-        view=False,
-        needs_grad=False,
-        torch_counted=False,
-    )
+def _custom_op_forward() -> Any:
+    """The code of the forward that ``torch.library`` makes for a custom op's autograd."""
+    make = getattr(torch_autograd_impl, "make_autograd_impl", None)
+    consts = make.__code__.co_consts if make is not None else ()
+    found = [c for c in consts if isinstance(c, types.CodeType) and c.co_name == "forward"]
+    return found[0] if len(found) == 1 else None
+
+
+_CUSTOM_OP_FORWARD = _custom_op_forward()
+
+
+def _in_custom_op_autograd(func: Any) -> bool:
+    """Whether ``func`` (not an ``aten`` op) runs inside the autograd forward of a
+    ``torch.library`` custom op: grad mode is off there, but autograd differentiates it (the
+    op's registered backward), so its backward is replayed like an ``aten`` op's."""
+    if _CUSTOM_OP_FORWARD is None or func.namespace == "aten" or torch.is_grad_enabled():
+        return False
+    frame: types.FrameType | None = sys._getframe(1)
+    for _ in range(16):  # the dispatch mode's frames, then the custom op's forward
+        if frame is None:
+            return False
+        if frame.f_code is _CUSTOM_OP_FORWARD:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _generated_for_custom_op(cls: type) -> bool:
+    """Whether an autograd.Function class is the one ``torch.library`` makes for a custom
+    op (whose backward its event's replay counts)."""
+    return cls.__module__ == torch_autograd_impl.__name__
 
 
 def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -342,8 +363,8 @@ class GroupingMode(TorchFunctionMode):
         if name is None:
             return func(*args, **kwargs)
         with group(name):
-            if func is SDPA and self.counter.target is not None:
-                return attention_on_meta(self.counter.target, args, kwargs)
+            if self.counter.target is not None:
+                return on_target(self.counter.target, func, args, kwargs)
             return func(*args, **kwargs)
 
 

@@ -25,10 +25,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .._config import disabled
 from .._cost import Cost, OpCost
 from ..errors import ContractError
-from .attention import meta_target
 from .backward import backward_of
 from .events import Event
 from .fit import Plan, Size, evaluate, fit, size_value, total
+from .kernels import meta_target
 from .saved import SavedTensors
 from .session import RunSession
 

@@ -18,6 +18,7 @@ __all__ = [
     "Sink",
     "current_group",
     "group",
+    "named_event",
     "new_group",
     "new_serial",
     "saved_event",
@@ -67,6 +68,27 @@ class Event:
     def signature(self) -> tuple[Any, ...]:
         """What determines the op's cost: the op and its arguments' metadata."""
         return (self.func, self.args, self.kwargs)
+
+
+def named_event(name: str, flops: int | None = None) -> Event:
+    """An event known by name only: work a rule counted as a whole (``flops``), or work
+    that ran, or will run, without a rule (``flops=None``: listed, cost unknown)."""
+    return Event(
+        op=name,
+        func=None,
+        group=new_group(name),
+        args=(),
+        kwargs=(),
+        out=None,
+        flops=flops or 0,
+        entry=None,
+        counted=flops is not None,
+        bytes_read=0,
+        bytes_written=0,
+        view=False,
+        needs_grad=False,
+        torch_counted=False,
+    )
 
 
 class Sink(Protocol):

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from types import CodeType, FrameType
 from typing import Any
 
-from .events import Event, group, new_group
+from .events import group, named_event
 from .rules import RuleEntry, function_rules
 
 __all__ = ["inside_rule", "watching"]
@@ -59,7 +59,7 @@ class _Watch:
     def _leave(self, frame: FrameType) -> None:
         scope, token, (name, count) = self.open.pop(frame)
         _inside.reset(token)
-        self.sink.add(_rule_event(name, count))
+        self.sink.add(named_event(name, count))
         scope.__exit__(None, None, None)
 
 
@@ -80,25 +80,6 @@ def _arguments(fn: Any, frame: FrameType) -> tuple[list[Any], dict[str, Any]]:
         else:
             args.append(values[name])
     return args, kwargs
-
-
-def _rule_event(name: str, count: int) -> Event:
-    return Event(
-        op=name,
-        func=None,
-        group=new_group(name),
-        args=(),
-        kwargs=(),
-        out=None,
-        flops=count,
-        entry=None,
-        counted=True,
-        bytes_read=0,
-        bytes_written=0,
-        view=False,
-        needs_grad=False,
-        torch_counted=False,
-    )
 
 
 @contextlib.contextmanager

@@ -55,6 +55,7 @@ import torch
 from torch.utils import flop_counter
 
 from ..errors import SpecError
+from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
 from .tensors import TensorMeta, flat_tensors, is_float, map_meta, numel
 
 __all__ = [
@@ -356,6 +357,9 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         table[getattr(aten, name)] = entry(_norm_backward)
     table[aten._fused_rms_norm] = entry(_rms_norm)
     table[aten._fused_rms_norm_backward] = entry(_norm_backward)
+    # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.
+    table[torch.ops.typedflops._fused_rms_norm] = entry(_rms_norm)
+    table[torch.ops.typedflops._fused_rms_norm_backward] = entry(_norm_backward)
     table[aten.nll_loss_forward] = entry(_nll_loss)
     table[aten.nll_loss2d_forward] = entry(_nll_loss)
     table[aten.nll_loss_backward] = entry(_accumulate(1))
@@ -547,11 +551,12 @@ def _label(key: Any) -> str:
 
 
 def op_name(func: torch._ops.OpOverload) -> str:
-    """An op's name as tables show it: ``mm``, ``add``, ``mylib.fused``."""
+    """An op's name as tables show it: ``mm``, ``add``, ``mylib.fused`` (a stand-in of
+    ours by the ``aten`` kernel's name it stands for)."""
     packet = func._overloadpacket
     namespace = getattr(packet, "_qualified_op_name", "aten::").split("::")[0]
     name = _base_name(func)
-    return name if namespace == "aten" else f"{namespace}.{name}"
+    return name if namespace in ("aten", "typedflops") else f"{namespace}.{name}"
 
 
 def count_of(value: Any) -> int:

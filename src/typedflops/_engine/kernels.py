@@ -1,11 +1,22 @@
-"""Scaled dot-product attention in dry runs: the kernel the target device would pick.
+"""The kernels a target device runs, in dry runs on ``meta``.
 
-Dry runs use ``meta`` tensors, on which ``F.scaled_dot_product_attention`` always takes its
-math path. A CPU or a GPU would pick a fused kernel (flash, memory-efficient, cuDNN) with
-its own FLOPs, forward and backward. So a dry run asks torch which kernel the target device
-picks (``torch._fused_sdp_choice`` on one-element tensors of the same dtype, head sizes,
-mask and flags, honouring ``torch.nn.attention.sdpa_kernel``) and calls that kernel on the
-meta tensors; every fused kernel has a meta implementation, backward included.
+Dry runs use ``meta`` tensors, on which two calls run otherwise than on the device they
+cost:
+
+- ``F.scaled_dot_product_attention`` always takes its math path on ``meta``. A CPU or a GPU
+  picks a fused kernel (flash, memory-efficient, cuDNN) with its own FLOPs and saved
+  tensors, forward and backward. A dry run asks torch which kernel the target picks
+  (``torch._fused_sdp_choice`` on one-element tensors of the same dtype, head sizes, mask
+  and flags, honouring ``torch.nn.attention.sdpa_kernel``) and calls that kernel on the
+  meta tensors; every fused kernel has a meta implementation, backward included. Where the
+  target is CUDA and no CUDA device is present (planning for a GPU on a laptop), the choice
+  is torch's rule for a data-center GPU (sm80 and later): flash for 16-bit inputs with no
+  mask and equal head sizes up to 256, else memory-efficient for float32 and 16-bit inputs
+  whose head sizes it aligns, else math; each only where its flag is on.
+- ``F.rms_norm`` on CUDA is one fused kernel (``_fused_rms_norm``: it keeps the input and a
+  float32 ``rstd``); on ``meta`` and on a CPU it is a decomposition that keeps float32
+  copies. For a CUDA target the dry run calls a stand-in with the kernel's outputs and
+  autograd (:mod:`.stand_ins`).
 """
 
 from __future__ import annotations
@@ -20,11 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from . import stand_ins  # noqa: F401  (defines torch.ops.typedflops._fused_rms_norm)
 from .frames import no_frame
 
-__all__ = ["SDPA", "TargetKernels", "attention_on_meta", "kernels_of", "meta_target"]
+__all__ = ["SDPA", "TargetKernels", "attention_on_meta", "kernels_of", "meta_target", "on_target"]
 
 SDPA = F.scaled_dot_product_attention
+RMS_NORM = F.rms_norm
 
 aten = torch.ops.aten
 
@@ -65,14 +78,20 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def _choice(target: str, call: dict[str, Any]) -> int:
     """The backend the target device would pick for this call (math when unsure)."""
-    if target == "cuda" and not torch.cuda.is_available():
-        return _MATH
     if target not in ("cpu", "cuda"):
         return _MATH
     query, key, value = call["query"], call["key"], call["value"]
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         return _MATH
     mask = call["attn_mask"]
+    if target == "cuda" and not torch.cuda.is_available():
+        return _gpu_choice(
+            query.dtype,
+            (query.shape[-1], key.shape[-1], value.shape[-1]),
+            mask is not None,
+            query.shape[1] != key.shape[1],
+            _flags(),
+        )
     with no_frame():  # asking torch is not part of the call
         return _cached_choice(
             target,
@@ -94,6 +113,39 @@ def _flags() -> tuple[bool, ...]:
         backends.math_sdp_enabled(),  # type: ignore[no-untyped-call]
         backends.cudnn_sdp_enabled(),  # type: ignore[no-untyped-call]
     )
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _gpu_choice(
+    dtype: torch.dtype,
+    heads: tuple[int, int, int],
+    masked: bool,
+    grouped: bool,
+    flags: tuple[bool, ...],
+) -> int:
+    """The backend torch picks on a data-center GPU (sm80 and later), found without one:
+    flash, then memory-efficient, then math, each where it takes the call and its flag
+    (``flags``: flash, memory-efficient, math, cuDNN) is on.
+
+    >>> on = (True, True, True, True)
+    >>> _gpu_choice(torch.bfloat16, (64, 64, 64), False, False, on) == _FLASH
+    True
+    >>> _gpu_choice(torch.float32, (64, 64, 64), False, False, on) == _EFFICIENT
+    True
+    >>> _gpu_choice(torch.float32, (63, 63, 63), False, False, on) == _MATH
+    True
+    """
+    flash, efficient, _, _ = flags
+    same = heads[0] == heads[1] == heads[2]
+    if flash and dtype in _HALF and not masked and same and heads[0] <= 256:
+        return _FLASH
+    alignment = 8 if dtype in _HALF else 4
+    aligned = heads[0] == heads[1] and all(h % alignment == 0 for h in (heads[0], heads[2]))
+    if efficient and (dtype in _HALF or dtype == torch.float32) and aligned and not grouped:
+        return _EFFICIENT
+    return _MATH
 
 
 @functools.lru_cache(maxsize=256)
@@ -159,10 +211,36 @@ def attention_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     return SDPA(*args, **kwargs)
 
 
+def _channels_last(x: torch.Tensor) -> bool:
+    layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+    return layout is not None and x.is_contiguous(memory_format=layout) and not x.is_contiguous()
+
+
+def rms_norm_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``F.rms_norm(*args, **kwargs)`` on meta tensors as ``target`` runs it: CUDA's fused
+    kernel where torch takes it (a real input whose weight, if any, has its dtype)."""
+    names = ("input", "normalized_shape", "weight", "eps")
+    call = {"weight": None, "eps": None, **dict(zip(names, args, strict=False)), **kwargs}
+    x, weight = call["input"], call["weight"]
+    fused = target == "cuda" and not x.is_complex() and not _channels_last(x)
+    if fused and (weight is None or weight.dtype == x.dtype):
+        shape = [int(size) for size in call["normalized_shape"]]
+        return torch.ops.typedflops._fused_rms_norm(x, shape, weight, call["eps"])[0]
+    return RMS_NORM(*args, **kwargs)
+
+
+def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``func(*args, **kwargs)`` on meta tensors as the ``target`` device would run it."""
+    if func is SDPA:
+        return attention_on_meta(target, args, kwargs)
+    if func is RMS_NORM:
+        return rms_norm_on_meta(target, args, kwargs)
+    return func(*args, **kwargs)
+
+
 class TargetKernels(TorchFunctionMode):
-    """Attention through the target device's kernel while nothing is counted (a block
-    repeated in a dry run runs its ops uncounted, but must save for backward what the
-    counted block saved)."""
+    """The target device's kernels while nothing is counted (a block repeated in a dry run
+    runs its ops uncounted, but must save for backward what the counted block saved)."""
 
     def __init__(self, target: str) -> None:
         super().__init__()
@@ -175,6 +253,4 @@ class TargetKernels(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        if func is SDPA:
-            return attention_on_meta(self.target, args, kwargs or {})
-        return func(*args, **(kwargs or {}))
+        return on_target(self.target, func, args, kwargs or {})
