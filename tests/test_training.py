@@ -14,7 +14,7 @@ import torch
 from typedflops import SpecError
 from typedflops._config import disabled
 from typedflops._peak import LiveBytes
-from typedflops._training import measure_peak
+from typedflops._training import measure_peak, peak_at
 from typedflops.memory import training_memory
 from typedflops.nn import Block, TransformerConfig, TransformerLM
 
@@ -296,6 +296,16 @@ def test_without_master_weights_the_optimizer_state_has_the_parameters_dtype() -
     assert memory.formulas["optimizer"].xreplace(at_dims) == 4 * n
     held = memory.bytes["parameters"] + memory.bytes["optimizer"]
     assert memory.peak == held + max(memory.forward_backward, memory.bytes["gradients"] + 2 * n)
+
+
+def test_the_peak_at_another_batch_is_that_batchs_peak() -> None:
+    """peak_at (the plot's peak line) reruns only forward and backward: at batch 6 it is
+    training_memory's peak at batch 6, for AdamW and for SGD (no optimizer temporary)."""
+    model = TransformerLM(gpt2())
+    for optimizer in ("adamw", "sgd"):
+        memory = training_memory(model, optimizer, batch=2, seq=16)
+        other = training_memory(model, optimizer, batch=6, seq=16)
+        assert peak_at(model, memory, batch=6, seq=16) == other.peak != memory.peak
 
 
 def test_training_memory_refuses_an_unknown_optimizer() -> None:

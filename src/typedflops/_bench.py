@@ -357,7 +357,7 @@ def measurement_from(
     An MFU above 1 cannot be a result: the peak (or the FLOP count) is wrong.
     """
     if not times:
-        raise ValueError("a measurement needs at least one timed run")
+        raise SpecError.at("measurement_from()", "a measurement needs at least one timed run")
     ordered = sorted(times)
     q1, median, q3 = _quartiles(ordered)
     flop_per_sec = flops / median if median > 0 else math.inf
@@ -420,7 +420,11 @@ def _placement(
     placed = [tensor.device for tensor in tensors if tensor.device.type != "cpu"]
     device = placed[0] if placed else torch.device("cpu")
     if device.type == "meta":
-        raise ValueError("cannot time a call on meta tensors; use f.estimate(...) for its cost")
+        raise SpecError.at(
+            "benchmark()",
+            "cannot time a call on meta tensors",
+            hint="use f.estimate(...) for its cost",
+        )
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     floating = [tensor.dtype for tensor in tensors if tensor.is_floating_point()]
@@ -493,9 +497,11 @@ def benchmark(
     ``progress=False`` turns it off).
     """
     if warmup < 0 or repeat < 1 or warmup_time < 0 or min_time < 0:
-        raise ValueError(
-            f"need warmup >= 0, repeat >= 1, warmup_time >= 0 and min_time >= 0; got "
-            f"warmup={warmup}, repeat={repeat}, warmup_time={warmup_time}, min_time={min_time}"
+        raise SpecError.at(
+            "benchmark()",
+            "need warmup >= 0, repeat >= 1, warmup_time >= 0 and min_time >= 0",
+            hint=f"got warmup={warmup}, repeat={repeat}, warmup_time={warmup_time}, "
+            f"min_time={min_time}",
         )
     if peak is not None and not peak > 0:
         raise SpecError.at(None, f"peak= must be a positive number of FLOP/s, got {peak!r}")

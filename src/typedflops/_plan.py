@@ -26,7 +26,7 @@ from . import devices
 from ._device_table import MEMORY_GB
 from ._engine.kernels import kernels_of
 from ._steptime import StepTime, step_time
-from ._training import MEMORY_TERMS, OPTIMIZER_STATES, TrainingMemory, training_memory
+from ._training import MEMORY_TERMS, OPTIMIZER_STATES, TrainingMemory, peak_at, training_memory
 from .devices import DeviceSpec
 from .errors import SpecError
 from .nn import CONFIGS, TransformerConfig, TransformerLM
@@ -349,7 +349,8 @@ def batch_sweep(step: TrainingPlan, batches: list[int]) -> dict[str, list[float]
 
 
 def plot_plan(step: TrainingPlan, path: str) -> None:
-    """Write a two-panel plot: memory by term and step time against the batch size (1 to
+    """Write a two-panel plot: memory by term (stacked: every term held at once) and the
+    peak (a dry run at five batch sizes), and step time, against the batch size (up to
     four times the plan's), with the device's memory as a line."""
     try:
         import matplotlib
@@ -362,6 +363,12 @@ def plot_plan(step: TrainingPlan, path: str) -> None:
         ) from None
     batches = sorted({max(1, round(step.batch * k / 8)) for k in range(1, 33)})
     sweep = batch_sweep(step, batches)
+    # The peak is no formula: one dry run of forward and backward per point.
+    marks = sorted({max(1, step.batch * k // 4) for k in (1, 2, 4, 8, 16)})
+    with torch.device("meta"):
+        lm = TransformerLM(step.config, dtype=step.memory.dtype)
+    with kernels_of("cpu" if step.device.kind == "cpu" else "cuda"):
+        peaks = [peak_at(lm, step.memory, batch=b, seq=step.seq) / 1e9 for b in marks]
     figure, (memory_axes, time_axes) = plt.subplots(1, 2, figsize=(11, 4.5))
     bottom = [0.0] * len(batches)
     for key in ("parameters", "gradients", "optimizer", "master_weights", "activations"):
@@ -369,6 +376,7 @@ def plot_plan(step: TrainingPlan, path: str) -> None:
         if any(v for v in sweep[key]):
             memory_axes.fill_between(batches, bottom, top, label=key.replace("_", " "))
         bottom = top
+    memory_axes.plot(marks, peaks, color="black", marker="o", label="peak (dry runs)")
     if step.capacity is not None:
         memory_axes.axhline(step.capacity / 1e9, color="black", linestyle="--")
         memory_axes.annotate(
@@ -381,7 +389,7 @@ def plot_plan(step: TrainingPlan, path: str) -> None:
     memory_axes.set_xlabel("batch")
     memory_axes.set_ylabel("GB")
     memory_axes.set_title(f"{step.model}, seq {step.seq}: memory of a step")
-    memory_axes.legend(loc="upper left")
+    memory_axes.legend(loc="center left")
     time_axes.plot(batches, [s * 1e3 for s in sweep["seconds"]])
     time_axes.axvline(step.batch, color="grey", linewidth=0.8)
     time_axes.set_xlabel("batch")

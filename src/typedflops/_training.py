@@ -41,6 +41,7 @@ __all__ = [
     "TrainingMemory",
     "measure_peak",
     "parameter_count",
+    "peak_at",
     "training_memory",
 ]
 
@@ -189,6 +190,7 @@ class TrainingMemory:
     mixed_precision: bool = field(default=False)
     peak: int = 0
     forward_backward: int = 0
+    optimizer_temporary: int = 0
 
     @property
     def total(self) -> int:
@@ -309,6 +311,7 @@ def training_memory(
     held = numbers["parameters"] + numbers["optimizer"] + numbers["master_weights"]
     temporary = state_size * count.trainable if states else 0
     peak = held + max(forward_backward, numbers["gradients"] + temporary)
+
     formulas["total"] = sympy.factor(sympy.expand(sum(formulas.values(), sympy.Integer(0))))
     values = {**{str(k): v for k, v in cost.dims.items()}, **module_dims(model)}
     shown = {
@@ -325,7 +328,28 @@ def training_memory(
         mixed_precision=master,
         peak=peak,
         forward_backward=forward_backward,
+        optimizer_temporary=temporary,
     )
+
+
+def peak_at(model: torch.nn.Module, memory: TrainingMemory, **dims: Any) -> int:
+    """The peak of ``memory``'s step at other ``dims`` (``batch=``, ``seq=``...: every size
+    its step takes, as for :func:`training_memory`): the held terms, which do not change,
+    plus the larger of a new forward-and-backward run on ``meta`` and the optimizer's step.
+    ``model`` is the one ``memory`` was found for.
+
+    >>> from typedflops.nn import TransformerConfig, TransformerLM
+    >>> config = TransformerConfig.gpt2(vocab=64, context=8, d_model=16, n_layers=2,
+    ...                                 n_heads=2)
+    >>> model = TransformerLM(config)
+    >>> memory = training_memory(model, "adamw", batch=2, seq=8)
+    >>> peak_at(model, memory, batch=2, seq=8) == memory.peak
+    True
+    """
+    terms = memory.bytes
+    held = terms["parameters"] + terms["optimizer"] + terms["master_weights"]
+    forward_backward = forward_backward_peak(_step_function(model), model, memory.dtype, dims)
+    return held + max(forward_backward, terms["gradients"] + memory.optimizer_temporary)
 
 
 def _recomputed(
