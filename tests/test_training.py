@@ -308,6 +308,33 @@ def test_the_peak_at_another_batch_is_that_batchs_peak() -> None:
         assert peak_at(model, memory, batch=6, seq=16) == other.peak != memory.peak
 
 
+def test_the_printed_memory_is_a_narrow_table_then_each_formula_whole() -> None:
+    """str(memory): the figures in a table that fits 100 columns, then one line per term,
+    ``  name: formula``, whose formula is the term's, unwrapped, whatever its length."""
+    memory = training_memory(TransformerLM(gpt2()), "adamw", torch.bfloat16, batch=2, seq=8)
+    lines = str(memory).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("formulas, in "))
+    assert all(len(line) <= 100 for line in lines[:start])
+    assert [line.split()[0] for line in lines[2:start]] == [
+        "parameters",
+        "gradients",
+        "optimizer",
+        "master",
+        "activations",
+        "total",
+        "peak",
+    ]
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("    "))
+    dims = ", ".join(f"{name}={size}" for name, size in memory.dims.items())
+    assert " ".join(line.strip() for line in lines[start:end]) == f"formulas, in {dims}:"
+    assert all(len(line) <= 100 for line in lines[start:end])
+    shown = dict(line.strip().split(": ", 1) for line in lines[end:])
+    keys = [key for key in memory.formulas if key != "total"] + ["total"]
+    assert list(shown) == [key.replace("_", " ") for key in keys]
+    for key in keys:
+        assert sympy.expand(sympy.sympify(shown[key.replace("_", " ")]) - memory.formulas[key]) == 0
+
+
 def test_training_memory_refuses_an_unknown_optimizer() -> None:
     with pytest.raises(SpecError, match=r"unknown optimizer 'lion'; known: adagrad, adam, "):
         training_memory(TransformerLM(gpt2()), "lion", batch=2, seq=8)

@@ -32,7 +32,7 @@ from ._engine.fit import Plan, fit_count
 from ._engine.probes import module_dims, module_repeats
 from ._peak import forward_backward_peak
 from .errors import SpecError
-from .text import format_count, text_table
+from .text import format_count, text_table, wrap_lines
 
 __all__ = [
     "MEMORY_TERMS",
@@ -214,14 +214,24 @@ class TrainingMemory:
         }
 
     def table(self) -> str:
-        """The terms as a table: bytes and formula."""
-        rows = [
-            [key.replace("_", " "), _bytes(self.bytes[key]), str(self.formulas[key])]
+        """The terms as a table of bytes, then each term's formula on a line of its own
+        (whole, to be copied, however long)."""
+        keys = [
+            key
             for key in (*MEMORY_TERMS, "total")
             if key != "master_weights" or self.mixed_precision
         ]
+        rows = [[key.replace("_", " "), _bytes(self.bytes[key]), ""] for key in keys]
+        rows[-1][2] = "every term held at once"
         rows.append(["peak", _bytes(self.peak), "allocation by allocation"])
-        return text_table(["memory", "bytes", "formula"], rows, right={1})
+        shown = ", ".join(f"{name}={size}" for name, size in self.dims.items())
+        return "\n".join(
+            [
+                text_table(["memory", "bytes", ""], rows, right={1}),
+                wrap_lines(f"formulas, in {shown}:", 100),
+                *(f"  {key.replace('_', ' ')}: {self.formulas[key]}" for key in keys),
+            ]
+        )
 
     def __str__(self) -> str:
         return self.table()
