@@ -244,7 +244,7 @@ def test_matches_flop_counter_reports_a_difference() -> None:
 
 
 def test_matches_flop_counter_loss_without_grad() -> None:
-    with pytest.raises(ValueError, match="loss\\(output\\) does not require grad"):
+    with pytest.raises(SpecError, match="loss\\(output\\) does not require grad; make a "):
         assert_matches_flop_counter(linear, torch.ones(2, 3), torch.ones(3, 4), loss=torch.sum)
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from typedflops import Cost, ShapeError
+from typedflops import Cost, ShapeError, SpecError
 from typedflops.nn import (
     CONFIGS,
     MLP,
@@ -27,6 +27,7 @@ from typedflops.nn import (
     SwiGLU,
     TransformerConfig,
     TransformerLM,
+    rotary_tables,
 )
 
 B, s, l, h, V, a = sympy.symbols("B s l h V a")  # noqa: E741 (the papers' names)
@@ -213,13 +214,36 @@ def test_parts_bind_their_sizes() -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: Attention(10, 3), "d_model=10 is not a multiple of n_heads=3"),
-        (lambda: Attention(8, 2, kernel="flash"), "kernel='flash'"),  # type: ignore[arg-type]
-        (lambda: Attention(12, 4, rope=True), "RoPE needs an even d_head, got 3"),
-        (lambda: Dropout(1.5), "p=1.5 is not a probability"),
-        (lambda: TransformerConfig.gpt2(10, 8, 16, 0, 2), "n_layers=0 is not a size"),
+        (
+            lambda: Attention(10, 3),
+            "Attention(): d_model=10 is not a multiple of n_heads=3; give d_head",
+        ),
+        (
+            lambda: Attention(8, 2, kernel="flash"),  # type: ignore[arg-type]
+            "Attention(): kernel='flash'; choose 'sdpa' or 'einsum'",
+        ),
+        (lambda: Attention(12, 4, rope=True), "Attention(): RoPE needs an even d_head, got 3"),
+        (
+            lambda: Attention(8, 2, dropout=1.0),
+            "Attention(): dropout=1.0 is not a probability in [0, 1)",
+        ),
+        (lambda: Dropout(1.5), "Dropout(): p=1.5 is not a probability in [0, 1)"),
+        (
+            lambda: TransformerConfig.gpt2(10, 8, 16, 0, 2),
+            "TransformerConfig(): n_layers=0 is not a size >= 1",
+        ),
+        (
+            lambda: TransformerConfig.gpt2(10, 8, 10, 1, 4),
+            "TransformerConfig(): d_model=10 is not a multiple of n_heads=4; give d_head",
+        ),
+        (
+            lambda: rotary_tables(4, 3),
+            "rotary_tables(): d_head=3 must be even (pairs of axes turn)",
+        ),
     ],
 )
 def test_bad_configs_are_named(build: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    """Each refusal is a SpecError (a ValueError) naming the constructor, before any work."""
+    with pytest.raises(SpecError) as info:
         build()  # type: ignore[operator]
+    assert str(info.value) == message

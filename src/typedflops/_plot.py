@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .errors import SpecError
 from .text import format_percent, format_si
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ def roofline_plot(
     matplotlib.
     """
     if len(measurements) != len(labels):
-        raise ValueError(f"{len(measurements)} measurements but {len(labels)} labels")
+        raise SpecError.at(
+            "roofline_plot()", f"{len(measurements)} measurements but {len(labels)} labels"
+        )
     try:
         import matplotlib
 

@@ -6,6 +6,7 @@ import torch
 
 from ._storage import nbytes, same_storage
 from ._training import OPTIMIZER_STATES, TrainingMemory, training_memory
+from .errors import SpecError
 
 __all__ = [
     "OPTIMIZER_STATES",
@@ -31,7 +32,9 @@ def model_memory(model: torch.nn.Module, optimizer: str | None = "adam") -> dict
     key = optimizer.lower() if optimizer is not None else None
     if key not in OPTIMIZER_STATES:
         known = ", ".join(sorted(k for k in OPTIMIZER_STATES if k))
-        raise ValueError(f"model_memory(): unknown optimizer {optimizer!r}; known: {known}")
+        raise SpecError.at(
+            "model_memory()", f"unknown optimizer {optimizer!r}", hint=f"known: {known}"
+        )
     parameters = sum(nbytes(p) for p in model.parameters())
     trainable = sum(nbytes(p) for p in model.parameters() if p.requires_grad)
     states = OPTIMIZER_STATES[key] * trainable

@@ -20,6 +20,8 @@ from typing import Literal
 
 import torch
 
+from .errors import SpecError
+
 __all__ = ["Bound", "Roofline", "attainable", "bound", "ridge_point", "roofline"]
 
 Bound = Literal["memory", "compute"]
@@ -28,9 +30,10 @@ Bound = Literal["memory", "compute"]
 def ridge_point(peak_flop_per_sec: float, bandwidth: float) -> float:
     """The intensity (FLOP/byte) where the bandwidth roof meets the compute roof."""
     if peak_flop_per_sec <= 0 or bandwidth <= 0:
-        raise ValueError(
+        raise SpecError.at(
+            None,
             f"a roofline needs a positive peak and bandwidth, got {peak_flop_per_sec} FLOP/s "
-            f"and {bandwidth} bytes/s"
+            f"and {bandwidth} bytes/s",
         )
     return peak_flop_per_sec / bandwidth
 

@@ -28,7 +28,7 @@ from ._decorator import TypedFunction, TypedMethod
 from ._engine.recorder import torch_counts
 from ._engine.report import record
 from ._expr import parse_expression
-from .errors import ContractError
+from .errors import ContractError, SpecError
 
 __all__ = [
     "FlopComparison",
@@ -314,9 +314,10 @@ def assert_matches_flop_counter(
     if loss is not None:
         value = loss(output)
         if not isinstance(value, torch.Tensor) or not value.requires_grad:
-            raise ValueError(
-                f"assert_matches_flop_counter({name}): loss(output) does not require grad; "
-                "make a parameter or input require grad, or leave out loss="
+            raise SpecError.at(
+                f"assert_matches_flop_counter({name})",
+                "loss(output) does not require grad",
+                hint="make a parameter or input require grad, or leave out loss=",
             )
         with FlopCounterMode(display=False) as backward_counter:
             torch.autograd.grad(value, _leaves(value), allow_unused=True)

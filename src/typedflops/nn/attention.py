@@ -25,6 +25,7 @@ from torch import Tensor
 
 from .._ops import einsum, rearrange
 from .._typed_flops import typed_flops
+from ..errors import SpecError
 from .layers import Device, TypedLayer
 from .lecture import Linear
 
@@ -49,7 +50,7 @@ def rotary_tables(
     (torch.Size([4, 4]), 1.0, 0.0)
     """
     if d_head % 2:
-        raise ValueError(f"rotary_tables(): d_head={d_head} must be even (pairs of axes turn)")
+        raise SpecError.at("rotary_tables()", f"d_head={d_head} must be even (pairs of axes turn)")
     inverse = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32, device=device) / d_head)
     angles = torch.outer(torch.arange(seq, dtype=torch.float32, device=device), inverse)
     return angles.cos().to(dtype or torch.float32), angles.sin().to(dtype or torch.float32)
@@ -94,17 +95,20 @@ class Attention(TypedLayer):
         super().__init__()
         if d_head is None:
             if d_model % n_heads:
-                raise ValueError(
-                    f"Attention(): d_model={d_model} is not a multiple of n_heads={n_heads}; "
-                    "give d_head"
+                raise SpecError.at(
+                    "Attention()",
+                    f"d_model={d_model} is not a multiple of n_heads={n_heads}",
+                    hint="give d_head",
                 )
             d_head = d_model // n_heads
         if kernel not in ("sdpa", "einsum"):
-            raise ValueError(f"Attention(): kernel={kernel!r}; choose 'sdpa' or 'einsum'")
+            raise SpecError.at(
+                "Attention()", f"kernel={kernel!r}", hint="choose 'sdpa' or 'einsum'"
+            )
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"Attention(): dropout={dropout!r} is not a probability in [0, 1)")
+            raise SpecError.at("Attention()", f"dropout={dropout!r} is not a probability in [0, 1)")
         if rope and d_head % 2:
-            raise ValueError(f"Attention(): RoPE needs an even d_head, got {d_head}")
+            raise SpecError.at("Attention()", f"RoPE needs an even d_head, got {d_head}")
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
         self.rope, self.rope_base, self.kernel, self.dropout = rope, rope_base, kernel, dropout
         width = n_heads * d_head

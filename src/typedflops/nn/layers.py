@@ -18,6 +18,7 @@ from torch import Tensor
 from .._cost import Cost
 from .._decorator import TypedFunction
 from .._typed_flops import typed_flops
+from ..errors import SpecError
 from .lecture import Linear, TypedModule
 
 __all__ = ["MLP", "Dropout", "Embedding", "LayerNorm", "RMSNorm", "SwiGLU", "TypedLayer"]
@@ -200,7 +201,7 @@ class Dropout(TypedLayer):
     def __init__(self, p: float = 0.0) -> None:
         super().__init__()
         if not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout(): p={p!r} is not a probability in [0, 1)")
+            raise SpecError.at("Dropout()", f"p={p!r} is not a probability in [0, 1)")
         self.p = p
 
     def typedflops_dims(self) -> Mapping[str, int]:

@@ -29,7 +29,7 @@ from .._cost import Cost
 from .._decorator import TypedFunction
 from .._ops import einsum
 from .._typed_flops import typed_flops
-from ..errors import ShapeError
+from ..errors import ShapeError, SpecError
 from .attention import Attention, Kernel
 from .layers import MLP, Device, Dropout, Embedding, LayerNorm, RMSNorm, SwiGLU, TypedLayer
 from .lecture import Linear
@@ -71,12 +71,13 @@ class TransformerConfig:
         for name in ("vocab", "context", "d_model", "n_layers", "n_heads"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
-                raise ValueError(f"TransformerConfig(): {name}={value!r} is not a size >= 1")
+                raise SpecError.at("TransformerConfig()", f"{name}={value!r} is not a size >= 1")
         if not self.d_head:
             if self.d_model % self.n_heads:
-                raise ValueError(
-                    f"TransformerConfig(): d_model={self.d_model} is not a multiple of "
-                    f"n_heads={self.n_heads}; give d_head"
+                raise SpecError.at(
+                    "TransformerConfig()",
+                    f"d_model={self.d_model} is not a multiple of n_heads={self.n_heads}",
+                    hint="give d_head",
                 )
             object.__setattr__(self, "d_head", self.d_model // self.n_heads)
         if not self.d_ff:
