@@ -25,7 +25,7 @@ def test_all_is_sorted_unique_and_matches_dir() -> None:
 
 
 def test_submodules_are_modules() -> None:
-    for name in ("devices", "memory", "nn"):
+    for name in ("devices", "memory", "nn", "planning"):
         module = getattr(typedflops, name)
         assert isinstance(module, types.ModuleType)
         assert module is importlib.import_module(f"typedflops.{name}")

@@ -21,7 +21,8 @@ def test_the_readme_has_the_blocks_it_promises() -> None:
         "mypkg/model.py",
         "tests/test_model.py",
     ]
-    assert len(SCRIPTS) == 1 and "ShapeError" in SCRIPTS[0].text
+    assert len(SCRIPTS) == 2 and "ShapeError" in SCRIPTS[0].text
+    assert "typedflops.planning" in SCRIPTS[1].text
     setup = blocks("bash")[0].text.splitlines()
     assert setup[0] == "python3 -m venv .venv && . .venv/bin/activate"
     assert "--index-url https://download.pytorch.org/whl/cpu" in setup[1]
@@ -36,7 +37,7 @@ def test_python_block_runs_as_a_script(block: Block, tmp_path: Path) -> None:
 
 
 def test_the_tour_prints_what_its_comments_say(tmp_path: Path) -> None:
-    (tour,) = SCRIPTS
+    tour = SCRIPTS[0]
     result = _run(tour, tmp_path)
     assert result.returncode == 0, result.stderr
     shown = [

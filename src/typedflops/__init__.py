@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from . import devices as devices
     from . import memory as memory
     from . import nn as nn
+    from . import planning as planning
     from . import testing as testing
     from ._bench import Measurement as Measurement
     from ._bench import benchmark as benchmark
@@ -59,6 +60,7 @@ _EXPORTS: dict[str, str] = {
     "install_import_hook": "_import_hook",
     "memory": "",
     "nn": "",
+    "planning": "",
     "print_bindings": "_memo",
     "rearrange": "_ops",
     "record": "_engine.report",

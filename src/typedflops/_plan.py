@@ -6,9 +6,10 @@ the batch and sequence length asked: FLOPs (forward, backward, recomputation), m
 the step's peak (allocation by allocation) and whether it fits the device's memory, and
 the step's time on it.
 
-Attention is costed as the fused flash kernel a GPU runs for these shapes; where no CUDA
-device is present, the CPU's flash kernel stands in for it (the same FLOP formula,
-FlopCounterMode's, and the same tensors saved for backward).
+The dry runs cost the kernels of the device planned for, on any machine
+(:func:`typedflops.planning.kernels_of`): for a GPU, the attention kernel torch picks there
+(flash for 16-bit inputs) and CUDA's fused RMS norm, with their FLOPs (FlopCounterMode's)
+and the tensors they save for backward.
 """
 
 from __future__ import annotations
