@@ -245,3 +245,33 @@ class SmallConvNet(nn.Module):
         x = nn.functional.max_pool2d(torch.relu(self.conv2(x)), 2)
         logits: Tensor = self.fc(x.flatten(1))
         return logits
+
+
+class NanoGPT(nn.Module):
+    """GPT as nanoGPT writes it: torch's modules, positions made in ``forward``, and
+    ``forward(idx, targets=None)`` returning the logits and the loss (None without targets,
+    when only the last position's logits are computed)."""
+
+    def __init__(self, vocab_size: int, block_size: int, n_embd: int, n_layer: int) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList(GptBlock(n_embd, num_heads=4) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # weight tying
+
+    @typed_flops
+    def forward(
+        self, idx: Int[Tensor, "b t"], targets: Int[Tensor, "b t"] | None = None
+    ) -> tuple[Float[Tensor, "b _ vocab"], Float[Tensor, ""] | None]:
+        pos = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        x = self.ln_f(x)
+        if targets is None:
+            return self.lm_head(x[:, [-1], :]), None
+        logits = self.lm_head(x)
+        loss = nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss

@@ -38,13 +38,8 @@ from ._cost import Cost
 from ._engine.calls import begin_call
 from ._engine.dryrun import Probe, measure
 from ._engine.frames import Frame, current_frame
-from ._engine.probes import (
-    call_dims,
-    call_probe,
-    estimate_probe,
-    held_dims,
-    method_needs_object,
-)
+from ._engine.module_sizes import held_dims
+from ._engine.probes import call_dims, call_probe, estimate_probe, method_needs_object
 from ._engine.session import RunSession
 from ._expr import parse_expression
 from ._generators import checked_async_generator, checked_generator

@@ -15,6 +15,7 @@ and the tensors they save for backward.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from . import devices
 from ._device_table import MEMORY_GB
 from ._engine.kernels import kernels_of
 from ._steptime import StepTime, step_time
-from ._training import MEMORY_TERMS, OPTIMIZER_STATES, TrainingMemory, peak_at, training_memory
+from ._training import MEMORY_TERMS, TrainingMemory, optimizer_key, peak_at, training_memory
 from .devices import DeviceSpec
 from .errors import SpecError
 from .nn import CONFIGS, TransformerConfig, TransformerLM
@@ -145,14 +146,7 @@ class TrainingPlan:
         ]
         lines.append(text_table(["FLOPs", "count", ""], flops, right={1}))
         lines.append("")
-        rows = [
-            [key.replace("_", " "), _gb(memory.bytes[key]), ""]
-            for key in (*MEMORY_TERMS, "total")
-            if key != "master_weights" or memory.mixed_precision
-        ]
-        rows[-1][2] = "every term held at once"
-        rows.append(["peak", _gb(memory.peak), "allocation by allocation"])
-        lines.append(text_table(["memory", "GB", ""], rows, right={1}))
+        lines.append(text_table(["memory", "GB", ""], memory.rows(_gb), right={1}))
         if self.capacity is None:
             lines.append(f"fits: unknown (no memory figure for {self.device.name})")
         else:
@@ -192,6 +186,11 @@ class TrainingPlan:
             ("total bytes", memory.formulas["total"]),
         ]
         return "\n".join([prose, *(f"  {label}: {formula}" for label, formula in formulas)])
+
+
+def _kernels_of(spec: DeviceSpec) -> contextlib.AbstractContextManager[None]:
+    """Dry runs inside cost the kernels of the device ``spec`` names (a CPU's, or a GPU's)."""
+    return kernels_of("cpu" if spec.kind == "cpu" else "cuda")
 
 
 def _gb(value: float) -> str:
@@ -247,9 +246,7 @@ def plan(
             raise SpecError.at("plan()", f"{label}={value!r} is not a size >= 1")
     if seq > config.context:
         raise SpecError.at("plan()", f"seq={seq} is longer than {name}'s context {config.context}")
-    if (optimizer.lower() if optimizer is not None else None) not in OPTIMIZER_STATES:
-        known = ", ".join(sorted(k for k in OPTIMIZER_STATES if k))
-        raise SpecError.at("plan()", f"unknown optimizer {optimizer!r}", hint=f"known: {known}")
+    optimizer_key(optimizer, "plan()")
     if not 0.0 < mfu <= 1.0:
         raise SpecError.at("plan()", f"mfu={mfu!r} must be in (0, 1]")
     config = dataclasses.replace(config, checkpoint=checkpoint or config.checkpoint)
@@ -258,7 +255,7 @@ def plan(
         lm = TransformerLM(config, dtype=dtype)
     # The kernels of the device planned for (a GPU's flash attention and fused RMS norm),
     # whatever machine plans it.
-    with kernels_of("cpu" if spec.kind == "cpu" else "cuda"):
+    with _kernels_of(spec):
         memory = training_memory(lm, optimizer, dtype, batch=batch, seq=seq)
     timing = step_time(
         memory.cost,
@@ -368,11 +365,11 @@ def plot_plan(step: TrainingPlan, path: str) -> None:
     marks = sorted({max(1, step.batch * k // 4) for k in (1, 2, 4, 8, 16)})
     with torch.device("meta"):
         lm = TransformerLM(step.config, dtype=step.memory.dtype)
-    with kernels_of("cpu" if step.device.kind == "cpu" else "cuda"):
+    with _kernels_of(step.device):
         peaks = [peak_at(lm, step.memory, batch=b, seq=step.seq) / 1e9 for b in marks]
     figure, (memory_axes, time_axes) = plt.subplots(1, 2, figsize=(11, 4.5))
     bottom = [0.0] * len(batches)
-    for key in ("parameters", "gradients", "optimizer", "master_weights", "activations"):
+    for key in MEMORY_TERMS:
         top = [b + v / 1e9 for b, v in zip(bottom, sweep[key], strict=True)]
         if any(v for v in sweep[key]):
             memory_axes.fill_between(batches, bottom, top, label=key.replace("_", " "))

@@ -29,7 +29,7 @@ import torch
 from ._cost import Cost
 from ._decorator import TypedFunction
 from ._engine.fit import Plan, fit_count
-from ._engine.probes import module_dims, module_repeats
+from ._engine.module_sizes import module_dims, module_repeats
 from ._peak import forward_backward_peak
 from .errors import SpecError
 from .text import format_count, text_table, wrap_lines
@@ -40,6 +40,7 @@ __all__ = [
     "ParameterCount",
     "TrainingMemory",
     "measure_peak",
+    "optimizer_key",
     "parameter_count",
     "peak_at",
     "training_memory",
@@ -55,6 +56,20 @@ OPTIMIZER_STATES: dict[str | None, int] = {
     "adam": 2,
     "adamw": 2,
 }
+
+
+def optimizer_key(optimizer: str | None, where: str) -> str | None:
+    """``optimizer``'s key in :data:`OPTIMIZER_STATES` (any case), or a SpecError at ``where``.
+
+    >>> optimizer_key("AdamW", "f()")
+    'adamw'
+    """
+    key = optimizer.lower() if optimizer is not None else None
+    if key not in OPTIMIZER_STATES:
+        known = ", ".join(sorted(k for k in OPTIMIZER_STATES if k))
+        raise SpecError.at(where, f"unknown optimizer {optimizer!r}", hint=f"known: {known}")
+    return key
+
 
 #: The terms of a step's memory, in the order tables show them.
 MEMORY_TERMS = ("parameters", "gradients", "optimizer", "master_weights", "activations")
@@ -213,25 +228,35 @@ class TrainingMemory:
             "forward_backward": self.forward_backward,
         }
 
+    def rows(self, size: Callable[[int], str]) -> list[list[str]]:
+        """A table's rows: each term shown (master weights only under mixed precision), the
+        total and the peak, as ``[label, size(bytes), note]``."""
+        rows = [[key.replace("_", " "), size(self.bytes[key]), ""] for key in self._shown_terms()]
+        rows[-1][2] = "every term held at once"
+        rows.append(["peak", size(self.peak), "allocation by allocation"])
+        return rows
+
     def table(self) -> str:
         """The terms as a table of bytes, then each term's formula on a line of its own
         (whole, to be copied, however long)."""
-        keys = [
+        shown = ", ".join(f"{name}={size}" for name, size in self.dims.items())
+        return "\n".join(
+            [
+                text_table(["memory", "bytes", ""], self.rows(_bytes), right={1}),
+                wrap_lines(f"formulas, in {shown}:", 100),
+                *(
+                    f"  {key.replace('_', ' ')}: {self.formulas[key]}"
+                    for key in self._shown_terms()
+                ),
+            ]
+        )
+
+    def _shown_terms(self) -> list[str]:
+        return [
             key
             for key in (*MEMORY_TERMS, "total")
             if key != "master_weights" or self.mixed_precision
         ]
-        rows = [[key.replace("_", " "), _bytes(self.bytes[key]), ""] for key in keys]
-        rows[-1][2] = "every term held at once"
-        rows.append(["peak", _bytes(self.peak), "allocation by allocation"])
-        shown = ", ".join(f"{name}={size}" for name, size in self.dims.items())
-        return "\n".join(
-            [
-                text_table(["memory", "bytes", ""], rows, right={1}),
-                wrap_lines(f"formulas, in {shown}:", 100),
-                *(f"  {key.replace('_', ' ')}: {self.formulas[key]}" for key in keys),
-            ]
-        )
 
     def __str__(self) -> str:
         return self.table()
@@ -281,12 +306,7 @@ def training_memory(
     >>> memory.formulas["optimizer"] == 8 * memory.parameters.trainable_formula
     True
     """
-    key = optimizer.lower() if optimizer is not None else None
-    if key not in OPTIMIZER_STATES:
-        known = ", ".join(sorted(k for k in OPTIMIZER_STATES if k))
-        raise SpecError.at(
-            "training_memory()", f"unknown optimizer {optimizer!r}", hint=f"known: {known}"
-        )
+    key = optimizer_key(optimizer, "training_memory()")
     parameters = list(model.parameters())
     step_dtype = dtype or (parameters[0].dtype if parameters else torch.float32)
     if not step_dtype.is_floating_point:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from ._storage import nbytes, same_storage
-from ._training import OPTIMIZER_STATES, TrainingMemory, training_memory
-from .errors import SpecError
+from ._training import OPTIMIZER_STATES, TrainingMemory, optimizer_key, training_memory
 
 __all__ = [
     "OPTIMIZER_STATES",
@@ -29,12 +28,7 @@ def model_memory(model: torch.nn.Module, optimizer: str | None = "adam") -> dict
     >>> sizes
     {'parameters': 65536, 'gradients': 65536, 'optimizer': 131072, 'total': 262144}
     """
-    key = optimizer.lower() if optimizer is not None else None
-    if key not in OPTIMIZER_STATES:
-        known = ", ".join(sorted(k for k in OPTIMIZER_STATES if k))
-        raise SpecError.at(
-            "model_memory()", f"unknown optimizer {optimizer!r}", hint=f"known: {known}"
-        )
+    key = optimizer_key(optimizer, "model_memory()")
     parameters = sum(nbytes(p) for p in model.parameters())
     trainable = sum(nbytes(p) for p in model.parameters() if p.requires_grad)
     states = OPTIMIZER_STATES[key] * trainable

@@ -31,7 +31,7 @@ def ridge_point(peak_flop_per_sec: float, bandwidth: float) -> float:
     """The intensity (FLOP/byte) where the bandwidth roof meets the compute roof."""
     if peak_flop_per_sec <= 0 or bandwidth <= 0:
         raise SpecError.at(
-            None,
+            "ridge_point()",
             f"a roofline needs a positive peak and bandwidth, got {peak_flop_per_sec} FLOP/s "
             f"and {bandwidth} bytes/s",
         )

@@ -2,7 +2,7 @@
 
 - :func:`estimate_probe`: ``f.estimate(**dims)`` — every tensor parameter built from its
   annotation at the sizes given (an Optional one whose default is None stays None unless
-  a dim only it uses is given);
+  a dim only it uses is given, or it is named: ``targets=True``);
 - :func:`call_probe`: a call that ran (a ``record()`` row, ``benchmark``) — its tensors'
   shapes, with the annotated axes resized.
 
@@ -14,7 +14,6 @@ at other sizes of its own dims.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +29,7 @@ from .._cost import Cost
 from ..errors import SpecError
 from .dryrun import Probe, Thunk, measure
 from .fit import Size
+from .module_sizes import held_dims, module_dims, module_names, module_repeats
 
 __all__ = [
     "TensorStub",
@@ -39,8 +39,6 @@ __all__ = [
     "check_sizes",
     "estimate_probe",
     "method_needs_object",
-    "module_names",
-    "module_repeats",
     "plain_probe",
     "stub",
 ]
@@ -208,94 +206,6 @@ def _module_state(
     return {name: copies[id(tensor)] for name, tensor in state.items()}
 
 
-def module_dims(obj: Any) -> dict[str, int]:
-    """A typed module's own sizes (``typedflops_dims()``), or none."""
-    dims = getattr(obj, "typedflops_dims", None)
-    return dict(dims()) if callable(dims) else {}
-
-
-def module_names(module: Any) -> dict[str, int]:
-    """Sizes a module names: its declared dims (``typedflops_dims()``), then int attributes
-    of its own classes whose value is the size of one of its weights' (or buffers') axes
-    (``self.d_ff = d_ff`` beside a ``(d_ff, d_model)`` weight)."""
-    found = module_dims(module)
-    if not isinstance(module, torch.nn.Module):
-        return found
-    axes = {size for t in (*module.parameters(), *module.buffers()) for size in t.shape}
-    for sub in module.modules():
-        if type(sub).__module__.startswith("torch."):
-            continue
-        for name, value in _int_fields(sub):
-            if value in axes and name not in found:
-                found[name] = value
-    return found
-
-
-_CONFIG_NAMES = ("config", "cfg", "args", "hparams", "params")
-
-
-def _int_fields(module: Any) -> list[tuple[str, int]]:
-    """A module's public int attributes, then those of its config object (a dataclass, or an
-    attribute named ``config``, ``cfg``, ``args``...): ``GPT.config.n_embd``."""
-    fields: list[tuple[str, int]] = []
-    configs: list[Any] = []
-    for name, value in vars(module).items():
-        if name.startswith("_"):
-            continue
-        if type(value) is int:
-            fields.append((name, value))
-        elif (dataclasses.is_dataclass(value) and not isinstance(value, type)) or (
-            name in _CONFIG_NAMES and hasattr(value, "__dict__") and not callable(value)
-        ):
-            configs.append(value)
-    for config in configs:
-        fields.extend(
-            (name, value)
-            for name, value in vars(config).items()
-            if type(value) is int and not name.startswith("_")
-        )
-    return fields
-
-
-def held_dims(module: Any) -> dict[str, int]:
-    """Sizes a module holds, for a method's dims that its caller does not give: what
-    :func:`module_names` finds, then the dims its typed submodules declare (a typed
-    ``Linear``'s ``d_in``), where every submodule declaring one name gives it one size."""
-    found = module_names(module)
-    if not isinstance(module, torch.nn.Module):
-        return found
-    seen: dict[str, set[int]] = {}
-    for sub in module.modules():
-        for name, size in module_dims(sub).items():
-            seen.setdefault(name, set()).add(size)
-    for name, sizes in seen.items():
-        if len(sizes) == 1 and name not in found:
-            found[name] = next(iter(sizes))
-    return found
-
-
-def module_repeats(module: Any) -> dict[str, int]:
-    """Names for how many times a module repeats a block: its int attributes (or declared
-    dims) equal to the length of one of its ``ModuleList``/``Sequential`` children, those
-    that say "layer", "block" or "depth" first (``self.num_layers`` beside 12 blocks)."""
-    if not isinstance(module, torch.nn.Module):
-        return {}
-    lengths = {
-        len(sub)
-        for sub in module.modules()
-        if isinstance(sub, torch.nn.ModuleList | torch.nn.Sequential) and len(sub) > 1
-    }
-    candidates = dict(module_dims(module))
-    candidates.update(_int_fields(module))
-    found = {name: value for name, value in candidates.items() if value in lengths}
-    preferred = {
-        name: value
-        for name, value in found.items()
-        if any(word in name.lower() for word in ("layer", "block", "depth"))
-    }
-    return preferred or found
-
-
 def _module_device(module: Any) -> str | None:
     if isinstance(module, torch.nn.Module):
         for tensor in (*module.parameters(), *module.buffers()):
@@ -363,6 +273,28 @@ def _requested(parameter: TensorParameter, given: set[str], required: set[str]) 
     return bool(own & given) and own <= given and bool(own - required)
 
 
+def _requested_by_name(
+    function: str, by_name: Mapping[str, TensorParameter], named: Mapping[str, Any]
+) -> set[str]:
+    """The Optional tensors ``named`` asks for (``targets=True``), or a SpecError for a
+    tensor parameter named otherwise."""
+    requested = set()
+    for name, value in named.items():
+        parameter = by_name[name]
+        if value is True and parameter.defaults_to_none:
+            requested.add(name)
+            continue
+        hint = (
+            f"{name}=True builds it from its annotation instead of leaving it None"
+            if parameter.defaults_to_none
+            else "leave it out: estimate() builds it from its annotation"
+        )
+        raise SpecError.at(
+            f"{function}.estimate()", f"{name}={value!r} names a tensor parameter", hint=hint
+        )
+    return requested
+
+
 def estimate_probe(
     call: Callable[..., Any],
     function: str,
@@ -381,8 +313,14 @@ def estimate_probe(
     passthrough = {
         key: value for key, value in dims.items() if key in contract.keyword and key not in by_name
     }
-    given = {key: value for key, value in dims.items() if key not in passthrough}
     known = set(contract.dim_names()) | set(own) | {ELLIPSIS}
+    # ``targets=True`` builds an Optional tensor that defaults to None from its annotation
+    # (a name that is also a dim's is the dim).
+    named = {key: value for key, value in dims.items() if key in by_name and key not in known}
+    requested = _requested_by_name(function, by_name, named)
+    given = {
+        key: value for key, value in dims.items() if key not in passthrough and key not in named
+    }
     unknown = sorted(set(given) - known)
     if unknown:
         shown = ", ".join(sorted(known - {ELLIPSIS})) or "none"
@@ -409,7 +347,7 @@ def estimate_probe(
         for p in parameters
         if (p.index is None or p.index >= len(args))
         and p.name not in passthrough
-        and (p.name in required or _requested(p, set(sizes), required_dims))
+        and (p.name in required or p.name in requested or _requested(p, set(sizes), required_dims))
     ]
     needed: set[str] = set()
     for p in build_params:
