@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .._cost import Cost
-from .._decorator import TypedFunction
-from .._typed_flops import typed_flops
+from ..contract.decorator import typed_flops
+from ..contract.function import TypedFunction
+from ..cost.types import Cost
 from ..errors import SpecError
 from .lecture import Linear, TypedModule
 

@@ -15,10 +15,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .._cost import Cost
-from .._decorator import TypedFunction
-from .._ops import einsum
-from .._typed_flops import typed_flops
+from ..contract.decorator import typed_flops
+from ..contract.function import TypedFunction
+from ..cost.types import Cost
+from ..einops.ops import einsum
 
 __all__ = ["Linear", "TwoLayerMLP", "TypedModule"]
 

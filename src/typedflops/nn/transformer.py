@@ -25,10 +25,10 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .._cost import Cost
-from .._decorator import TypedFunction
-from .._ops import einsum
-from .._typed_flops import typed_flops
+from ..contract.decorator import typed_flops
+from ..contract.function import TypedFunction
+from ..cost.types import Cost
+from ..einops.ops import einsum
 from ..errors import ShapeError, SpecError
 from .attention import Attention, Kernel
 from .layers import MLP, Device, Dropout, Embedding, LayerNorm, RMSNorm, SwiGLU, TypedLayer
