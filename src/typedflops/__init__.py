@@ -16,14 +16,14 @@ if TYPE_CHECKING:
     from . import planning as planning
     from . import testing as testing
     from .config import disabled as disabled
-    from .contract.decorator import typed_flops as typed_flops
-    from .contract.function import TypedFunction as TypedFunction
     from .contract.memo import print_bindings as print_bindings
     from .cost.engine.report import Recorder as Recorder
     from .cost.engine.report import record as record
     from .cost.engine.rules import register_rule as register_rule
     from .cost.types import Cost as Cost
     from .cost.types import OpCost as OpCost
+    from .decorator import TypedFunction as TypedFunction
+    from .decorator import typed_flops as typed_flops
     from .einops.ops import einsum as einsum
     from .einops.ops import rearrange as rearrange
     from .einops.ops import reduce as reduce
@@ -52,7 +52,7 @@ _EXPORTS: dict[str, str] = {
     "Recorder": "cost.engine.report",
     "ShapeError": "errors",
     "SpecError": "errors",
-    "TypedFunction": "contract.function",
+    "TypedFunction": "decorator",
     "benchmark": "timing.bench",
     "devices": "",
     "disabled": "config",
@@ -68,7 +68,7 @@ _EXPORTS: dict[str, str] = {
     "register_rule": "cost.engine.rules",
     "repeat": "einops.ops",
     "testing": "",
-    "typed_flops": "contract.decorator",
+    "typed_flops": "decorator",
 }
 
 __all__ = sorted(_EXPORTS)

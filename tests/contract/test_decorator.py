@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 import typedflops
 from typedflops import ContractError, ShapeError, SpecError, TypedFunction, typed_flops
-from typedflops.contract.function import current_call
+from typedflops.contract.scope import current_call
 
 Linear = TypedFunction[[Tensor, Tensor], Tensor]
 

@@ -17,7 +17,7 @@ from picklable import Scaler, double, row_sums
 from torch import Tensor
 
 from typedflops import ShapeError, TypedFunction, typed_flops
-from typedflops.contract.function import TypedMethod
+from typedflops.contract.bound import TypedMethod
 
 
 def _round_trip(obj: Any) -> Any:

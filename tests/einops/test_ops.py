@@ -317,7 +317,7 @@ def test_counted_equals_formula_equals_flop_counter(
 
 
 def test_bound_dim_mismatch_names_both_origins() -> None:
-    from typedflops.contract.decorator import typed_flops
+    from typedflops import typed_flops
 
     @typed_flops
     def linear(x: Float[Tensor, "batch d_in"], w: Tensor) -> Tensor:
@@ -335,7 +335,7 @@ def test_bound_dim_mismatch_names_both_origins() -> None:
 
 
 def test_bound_dim_mismatch_in_rearrange() -> None:
-    from typedflops.contract.decorator import typed_flops
+    from typedflops import typed_flops
 
     @typed_flops
     def bad(x: Float[Tensor, "batch d"], y: Tensor) -> Tensor:
@@ -350,7 +350,7 @@ def test_bound_dim_mismatch_in_rearrange() -> None:
 
 
 def test_symbolic_formulas_in_decorated_functions() -> None:
-    from typedflops.contract.decorator import typed_flops
+    from typedflops import typed_flops
 
     @typed_flops
     def linear(

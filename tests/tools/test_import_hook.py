@@ -25,7 +25,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from typedflops.contract.function import TypedFunction
+from typedflops import TypedFunction
 from typedflops.errors import ContractError, ShapeError
 from typedflops.tools.import_hook import (
     ImportHook,

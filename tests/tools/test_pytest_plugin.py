@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from typedflops.contract.decorator import typed_flops
+from typedflops import typed_flops
 
 
 def linear(
@@ -71,7 +71,7 @@ def test_bad_call():
 
 IS_CHECKED = """
 import demo_pkg
-from typedflops.contract.function import TypedFunction
+from typedflops import TypedFunction
 
 
 def test_is_checked():
@@ -175,7 +175,7 @@ def test_conftest_imports_get_the_checked_package(project: pytest.Pytester) -> N
     project.makepyfile(
         test_conftest=(
             "from conftest import LINEAR\n"
-            "from typedflops.contract.function import TypedFunction\n\n"
+            "from typedflops import TypedFunction\n\n"
             "def test_it():\n    assert isinstance(LINEAR, TypedFunction)\n"
         )
     )

@@ -10,9 +10,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from typedflops import TypedFunction, typed_flops
 from typedflops.config import disabled
-from typedflops.contract.decorator import typed_flops
-from typedflops.contract.function import TypedFunction
 from typedflops.errors import ContractError, DtypeError, ShapeError, SpecError
 from typedflops.nn import TwoLayerMLP
 from typedflops.testing import (

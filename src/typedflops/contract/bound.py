@@ -3,26 +3,7 @@
 from __future__ import annotations
 
 import functools
-import typing
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    import sympy
-
-    from ..cost.types import Cost
-
-
-class _Bindable(Protocol):
-    """What a bound method needs of its :class:`~typedflops.TypedFunction`."""
-
-    name: str
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
-
-    def estimate(self, *args: Any, **kwargs: Any) -> Cost: ...
-
-    def formula_of(self, obj: Any) -> sympy.Expr: ...
-
+from typing import Any
 
 __all__ = ["TypedMethod"]
 
@@ -30,31 +11,19 @@ __all__ = ["TypedMethod"]
 class TypedMethod(functools.partial[Any]):
     """A ``@typed_flops`` function bound to an object, as ``obj.method`` returns it.
 
-    Called like a bound method (in C, as a partial). ``__func__`` is the
-    :class:`TypedFunction`, ``__self__`` the object; ``estimate(**dims)`` estimates the
-    call on that object, and other attributes are the function's.
+    Called like a bound method (in C, as a partial). ``__func__`` is the checked function,
+    ``__self__`` the object; other attributes are the function's.
     """
 
     __slots__ = ()
 
     @property
-    def __func__(self) -> _Bindable:
-        return typing.cast(_Bindable, self.func)
+    def __func__(self) -> Any:
+        return self.func
 
     @property
     def __self__(self) -> Any:
         return self.args[0]
-
-    def estimate(self, *args: Any, **kwargs: Any) -> Cost:
-        """:meth:`TypedFunction.estimate` with this object first."""
-        cost: Cost = self.__func__.estimate(self.args[0], *args, **kwargs)
-        return cost
-
-    @property
-    def formula(self) -> sympy.Expr:
-        """Forward FLOPs of calls on this object, in the dims of the method's annotations
-        (those the object holds, a typed submodule's ``d_in``, fixed at its sizes)."""
-        return self.__func__.formula_of(self.args[0])
 
     def __getattr__(self, name: str) -> Any:
         if name == "__wrapped__":  # inspect.signature would skip the binding of the object

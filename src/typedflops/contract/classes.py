@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .annotation import is_tensor_annotation
-from .function import TypedFunction
+from .function import CheckedFunction
 
 __all__ = ["has_tensor_fields", "typed_class"]
 
@@ -61,13 +61,13 @@ def typed_class(cls: T) -> T:
     if not dataclasses.is_dataclass(cls) or getattr(cls, "__no_type_check__", False):
         return cls
     init = cls.__init__
-    if isinstance(init, TypedFunction):
+    if isinstance(init, CheckedFunction):
         return cls  # checked already (decorated twice, or an __init__ decorated by hand)
     setattr(cls, "__init__", DataclassInit(init, owner=cls))  # noqa: B010 (a method's place)
     return cls
 
 
-class DataclassInit(TypedFunction[..., None]):
+class DataclassInit(CheckedFunction[..., None]):
     """A dataclass's checked ``__init__`` (see :func:`typedflops.contract.classes.typed_class`).
 
     Not checked once its class is marked ``@typing.no_type_check``.
@@ -80,4 +80,4 @@ class DataclassInit(TypedFunction[..., None]):
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         if getattr(self._owner, "__no_type_check__", False):
             return self._fn(*args, **kwargs)
-        return TypedFunction.__call__(self, *args, **kwargs)
+        return CheckedFunction.__call__(self, *args, **kwargs)

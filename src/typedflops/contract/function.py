@@ -1,9 +1,10 @@
-"""``@typed_flops``: a function's jaxtyping contract, enforced per call, and its cost model.
+"""The checked callable: a function's jaxtyping contract, enforced on every call.
 
 The contract is compiled once, at decoration. A call checks its arguments in one pass,
-runs the body, then checks the return value. Nothing is recorded unless a ``record()``
-block, an ``estimate()`` or a formula derivation is running, so the checked call stays a
-few microseconds over a plain one.
+runs the body, then checks the return value. While the cost engine counts (a ``record()``
+block or a dry run), it is attached through one hook: :data:`counting_frame` holds the
+innermost frame it counts into, and :func:`attach_counter` gives it the calls to count.
+Nothing else of the cost model is here (see :mod:`typedflops.decorator`).
 """
 
 from __future__ import annotations
@@ -15,22 +16,14 @@ import inspect
 import sys
 import types
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar
 
 import sympy
 import torch
 
 from ..config import DISABLED_BY_ENVIRONMENT, disabled_flag
-from ..cost.engine.calls import begin_call
-from ..cost.engine.dryrun import Probe, measure
-from ..cost.engine.frames import Frame, current_frame
-from ..cost.engine.module_sizes import held_dims
-from ..cost.engine.probes import call_dims, call_probe, estimate_probe, method_needs_object
-from ..cost.engine.session import RunSession
-from ..cost.types import Cost
 from ..errors import ContractError, DeviceError, SpecError
 from ..syntax.expr import parse_expression
-from ..timing.bench import benchmark
 from .annotation import ELLIPSIS, AxisKind
 from .bound import TypedMethod
 from .compiled import (
@@ -45,9 +38,18 @@ from .compiled import (
 )
 from .generators import checked_async_generator, checked_generator
 from .memo import reads_memo, with_memo
-from .scope import CallState, Size, call_scope, current_call, display_name, violation
+from .scope import CallState, call_scope, current_call, display_name, violation
 
-__all__ = ["TypedFunction", "TypedMethod", "add_call_observer", "current_call"]
+__all__ = [
+    "CallCounter",
+    "CheckedFunction",
+    "add_call_observer",
+    "attach_counter",
+    "counting_frame",
+    "current_call",
+    "module_dims",
+    "notify_observers",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -58,10 +60,51 @@ _checks_off = disabled_flag
 _is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
+class CallCounter(Protocol):
+    """The cost engine's side of the hook: it runs a checked call while it counts."""
+
+    def count_call(
+        self,
+        frame: Any,
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        """Check, run and count one call (its ops go to ``frame``'s session)."""
+
+    async def count_coroutine(
+        self,
+        frame: Any,
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        state: CallState,
+        coroutine: Coroutine[Any, Any, Any],
+    ) -> Any:
+        """Await a decorated coroutine's body as one counted call."""
+
+    def observes(self, frame: Any) -> bool:
+        """Whether calls counted into ``frame`` are the user's (a dry run's are not)."""
+
+
+#: The innermost frame the cost engine counts into, per thread and asyncio task; None on
+#: the hot path (nothing is counting). The engine sets it; the contract only reads it.
+counting_frame: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "typedflops_frame", default=None
+)
+_counters: list[CallCounter] = []
+
+
+def attach_counter(counter: CallCounter) -> None:
+    """Give the cost engine's counter the calls made while :data:`counting_frame` is set
+    (done once, when the engine is imported)."""
+    _counters[:] = [counter]
+
+
 # Called after every checked call that passed (arguments and return): the pytest plugin's
 # report counts calls this way. Empty on the hot path unless someone observes.
 CallObserver = Callable[
-    ["TypedFunction[Any, Any]", tuple[Any, ...], Mapping[str, Any], CallState], None
+    ["CheckedFunction[Any, Any]", tuple[Any, ...], Mapping[str, Any], CallState], None
 ]
 _observers: list[CallObserver] = []
 
@@ -77,14 +120,17 @@ def add_call_observer(observer: CallObserver) -> Callable[[], None]:
     return lambda: _observers.remove(observer)
 
 
-def _notify(
-    function: TypedFunction[Any, Any],
+def notify_observers(
+    function: CheckedFunction[Any, Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     state: CallState,
 ) -> None:
-    frame = current_frame()
-    if frame is not None and isinstance(frame.session, RunSession):
+    """Tell the observers of a call that passed (not when a dry run made it)."""
+    if not _observers:
+        return
+    frame = counting_frame.get()
+    if frame is not None and not _counters[0].observes(frame):
         return  # a dry run's call, not the user's
     for observer in tuple(_observers):
         observer(function, args, kwargs, state)
@@ -98,11 +144,16 @@ _OWN_FRAMES = 2
 _NO_PARENT = contextvars.Token.MISSING
 
 
-class TypedFunction(Generic[P, R]):
-    """A function with a checked jaxtyping contract and a cost model (see :func:`typed_flops`).
+class CheckedFunction(Generic[P, R]):
+    """A function whose jaxtyping contract is checked on every call, before its body runs.
 
-    Calling it checks the call; ``formula``, ``estimate`` and ``benchmark`` give its cost.
+    :class:`typedflops.TypedFunction` (what ``@typed_flops`` returns) adds its cost model.
     """
+
+    #: What ``obj.method`` gives for a method (a subclass gives one with its costs).
+    method_class: ClassVar[type[TypedMethod]] = TypedMethod
+    #: True for the variant of a class whose calls are not checked (``no_type_check``).
+    unchecked: ClassVar[bool] = False
 
     # Copied from the wrapped function by functools.update_wrapper.
     __name__: str
@@ -126,8 +177,6 @@ class TypedFunction(Generic[P, R]):
             with_memo(fn) if self._kind == FUNCTION and reads_memo(fn) else fn
         )
         self._contract: Contract | None = None
-        self._last_estimate: dict[str, Any] | None = None
-        self._formula: sympy.Expr | None = None
         self._flops = None if flops is None else parse_expression(flops, origin="flops=")
         # A string annotation may name a class local to the function that defines `fn`
         # (resolved with its locals), or something defined later (at the first call).
@@ -177,15 +226,15 @@ class TypedFunction(Generic[P, R]):
     def __no_type_check__(self) -> bool:
         """Set by ``@typing.no_type_check`` (placed over or under ``@typed_flops``): calls
         are not checked."""
-        return isinstance(self, _UncheckedFunction)
+        return type(self).unchecked
 
     @__no_type_check__.setter
     def __no_type_check__(self, value: bool) -> None:
         # A change of class, not a flag: the checked call path tests nothing for it.
-        if value and not isinstance(self, _UncheckedFunction):
+        if value and not type(self).unchecked:
             self.__dict__["_checked_class"] = type(self)
-            self.__class__ = _UncheckedFunction
-        elif not value and isinstance(self, _UncheckedFunction):
+            self.__class__ = _unchecked_class(type(self))
+        elif not value and type(self).unchecked:
             self.__class__ = self.__dict__.pop("_checked_class")
 
     # -- calling ------------------------------------------------------------------------
@@ -196,7 +245,7 @@ class TypedFunction(Generic[P, R]):
         if _is_compiling():
             # dynamo builds partials of objects it traces (it cannot build our class)
             return functools.partial(self, instance)
-        return TypedMethod(self, instance)
+        return self.method_class(self, instance)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         # is_compiling() first: dynamo folds it to a constant, and it cannot trace the
@@ -205,9 +254,9 @@ class TypedFunction(Generic[P, R]):
             return self._call_compiled(args, kwargs)
         if _checks_off.get():
             return self._fn(*args, **kwargs)
-        frame = current_frame()
+        frame = counting_frame.get()
         if frame is not None:
-            return self._call_counted(frame, args, kwargs)
+            return _counters[0].count_call(frame, self, args, kwargs)  # type: ignore[no-any-return]
         # (_check_arguments and _check_return, inlined: this is the hot path)
         contract = self._contract or self.contract
         state = CallState(self.name)
@@ -218,7 +267,7 @@ class TypedFunction(Generic[P, R]):
         except ContractError as exc:
             raise exc.with_traceback(None) from None
         if self._deferred:
-            return self._call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
+            return self.call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
         token = call_scope.set(state)
         parent = token.old_value
         deep = False
@@ -238,34 +287,22 @@ class TypedFunction(Generic[P, R]):
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
         if _observers:
-            _notify(self, args, kwargs, state)
+            notify_observers(self, args, kwargs, state)
         return result
 
-    def _call_counted(self, frame: Frame, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> R:
-        # While a session counts: typedflops' own work (checks, bookkeeping) runs with the
-        # torch-function modes off, so that only the body's ops are seen.
-        with torch._C.DisableTorchFunction():
-            state = self._check_arguments(args, kwargs)
-            if self._deferred:
-                return self._call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
-            handle = begin_call(frame, self, args, kwargs)
-        token = call_scope.set(state)
-        try:
-            with handle.scope():
-                if handle.shortcut is None:
-                    result = self._body(*args, **kwargs)
-                else:
-                    result = handle.stand_in(args, kwargs)
-            with torch._C.DisableTorchFunction():
-                self._check_return(result, state)
-                handle.finish(state.sizes, result)
-        finally:
-            call_scope.reset(token)
-        if _observers:
-            _notify(self, args, kwargs, state)
-        return result
+    @property
+    def deferred(self) -> bool:
+        """Whether the body runs after the call returns (a coroutine or a generator)."""
+        return self._deferred
 
-    def _check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> CallState:
+    @property
+    def body(self) -> Callable[P, R]:
+        """The body as checked calls run it (with jaxtyping's memo where it reads it)."""
+        return self._body
+
+    def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> CallState:
+        """Check a call's arguments (a module's own sizes bound first): the call's state,
+        or a :class:`ContractError` with no traceback into typedflops."""
         contract = self.contract
         state = CallState(self.name)
         try:
@@ -276,15 +313,17 @@ class TypedFunction(Generic[P, R]):
             raise exc.with_traceback(None) from None
         return state
 
-    def _check_return(self, result: Any, state: CallState) -> None:
+    def check_return(self, result: Any, state: CallState) -> None:
+        """Check a call's return value against its annotation, in the call's state."""
         try:
             self.contract.check_return(result, state)
         except ContractError as exc:
             raise exc.with_traceback(None) from None
 
-    def _call_deferred(
+    def call_deferred(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
     ) -> Any:
+        """Start a coroutine or generator whose arguments passed: it checks the rest."""
         if self._kind == COROUTINE:
             return self._call_async(args, kwargs, state)
         body: Any = self._fn(*args, **kwargs)
@@ -299,16 +338,18 @@ class TypedFunction(Generic[P, R]):
         token = call_scope.set(state)
         try:
             coroutine: Coroutine[Any, Any, Any] = self._fn(*args, **kwargs)  # type: ignore[assignment]
-            frame = current_frame()
+            frame = counting_frame.get()
             if frame is None:
                 result = await coroutine
             else:
-                result = await _counted_coroutine(frame, self, args, kwargs, state, coroutine)
+                result = await _counters[0].count_coroutine(
+                    frame, self, args, kwargs, state, coroutine
+                )
         finally:
             call_scope.reset(token)
-        self._check_return(result, state)
+        self.check_return(result, state)
         if _observers:
-            _notify(self, args, kwargs, state)
+            notify_observers(self, args, kwargs, state)
         return result
 
     def _call_compiled(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> R:
@@ -337,109 +378,21 @@ class TypedFunction(Generic[P, R]):
             raise
         return result
 
-    # -- costs --------------------------------------------------------------------------
+    # -- what the cost model reads ------------------------------------------------------
 
     @property
     def declared(self) -> sympy.Expr | None:
         """The ``flops=`` formula, which replaces the count of the body's forward ops."""
         return None if self._flops is None else self._flops.sympy
 
-    def call_dims(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], bound: Mapping[str, Size]
-    ) -> dict[str, Size]:
-        """The dims of a call that ran: those it bound, ``...`` and a module's own sizes."""
-        return call_dims(self.contract, args, kwargs, bound)
-
-    def probe_call(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], bound: Mapping[str, Size]
-    ) -> Probe:
-        """A probe that rebuilds this call (its tensors' shapes) at other sizes of its dims."""
-        probe = call_probe(self, self.name, self.contract, args, kwargs, bound)
-        probe.declared = self.declared
-        return probe
-
-    def estimate(
-        self,
-        *args: Any,
-        dtype: torch.dtype | None = None,
-        grad: tuple[str, ...] | list[str] = (),
-        **dims: Any,
-    ) -> Cost:
-        """The cost of one call at the given dim sizes, from dry runs on fake tensors.
-
-        Tensors are built from the annotations (nothing is allocated): each named dim's
-        size, ``*name`` dims and ``ellipsis=`` (for ``...``) as an int or a tuple of sizes.
-        ``grad`` names the parameters whose tensors require grad (a module's parameters
-        follow their ``requires_grad``); ``dtype`` overrides the floating dtype. Positional
-        ``args`` fill the leading parameters (a module for ``self``); a keyword naming a
-        non-tensor parameter is passed to it. An Optional tensor parameter whose default is
-        None stays None unless a dim only it uses is given. Missing, unknown or bad sizes
-        raise :class:`SpecError`.
-
-        The formulas are fitted from dry runs at other sizes and checked (see
-        :attr:`Cost.exact`); ``flops=`` replaces the forward count.
-        """
-        probe = estimate_probe(self, self.name, self.contract, args, dims, dtype, tuple(grad))
-        probe.declared = self.declared
-        cost = measure(probe)
-        if not args:  # a method's estimate depends on its object: not kept
-            self._last_estimate = dims
-        return cost
-
-    @property
-    def formula(self) -> sympy.Expr:
-        """Forward FLOPs as a sympy expression in the annotation's dim names.
-
-        From ``flops=`` when given; otherwise fitted from dry runs at probe sizes (or, when
-        the body cannot take those, at the sizes of the last ``estimate``). It is the same
-        at any sizes unless the body branches on sizes.
-        """
-        if self._flops is not None:
-            return self._flops.sympy
-        if self._formula is None:
-            self._formula = self._derive_formula()
-        return self._formula
-
-    def formula_of(self, obj: Any) -> sympy.Expr:
-        """A method's forward FLOPs on ``obj`` (what ``obj.method.formula`` gives), fitted at
-        probe sizes for the dims that ``obj`` does not hold."""
-        if self._flops is not None:
-            return self._flops.sympy
-        return self._derive_formula((obj,))
-
-    def _derive_formula(self, objects: tuple[Any, ...] = ()) -> sympy.Expr:
-        contract = self.contract
-        if contract.takes_self and not objects:
-            raise method_needs_object(self.name)
-        held = held_dims(objects[0]) if objects else {}
-        sizes = {k: v for k, v in probe_sizes(contract).items() if k not in held}
-        try:
-            return self.estimate(*objects, **sizes).formula
-        except Exception as exc:
-            if self._last_estimate is not None:
-                return self.estimate(*objects, **self._last_estimate).formula
-            shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
-            reason = str(exc).splitlines()[0]
-            raise SpecError.at(
-                f"{self.name}()",
-                f"cannot derive its formula by a dry run at probe sizes {shown} "
-                f"({type(exc).__name__}: {reason})",
-                hint=f"call {self.name}.estimate(...) with sizes the body accepts first, or "
-                "pass flops= to @typed_flops",
-            ) from None
-
     def check_call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> CallState:
         """Check a call's contract without running it (a module's parameters must be on the
         arguments' device too); the dims it binds are in the returned state."""
-        state = self._check_arguments(args, kwargs)
+        state = self.check_arguments(args, kwargs)
         owner = args[0] if args and self.contract.takes_self else None
         if isinstance(owner, torch.nn.Module):
             _check_module_device(self.name, owner, state)
         return state
-
-    def benchmark(self, *args: Any, **kwargs: Any) -> Any:
-        """Time calls of this function: the same as ``typedflops.benchmark(self, ...)``."""
-        return benchmark(self, *args, **kwargs)
 
     def __reduce__(self) -> str:
         # By reference, as functions pickle: the name this object has in its module (a
@@ -450,11 +403,29 @@ class TypedFunction(Generic[P, R]):
         return f"<typed_flops {self.name}{self.contract.signature}>"
 
 
-class _UncheckedFunction(TypedFunction[P, R]):
-    """A :class:`TypedFunction` marked ``@typing.no_type_check``: calls run unchecked."""
+_UNCHECKED: dict[type[Any], type[Any]] = {}
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._fn(*args, **kwargs)
+
+def _unchecked_class(cls: type[CheckedFunction[Any, Any]]) -> type[Any]:
+    """The variant of ``cls`` marked ``@typing.no_type_check``: its calls run unchecked."""
+    found = _UNCHECKED.get(cls)
+    if found is None:
+
+        def call_unchecked(self: CheckedFunction[Any, Any], *args: Any, **kwargs: Any) -> Any:
+            return self._fn(*args, **kwargs)
+
+        found = type(
+            cls.__name__,
+            (cls,),
+            {
+                "__call__": call_unchecked,
+                "unchecked": True,
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__,
+            },
+        )
+        _UNCHECKED[cls] = found
+    return found
 
 
 def _report_to_dynamo(error: ContractError) -> None:
@@ -486,7 +457,7 @@ def _check_module_device(function: str, module: torch.nn.Module, state: CallStat
     )
 
 
-def _mark_coroutine_function(function: TypedFunction[Any, Any]) -> None:
+def _mark_coroutine_function(function: CheckedFunction[Any, Any]) -> None:
     """Let ``inspect``/``asyncio.iscoroutinefunction`` see that calling it gives a coroutine."""
     mark = getattr(inspect, "markcoroutinefunction", None)  # Python >= 3.12
     if mark is not None:
@@ -497,7 +468,7 @@ def _mark_coroutine_function(function: TypedFunction[Any, Any]) -> None:
         function._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
 
 
-def _module_dims(obj: Any) -> Mapping[str, int]:
+def module_dims(obj: Any) -> Mapping[str, int]:
     """A module's own sizes (``typedflops_dims()``), or none."""
     dims = getattr(obj, "typedflops_dims", None)
     return dims() if callable(dims) else {}
@@ -505,44 +476,5 @@ def _module_dims(obj: Any) -> Mapping[str, int]:
 
 def _bind_module_dims(obj: Any, state: CallState) -> None:
     """A module's own sizes are part of its forward's contract, bound before the arguments."""
-    for name, size in _module_dims(obj).items():
+    for name, size in module_dims(obj).items():
         state.bind(name, size, f"module {type(obj).__name__}")
-
-
-# Sizes for a formula when no sizes are given: distinct multiples of 24, so that the
-# usual splits (heads of 2, 3, 4, 6, 8 or 12) divide them and no two dims coincide.
-_PROBE_SIZES = tuple(24 * k for k in range(1, 40))
-
-
-def probe_sizes(contract: Contract) -> dict[str, Any]:
-    """Sizes for every dim the required tensor parameters bind (``...`` and ``*name``: one
-    axis)."""
-    sizes: dict[str, Any] = {}
-    parameters = [p for p in contract.tensor_parameters() if not p.defaults_to_none]
-    names: list[str] = []
-    variadic: set[str] = set()
-    for p in parameters:
-        names.extend(p.spec.bindable_names)
-        variadic.update(p.spec.variadic_names)
-        if p.spec.has_ellipsis:
-            names.append(ELLIPSIS)
-            variadic.add(ELLIPSIS)
-    for name, size in zip(dict.fromkeys(names), _PROBE_SIZES, strict=False):
-        sizes[name] = (size,) if name in variadic else size
-    return sizes
-
-
-async def _counted_coroutine(
-    frame: Any,
-    function: TypedFunction[Any, Any],
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    state: CallState,
-    coroutine: Coroutine[Any, Any, Any],
-) -> Any:
-    """Await a decorated coroutine's body as one counted call."""
-    handle = begin_call(frame, function, args, kwargs, cached=False)
-    with handle.scope():
-        result = await coroutine
-    handle.finish(state.sizes)
-    return result

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from ..contract.decorator import typed_flops
+from ..decorator import typed_flops
 from ..einops.ops import einsum, rearrange
 from ..errors import SpecError
 from .layers import Device, TypedLayer

@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..contract.decorator import typed_flops
-from ..contract.function import TypedFunction
 from ..cost.types import Cost
+from ..decorator import TypedFunction, typed_flops
 from ..errors import SpecError
 from .lecture import Linear, TypedModule
 

@@ -15,9 +15,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..contract.decorator import typed_flops
-from ..contract.function import TypedFunction
 from ..cost.types import Cost
+from ..decorator import TypedFunction, typed_flops
 from ..einops.ops import einsum
 
 __all__ = ["Linear", "TwoLayerMLP", "TypedModule"]

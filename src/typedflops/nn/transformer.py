@@ -25,9 +25,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..contract.decorator import typed_flops
-from ..contract.function import TypedFunction
 from ..cost.types import Cost
+from ..decorator import TypedFunction, typed_flops
 from ..einops.ops import einsum
 from ..errors import ShapeError, SpecError
 from .attention import Attention, Kernel

@@ -26,9 +26,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..config import disabled
-from ..contract.function import TypedFunction
 from ..cost.engine.kernels import TargetKernels, meta_target
 from ..cost.engine.probes import estimate_probe
+from ..decorator import TypedFunction
 
 __all__ = ["LiveBytes", "forward_backward_peak"]
 
@@ -179,7 +179,7 @@ def forward_backward_peak(
     Attention runs the kernel of the device the dry runs cost, and matrix products count
     the copies that device's kernels make of inputs BLAS cannot take.
     """
-    probe = estimate_probe(function, function.name, function.contract, (model,), dims, dtype, ())
+    probe = estimate_probe(function, (model,), dims, dtype, ())
     target = meta_target() if probe.device == "meta" else probe.device
     kernels = TargetKernels(target) if target is not None else contextlib.nullcontext()
     with torch.device("meta"), disabled():

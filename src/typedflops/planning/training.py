@@ -26,10 +26,10 @@ from typing import Any, cast
 import sympy
 import torch
 
-from ..contract.function import TypedFunction
 from ..cost.engine.fit import Plan, fit_count
 from ..cost.engine.module_sizes import module_dims, module_repeats
 from ..cost.types import Cost
+from ..decorator import TypedFunction
 from ..errors import SpecError
 from ..text import format_count, text_table, wrap_lines
 from .peak import forward_backward_peak

@@ -129,7 +129,7 @@ def _say(message: str) -> None:
 
 
 def _shape_error_demo() -> list[str]:
-    from ..contract.decorator import typed_flops
+    from ..decorator import typed_flops
     from ..einops.ops import einsum
     from ..errors import ShapeError
 

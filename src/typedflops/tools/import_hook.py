@@ -51,8 +51,7 @@ import torch
 
 from ..contract.annotation import is_tensor_annotation
 from ..contract.classes import has_tensor_fields, typed_class
-from ..contract.decorator import typed_flops
-from ..contract.function import TypedFunction
+from ..decorator import TypedFunction, typed_flops
 from ..errors import SpecError
 
 __all__ = ["ImportHook", "install_import_hook"]

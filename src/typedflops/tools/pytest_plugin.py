@@ -31,7 +31,7 @@ import pytest
 from ..text import text_table
 
 if TYPE_CHECKING:
-    from ..contract.function import TypedFunction
+    from ..contract.function import CheckedFunction
     from ..contract.scope import CallState
     from ..cost.engine.dryrun import Probe
     from ..cost.types import Cost
@@ -184,7 +184,7 @@ class _Entry:
 
     __slots__ = ("calls", "costs", "function", "name", "pending")
 
-    def __init__(self, function: TypedFunction[..., Any]) -> None:
+    def __init__(self, function: CheckedFunction[..., Any]) -> None:
         self.function = function
         self.name = function.name
         self.calls: dict[Binding, int] = {}
@@ -225,22 +225,24 @@ class CallTally:
 
     def observe(
         self,
-        function: TypedFunction[..., Any],
+        function: CheckedFunction[..., Any],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         state: CallState,
     ) -> None:
         """Count one call whose arguments passed the check, with the dims they bound."""
+        from ..cost.engine.probes import call_dims, call_probe
+
         key = (function.__module__, function.name, _first_line(function))
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entries[key] = _Entry(function)
-        dims = function.call_dims(args, kwargs, state.sizes)
+        dims = call_dims(function, args, kwargs, state.sizes)
         binding = tuple(dims.items())
         count = entry.calls.get(binding, 0)
         entry.calls[binding] = count + 1
         if not count:
-            entry.pending[binding] = function.probe_call(args, kwargs, state.sizes)
+            entry.pending[binding] = call_probe(function, args, kwargs, state.sizes)
 
     def settle(self) -> None:
         """Cost the bindings seen since the last call (dry runs), then let go."""
@@ -328,7 +330,7 @@ def _qualified_name(entry: _Entry) -> str:
     return f"{entry.function.__module__}.{entry.name}"
 
 
-def _first_line(function: TypedFunction[..., Any]) -> int:
+def _first_line(function: CheckedFunction[..., Any]) -> int:
     code = getattr(function.__wrapped__, "__code__", None)
     return code.co_firstlineno if code is not None else 0
 

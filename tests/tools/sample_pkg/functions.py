@@ -8,7 +8,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from typedflops.contract.decorator import typed_flops
+from typedflops import typed_flops
 
 F = TypeVar("F", bound=Callable[..., Any])
 

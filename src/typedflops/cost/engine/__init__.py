@@ -7,3 +7,7 @@ ops into events), :mod:`.backward` (the backward an op's autograd runs), :mod:`.
 (formulas from runs at several sizes), :mod:`.dryrun` (fake runs and the probes that build
 their arguments), :mod:`.session` (``record()``).
 """
+
+# Any use of the engine attaches its counter to the contract's hook (checked calls made
+# while one of its sessions counts are handed to it).
+from . import hook as hook

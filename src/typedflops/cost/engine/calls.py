@@ -8,12 +8,14 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...contract.function import CheckedFunction
 from .counter import suspended
 from .events import Event, Group, new_serial
 from .fit import Size, evaluate, size_value
 from .frames import Frame, in_frame, owned_by
 from .kernels import TargetKernels
-from .recorder import CountedFunction, RecordSession, Row
+from .probes import call_dims
+from .recorder import RecordSession, Row
 from .session import RunSession, Session, declared_event
 from .shortcut import Shortcut, shortcut_of, stand_in
 from .signature import structural_signature
@@ -48,7 +50,7 @@ class CallHandle:
         self,
         session: Session,
         frame: Frame | None,
-        fn: CountedFunction,
+        fn: CheckedFunction[..., Any],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         row: Row | None,
@@ -115,7 +117,7 @@ class CallHandle:
         declared = self.fn.declared
         parent = self.frame.parent
         if self.kind == "count" and declared is not None:
-            dims = self.fn.call_dims(self.args, self.kwargs, sizes)
+            dims = call_dims(self.fn, self.args, self.kwargs, sizes)
             value = int(evaluate(declared, {k: size_value(v) for k, v in dims.items()}))
             session.events.append(declared_event(self.fn.name, value, self.frame))
         if self.kind == "count" and self.replay is not None:
@@ -125,7 +127,7 @@ class CallHandle:
                 shortcut = shortcut_of(result, self.args, self.kwargs, session.saved, self.mark)
             session.blocks[key] = (self.frame, session.events[self.start :], shortcut)
         if self.kind == "count" and parent is session.root:
-            session.bound = self.fn.call_dims(self.args, self.kwargs, sizes)
+            session.bound = call_dims(self.fn, self.args, self.kwargs, sizes)
 
 
 def _moved(events: list[Event], first: Frame, frame: Frame) -> list[Event]:
@@ -150,7 +152,7 @@ def _moved(events: list[Event], first: Frame, frame: Frame) -> list[Event]:
 
 def begin_call(
     frame: Frame,
-    fn: CountedFunction,
+    fn: CheckedFunction[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     *,
@@ -191,7 +193,7 @@ def begin_call(
 
 def counted_call(
     frame: Frame,
-    fn: CountedFunction,
+    fn: CheckedFunction[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     bound: Callable[[], Mapping[str, Size]],

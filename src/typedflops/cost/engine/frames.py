@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from ...contract.function import counting_frame
 from .events import Event
 
 __all__ = ["Frame", "current_frame", "in_frame", "no_frame", "owned_by", "owner"]
@@ -61,7 +62,8 @@ class Frame:
         return False
 
 
-_frame: ContextVar[Frame | None] = ContextVar("typedflops_frame", default=None)
+# The checked call reads the current frame from the contract's variable (its one hook).
+_frame: ContextVar[Frame | None] = counting_frame
 # The decorated call whose body is running, also when its ops are not counted (a block
 # repeated in a dry run): what autograd saves for backward is attributed to it.
 _owner: ContextVar[Frame | None] = ContextVar("typedflops_owner", default=None)

@@ -24,7 +24,8 @@ import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
 from ...contract.annotation import ELLIPSIS, AxisKind, TensorSpec
-from ...contract.compiled import Contract, TensorParameter
+from ...contract.compiled import TensorParameter
+from ...contract.function import CheckedFunction
 from ...errors import SpecError
 from ..types import Cost
 from .dryrun import Probe, Thunk, measure
@@ -296,15 +297,14 @@ def _requested_by_name(
 
 
 def estimate_probe(
-    call: Callable[..., Any],
-    function: str,
-    contract: Contract,
+    call: CheckedFunction[..., Any],
     args: tuple[Any, ...],
     dims: Mapping[str, Any],
     dtype: torch.dtype | None,
     grad: Sequence[str],
 ) -> Probe:
     """The probe of ``f.estimate(*args, **dims)``: tensors from the annotations at ``dims``."""
+    function, contract = call.name, call.contract
     parameters = contract.tensor_parameters()
     by_name = {p.name: p for p in parameters}
     module = args[0] if args and contract.takes_self else None
@@ -414,13 +414,12 @@ def estimate_probe(
         device=device,
         names=module_names(module),
         repeats=repeats,
+        declared=call.declared,
     )
 
 
 def call_probe(
-    call: Callable[..., Any],
-    function: str,
-    contract: Contract,
+    call: CheckedFunction[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     bound: Mapping[str, Size],
@@ -429,6 +428,7 @@ def call_probe(
 
     ``args`` and ``kwargs`` may hold tensors or their :class:`TensorStub`.
     """
+    function, contract = call.name, call.contract
     module = args[0] if args and contract.takes_self else None
     positional = [stub(a) for a in args]
     named = {k: stub(v) for k, v in kwargs.items()}
@@ -487,13 +487,18 @@ def call_probe(
         device=device,
         names=module_names(module),
         repeats=repeats,
+        declared=call.declared,
     )
 
 
 def call_dims(
-    contract: Contract, args: tuple[Any, ...], kwargs: Mapping[str, Any], bound: Mapping[str, Size]
+    call: CheckedFunction[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    bound: Mapping[str, Size],
 ) -> dict[str, Size]:
     """The dims of a call: those it bound, ``...`` (the first one) and the module's own."""
+    contract = call.contract
     dims: dict[str, Size] = dict(bound)
     module = args[0] if args and contract.takes_self else None
     for name, size in module_dims(module).items():
@@ -540,10 +545,9 @@ def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str
     target: Any = getattr(fn, "__func__", fn)
     if isinstance(fn, torch.nn.Module):
         owner, target = fn, type(fn).forward
-    check = getattr(target, "check_call", None)
-    if callable(check) and hasattr(target, "probe_call"):
+    if isinstance(target, CheckedFunction):
         full = (owner, *args) if owner is not None else args
-        state = check(full, kwargs)
-        return measure(target.probe_call(full, kwargs, state.sizes))
+        state = target.check_call(full, kwargs)
+        return measure(call_probe(target, full, kwargs, state.sizes))
     name = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
     return measure(plain_probe(fn, name, args, kwargs))

@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import sympy
 import torch
 
+from ...contract.function import CheckedFunction
 from ..types import Cost, OpCost
 from .backward import backward_of
 from .counter import counting
@@ -29,28 +30,11 @@ from .dryrun import Probe, measure
 from .events import Event
 from .fit import Size, evaluate, size_value, total
 from .frames import Frame, current_frame, in_frame
-from .probes import stub
+from .probes import call_dims, call_probe, stub
 from .session import Session, declared_event
 from .signature import signature, signature_without_sizes
 
-__all__ = ["CountedFunction", "RecordSession", "Row", "merged_total", "torch_counts"]
-
-
-class CountedFunction(Protocol):
-    """What the engine needs of a decorated function."""
-
-    name: str
-
-    @property
-    def declared(self) -> sympy.Expr | None: ...
-
-    def probe_call(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], bound: Mapping[str, Size]
-    ) -> Probe: ...
-
-    def call_dims(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], bound: Mapping[str, Size]
-    ) -> dict[str, Size]: ...
+__all__ = ["RecordSession", "Row", "merged_total", "torch_counts"]
 
 
 class Row:
@@ -283,7 +267,7 @@ class RecordSession(Session):
     def begin(
         self,
         frame: Frame,
-        fn: CountedFunction,
+        fn: CheckedFunction[..., Any],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         *,
@@ -318,7 +302,7 @@ class RecordSession(Session):
         kind: str,
         row: Row | None,
         frame: Frame | None,
-        fn: CountedFunction,
+        fn: CheckedFunction[..., Any],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         bound: Mapping[str, Size],
@@ -330,7 +314,7 @@ class RecordSession(Session):
             row.add_cached_call()
             return
         sizes = dict(bound)
-        row.dims = fn.call_dims(args, kwargs, sizes)
+        row.dims = call_dims(fn, args, kwargs, sizes)
         declared = fn.declared
         if declared is not None:
             value = int(evaluate(declared, {k: size_value(v) for k, v in row.dims.items()}))
@@ -365,7 +349,7 @@ class RecordSession(Session):
 
 
 def _probe_factory(
-    fn: CountedFunction,
+    fn: CheckedFunction[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     bound: Mapping[str, Size],
@@ -382,7 +366,7 @@ def _probe_factory(
         if reference is not None and owner is None:
             raise RuntimeError(f"{fn.name}: its module no longer exists")
         positional = (owner, *shapes) if reference is not None else shapes
-        return fn.probe_call(positional, named, bound)
+        return call_probe(fn, positional, named, bound)
 
     return make
 
