@@ -170,9 +170,7 @@ def test_the_readme_names_the_layers_in_order() -> None:
     section = readme.split("## Where things live", 1)[1].split("\n## ", 1)[0]
     layer_table = section.split("| layer |", 1)[1].split("\n\n", 1)[0]
     rows = [
-        line.split("|")[1].strip()
-        for line in layer_table.splitlines()
-        if line.startswith("| ")
+        line.split("|")[1].strip() for line in layer_table.splitlines() if line.startswith("| ")
     ]
     listed = [tuple(name.strip("` /") for name in row.split(",")) for row in rows]
     expected = [tuple(n for n in names if not n.startswith("__")) for names in LAYERS]
