@@ -31,6 +31,10 @@ __all__ = ["Counts", "Row", "counts_of", "merged_total", "torch_counts", "work_c
 
 # At most this many fits per function called alike; rows beyond keep numbers.
 _FITS_PER_KEY = 4
+# A call of more ops than this is not fitted: its dry runs would take as long as an
+# estimate of it, several times over (a forward through 10,000 blocks); its counts stay
+# numbers, marked not exact.
+FIT_LIMIT = 20_000
 # A total with more distinct (formula, dims) terms than this is given as a number.
 _TERMS = 24
 
@@ -42,6 +46,7 @@ class Counts:
 
     __slots__ = (
         "backward",
+        "events",
         "forward",
         "matmul",
         "read",
@@ -53,13 +58,14 @@ class Counts:
     )
 
     def __init__(self) -> None:
-        self.forward = self.backward = self.read = self.written = 0
+        self.forward = self.backward = self.read = self.written = self.events = 0
         self.matmul = self.recompute = self.torch_forward = self.torch_backward = 0
         self.uncounted: dict[str, None] = {}
 
     def add_event(self, event: Event, times: int = 1) -> None:
         """Add an op that ran ``times`` times."""
         flops = event.flops * times
+        self.events += times
         self.forward += flops
         self.read += event.bytes_read * times
         self.written += event.bytes_written * times
@@ -172,7 +178,7 @@ def _fits(key: Any) -> list[Cost]:
 def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:
     """A fitted cost whose formulas give this work's counts at its dims, and the values
     of its symbols (the work's dims and the fit's own names)."""
-    if work.probe is None:
+    if work.probe is None or counts.events > FIT_LIMIT:
         return None
     dims = {name: size_value(size) for name, size in work.dims.items()}
     known = _fits(work.fitting)
