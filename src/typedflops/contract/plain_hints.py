@@ -18,7 +18,7 @@ from beartype.door import die_if_unbearable, is_bearable
 from beartype.roar import BeartypeDoorHintViolation
 
 from ..errors import ContractError
-from .annotation import is_tensor_annotation
+from .annotation import array_type_name, is_tensor_annotation
 from .scope import CallState, violation
 
 __all__ = ["Checker", "hint_text", "plain_checker", "plain_predicate", "type_name", "type_name_of"]
@@ -52,7 +52,8 @@ def hint_text(hint: Any) -> str:
     'list[Float[Tensor, "n"]] | None'
     """
     if is_tensor_annotation(hint):
-        return f'{getattr(hint.dtype, "__name__", "Shaped")}[Tensor, "{hint.dim_str}"]'
+        dtype = getattr(hint.dtype, "__name__", "Shaped")
+        return f'{dtype}[{array_type_name(hint)}, "{hint.dim_str}"]'
     if hint is None or hint is type(None):
         return "None"
     origin = typing.get_origin(hint)
