@@ -130,7 +130,7 @@ def test_other_array_types_are_checked_by_jaxtyping_with_the_calls_dims() -> Non
     with pytest.raises(DtypeError, match=re.escape("has dtype int64 but its annotation")):
         f(np.arange(3), torch.ones(3))
     with pytest.raises(ContractError, match=re.escape("is a Tensor but its annotation")):
-        f(torch.ones(3), torch.ones(3))
+        f(torch.ones(3), torch.ones(3))  # type: ignore[arg-type]
 
 
 def test_an_iterator_hint_checks_the_type_and_never_consumes() -> None:

@@ -93,8 +93,9 @@ _DATA_DEPENDENT = re.compile(
 def not_costed_reason(error: BaseException) -> str:
     """Why a dry run could not cost a call, in words that say the call itself was fine.
 
-    >>> not_costed_reason(RuntimeError("Tensor.item() cannot be called on meta tensors"))
-    'not costed: the body reads tensor values (Tensor.item() cannot be called on meta tensors), which a dry run on meta tensors does not have; the call itself ran and passed its checks'
+    >>> reason = not_costed_reason(RuntimeError("Tensor.item() cannot be called on meta"))
+    >>> reason.split("(")[0]
+    'not costed: the body reads tensor values '
     """
     from ..errors import ContractError
 
@@ -245,7 +246,7 @@ def merge(batches: Iterable[Iterable[Record]]) -> list[Record]:
             key = _binding_key(record)
             known = merged.get(key)
             if known is None:
-                merged[key] = Record(**record)  # type: ignore[typeddict-item]
+                merged[key] = Record(**record)
             else:
                 known["calls"] += record["calls"]
                 if known["formula"] is None and record["formula"] is not None:

@@ -62,8 +62,6 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib.util import decode_source
 from typing import Any, TypeVar
 
-import torch
-
 from ..contract.annotation import is_tensor_annotation
 from ..contract.classes import has_tensor_fields, typed_class
 from ..contract.unchecked import check_leniently, decorating, note, notes, place

@@ -104,9 +104,8 @@ _sent_key: pytest.StashKey[list[dict[str, Any]]] = pytest.StashKey()
 def _install_hook(config: pytest.Config, values: Sequence[str], only_tensors: bool) -> None:
     packages = packages_from_option(values)
     if packages and _hook_key not in config.stash:
-        from .import_hook import install_import_hook
-
         from ..contract.unchecked import take_notes
+        from .import_hook import install_import_hook
 
         functions = "tensors" if only_tensors else "all"
         config.stash[_hook_key] = install_import_hook(*packages, functions=functions)
