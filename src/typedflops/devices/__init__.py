@@ -43,6 +43,7 @@ __all__ = [
     "lookup",
     "peak_flops",
     "peak_source",
+    "resolve",
     "tf32_enabled",
 ]
 
@@ -68,7 +69,9 @@ class DeviceSpec:
     ``bandwidth`` is memory bandwidth in bytes/s (``None`` when unknown), ``source`` cites the
     figures, ``estimate`` is True where a figure is measured rather than published (a CPU's
     bandwidth), ``note`` says how the name was matched when it was ambiguous, ``missing`` why
-    a CPU has no peaks, and ``cores`` the CPU cores the peaks count.
+    a CPU has no peaks, and ``cores`` the CPU cores the peaks count. ``memory`` is the
+    device's memory in bytes as its datasheet prints it (``None`` when not in the table),
+    cited by ``memory_source``.
     """
 
     name: str
@@ -81,6 +84,8 @@ class DeviceSpec:
     note: str = field(default="", compare=False)
     missing: str = ""
     cores: int | None = None
+    memory: float | None = None
+    memory_source: str = ""
 
     def peak(self, dtype: torch.dtype, *, tf32: bool = False) -> float | None:
         """Dense peak FLOP/s for ``dtype``; float32 on a GPU uses TF32 when ``tf32`` is True.
@@ -113,6 +118,8 @@ def _spec_from_record(record: DeviceRecord, note: str = "") -> DeviceSpec:
         kind="cuda",
         tf32_flops=None if tf32 is None else tf32 * _TERA,
         note=note,
+        memory=None if record.memory_gb is None else record.memory_gb * 1e9,
+        memory_source=record.memory_source,
     )
 
 
@@ -302,6 +309,37 @@ def _spec_and_reason(device: torch.device | str | int | None) -> tuple[DeviceSpe
 def device_spec(device: torch.device | str | int | None = None) -> DeviceSpec | None:
     """The ``DeviceSpec`` of ``device`` (default: the current CUDA device, else the CPU)."""
     return _spec_and_reason(device)[0]
+
+
+_TORCH_DEVICE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:\d+)?")
+
+
+def resolve(device: DeviceSpec | torch.device | str | int | None = None) -> DeviceSpec:
+    """The one way from a device to its figures: a :class:`DeviceSpec` as it is, a name of
+    the table (``"H100 SXM"``, a ``torch.cuda.get_device_name`` string), a torch device
+    (``"cpu"``, ``"cuda:1"``, an index) or None (the current device). A device with no
+    figures is a :class:`SpecError` that says why.
+
+    >>> resolve("H100 SXM").memory
+    80000000000.0
+    >>> resolve("NVIDIA L40X")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    typedflops.errors.SpecError: unknown device 'NVIDIA L40X': ... known: "H100 SXM5 80GB", ...
+    """
+    if isinstance(device, DeviceSpec):
+        return device
+    if isinstance(device, str) and not _TORCH_DEVICE.fullmatch(device):
+        found = lookup(device)
+        if found is None:
+            reason = _match(device)[1]
+            known = ", ".join(f'"{record.sku}"' for record in GPU_TABLE)
+            raise SpecError.at(None, f"unknown device {device!r}: {reason}", hint=f"known: {known}")
+        return found
+    spec, reason = _spec_and_reason(device)
+    if spec is None:
+        raise SpecError.at(None, f"no figures for device {device!r}: {reason}")
+    return spec
 
 
 _warned: set[str] = set()
