@@ -7,11 +7,15 @@ import os
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 from doc_blocks import DOCS, README, ROOT, Block, blocks, files, matches, pages
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 #: The first words of the commands the pages show, and who runs them.
 SET_UP = ("python3 -m venv", "pip install", "pytest", "mypy", "typedflops", "mkdocs serve")
@@ -152,7 +156,7 @@ def test_the_mypy_page_example_reports_what_it_shows(tmp_path: Path) -> None:
 def test_docstrings_show_as_markdown_in_the_reference() -> None:
     sys.path.insert(0, str(DOCS / "hooks"))
     try:
-        from docstrings import markdown
+        from docstrings import markdown  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(DOCS / "hooks"))
     text = "See :func:`~typedflops.planning.plan`.\n\n>>> 1 + 1\n2\n\nAfter."

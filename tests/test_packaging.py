@@ -73,7 +73,7 @@ def test_the_metadata_says_licence_authors_and_classifiers(built: dict[str, Path
     assert metadata["License-Expression"] == "MIT"
     assert metadata["License-File"] == "LICENSE"
     assert metadata["Author"] == "typedflops developers"
-    classifiers = metadata.get_all("Classifier")
+    classifiers = metadata.get_all("Classifier") or []
     assert "Typing :: Typed" in classifiers
     assert "Programming Language :: Python :: 3.10" in classifiers
     assert any(c.startswith("Topic :: ") for c in classifiers)

@@ -15,8 +15,9 @@ SCRIPTS = [block for block in blocks("python") if not block.path]
 
 def test_the_readme_has_the_blocks_it_promises() -> None:
     assert not [block.path for block in blocks("python") if block.path]
-    assert len(SCRIPTS) == 2 and "ShapeError" in SCRIPTS[0].text
-    assert "typedflops.planning" in SCRIPTS[1].text
+    assert len(SCRIPTS) == 1 and "ShapeError" in SCRIPTS[0].text
+    (plan,) = [block for block in blocks("bash") if block.text.startswith("typedflops plan")]
+    assert plan.output is not None and "fits in H100 SXM5 80GB's 80.00 GB: yes" in plan.output
     setup = blocks("bash")[0].text.splitlines()
     assert setup[0] == "python3 -m venv .venv && . .venv/bin/activate"
     assert "--index-url https://download.pytorch.org/whl/cpu" in setup[1]
