@@ -24,8 +24,8 @@ from mypy.nodes import (
 from mypy.plugin import FunctionContext
 from mypy.types import Instance, TupleType, Type, get_proper_type
 
-from .._syntax import Problem
-from .._syntax.patterns import (
+from ..syntax import Problem
+from ..syntax.patterns import (
     ELLIPSIS,
     Entry,
     Group,

@@ -29,9 +29,9 @@ from .settings import read_settings
 
 TRANSFORMS = ("rearrange", "reduce", "repeat")
 # Where the wrapped ops live: einops itself (with or without typedflops' stubs) and typedflops.
-OP_MODULES = ("einops", "einops.einops", "einops.packing", "typedflops", "typedflops._ops")
-DECORATORS = frozenset({"typedflops.typed_flops", "typedflops._typed_flops.typed_flops"})
-TYPED_FUNCTION_CALL = "typedflops._decorator.TypedFunction.__call__"
+OP_MODULES = ("einops", "einops.einops", "einops.packing", "typedflops", "typedflops.einops.ops")
+DECORATORS = frozenset({"typedflops.typed_flops", "typedflops.decorator.typed_flops"})
+TYPED_FUNCTION_CALL = "typedflops.decorator.TypedFunction.__call__"
 # Libraries whose functions never carry the user's dims: no look-up needed.
 SKIPPED_PREFIXES = (
     "builtins.",

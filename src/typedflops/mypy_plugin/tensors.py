@@ -24,16 +24,7 @@ from mypy.plugin import CheckerPluginInterface
 from mypy.types import CallableType, Instance, LiteralType, ProperType, Type, get_proper_type
 
 from .scopes import function_facts
-from .static import (
-    UNKNOWN,
-    Axis,
-    Dim,
-    Dims,
-    Variadic,
-    bindable_names,
-    format_dims,
-    parse_static,
-)
+from .static import UNKNOWN, Axis, Dim, Dims, Variadic, bindable_names, format_dims, parse_static
 
 ANNOTATED = "__typedflops_dims__"
 PRODUCED = "__typedflops_produced__"

@@ -1,0 +1,78 @@
+"""The engine's side of the contract's one hook: a checked call made while a session counts.
+
+A checked function looks at :data:`~typedflops.contract.function.counting_frame` on every
+call; when a ``record()`` block or a dry run has set it, the call is handed to the counter
+attached here, which checks it, runs it into its frame (or stands in for a block whose
+cost is known) and closes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+import torch
+
+from ...contract.function import CheckedFunction, attach_counter, notify_observers
+from ...contract.scope import CallState, call_scope
+from .calls import begin_call
+from .frames import Frame
+from .session import RunSession
+
+__all__ = ["Counter"]
+
+
+class Counter:
+    """Counts the checked calls made inside a session (see :mod:`typedflops.contract.function`)."""
+
+    def count_call(
+        self,
+        frame: Frame,
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        """Check, run and count one call: typedflops' own work (checks, bookkeeping) runs
+        with the torch-function modes off, so that only the body's ops are seen."""
+        with torch._C.DisableTorchFunction():
+            state = function.check_arguments(args, kwargs)
+            if function.deferred:
+                return function.call_deferred(args, kwargs, state)
+            handle = begin_call(frame, function, args, kwargs)
+        token = call_scope.set(state)
+        try:
+            with handle.scope():
+                if handle.shortcut is None:
+                    result = function.body(*args, **kwargs)
+                else:
+                    result = handle.stand_in(args, kwargs)
+            with torch._C.DisableTorchFunction():
+                function.check_return(result, state)
+                handle.finish(state.sizes, result)
+        finally:
+            call_scope.reset(token)
+        notify_observers(function, args, kwargs, state)
+        return result
+
+    async def count_coroutine(
+        self,
+        frame: Frame,
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        state: CallState,
+        coroutine: Coroutine[Any, Any, Any],
+    ) -> Any:
+        """Await a decorated coroutine's body as one counted call."""
+        handle = begin_call(frame, function, args, kwargs, cached=False)
+        with handle.scope():
+            result = await coroutine
+        handle.finish(state.sizes)
+        return result
+
+    def observes(self, frame: Frame) -> bool:
+        """Calls a dry run makes are typedflops' own, not the user's."""
+        return not isinstance(frame.session, RunSession)
+
+
+attach_counter(Counter())
