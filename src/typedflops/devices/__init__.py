@@ -355,7 +355,7 @@ def _warn_once(reason: str) -> None:
 def _user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning raised by this function's caller name the
     first line outside typedflops (the user's ``benchmark(...)`` call, not ours)."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     frame = sys._getframe(1)
     level = 1
     while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(

@@ -13,8 +13,9 @@ import importlib.util
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .plot_path import check_plot_path
 
 if TYPE_CHECKING:
     from ..errors import UsageError as UsageError
@@ -56,28 +57,6 @@ def __getattr__(name: str) -> Any:
 
         return UsageError
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def check_plot_path(path: str) -> None:
-    """Raise ``UsageError`` unless matplotlib is installed and can write ``path``."""
-    from ..errors import UsageError
-
-    if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(
-            "--plot needs matplotlib, which is not installed: pip install 'typedflops[plot]'"
-        )
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise UsageError(f"--plot {path}: the directory {str(target.parent)!r} does not exist")
-    from matplotlib.figure import Figure
-
-    formats = Figure().canvas.get_supported_filetypes()
-    suffix = target.suffix.lstrip(".").lower()
-    if suffix not in formats:
-        raise UsageError(
-            f"--plot {path}: matplotlib cannot write {suffix or 'a file without a suffix'!r}; "
-            f"use one of {', '.join(sorted(formats))}"
-        )
 
 
 def _version() -> str:

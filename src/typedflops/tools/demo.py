@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..errors import UsageError
 from ..text import TERMINAL_WIDTH, fit_table, format_percent, format_si, text_table, wrap_lines
-from .cli import check_plot_path
+from .plot_path import check_plot_path
 
 if TYPE_CHECKING:
     from ..timing.bench import Measurement
