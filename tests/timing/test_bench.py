@@ -80,8 +80,11 @@ def test_noisy_flag() -> None:
     noisy = measurement_from([1.0, 1.3, 1.0, 1.4, 0.9], flops=1, bytes_moved=1, device="cpu")
     assert not quiet.noisy and noisy.noisy
     assert quiet.noise == "" and noisy.noise == "IQR 300 ms is 30.0% of the median (over 10.0%)"
-    assert str(noisy).splitlines()[-1] == "noisy   IQR 300 ms is 30.0% of the median (over 10.0%)"
-    assert "noisy" not in str(quiet)
+    assert noisy.table().splitlines()[-1] == (
+        "noisy   IQR 300 ms is 30.0% of the median (over 10.0%)"
+    )
+    assert "(noisy)" in str(noisy)
+    assert "noisy" not in str(quiet) and "noisy" not in quiet.table()
 
 
 def test_a_median_far_above_the_minimum_is_noise() -> None:
@@ -138,7 +141,7 @@ def test_mfu_above_one_is_an_error() -> None:
     assert isinstance(info.value, ValueError)
 
 
-def test_str_is_labelled_lines_and_to_dict_is_json() -> None:
+def test_str_is_one_line_table_is_labelled_lines_and_to_dict_is_json() -> None:
     m = measurement_from(
         [1e-3, 1.1e-3, 1.2e-3],
         flops=2_000_000_000,
@@ -149,14 +152,16 @@ def test_str_is_labelled_lines_and_to_dict_is_json() -> None:
         peak=1e13,
         bandwidth=1e11,
     )
-    assert str(m).splitlines() == [
+    assert str(m) == "1.10 ms (3 runs, IQR 9.09%) on cpu float32: 1.82 TFLOP/s, MFU 18.2%, 909 MB/s"
+    assert m.table().splitlines() == [
         "median  1.10 ms (min 1.00 ms, IQR 9.09%, 3 runs) on cpu, float32, 2 threads",
         "work    2.00 GFLOP -> 1.82 TFLOP/s",
         "MFU     18.2% of 10.0 TFLOP/s",
         "memory  1.00 MB -> 909 MB/s, 2e+03 FLOP/B (ridge 100: compute-bound)",
     ]
     unknown = measurement_from([1e-3], flops=2, bytes_moved=1, device="cpu")
-    assert str(unknown).splitlines()[2] == (
+    assert "MFU n/a" in str(unknown) and "\n" not in str(unknown)
+    assert unknown.table().splitlines()[2] == (
         "MFU     n/a: no peak FLOP/s for this device (pass peak= or set TYPEDFLOPS_PEAK_FLOPS)"
     )
     data = json.loads(json.dumps(m.to_dict()))

@@ -284,11 +284,28 @@ class Measurement:
         return attainable(self.intensity, self.peak_flop_per_sec, bandwidth)
 
     def __str__(self) -> str:
+        """One line: the median time, FLOP/s, MFU and bytes/s, where and how it was timed.
+
+        >>> str(measurement_from([2e-3, 2e-3, 2e-3], flops=4 * 10**9, bytes_moved=10**8,
+        ...                      device="cuda:0", dtype=torch.bfloat16, peak=1e13))
+        '2.00 ms (3 runs, IQR 0.00%) on cuda:0 bfloat16: 2.00 TFLOP/s, MFU 20.0%, 50.0 GB/s'
+        """
+        dtype = str(self.dtype).removeprefix("torch.") if self.dtype is not None else "-"
+        spread = format_percent(self.iqr / self.median) if self.median else "0%"
+        mfu = "MFU n/a" if self.mfu is None else f"MFU {format_percent(self.mfu)}"
+        noisy = " (noisy)" if self.noisy else ""
+        return (
+            f"{format_si(self.median, 's')} ({len(self.times)} runs, IQR {spread}{noisy}) on "
+            f"{self.device} {dtype}: {format_si(self.flop_per_sec, 'FLOP/s')}, {mfu}, "
+            f"{format_si(self.bytes_per_sec, 'B/s')}"
+        )
+
+    def table(self) -> str:
         """A few labelled lines: time, work, MFU, memory traffic (and why it is noisy).
 
         >>> print(measurement_from([2e-3, 2e-3, 2e-3], flops=4 * 10**9, bytes_moved=10**8,
-        ...                        device="cuda:0", dtype=torch.bfloat16, peak=1e13))
-        median  2.00 ms (min 2.00 ms, IQR 0%, 3 runs) on cuda:0, bfloat16
+        ...                        device="cuda:0", dtype=torch.bfloat16, peak=1e13).table())
+        median  2.00 ms (min 2.00 ms, IQR 0.00%, 3 runs) on cuda:0, bfloat16
         work    4.00 GFLOP -> 2.00 TFLOP/s
         MFU     20.0% of 10.0 TFLOP/s
         memory  100 MB -> 50.0 GB/s, 40 FLOP/B
