@@ -27,7 +27,15 @@ from .events import Event
 from .fit import evaluate, size_value, total
 from .works import RecordSession, Work
 
-__all__ = ["Counts", "Row", "counts_of", "merged_total", "torch_counts", "work_cost"]
+__all__ = [
+    "Counts",
+    "Row",
+    "counts_of",
+    "loose_counts",
+    "merged_total",
+    "torch_counts",
+    "work_cost",
+]
 
 # At most this many fits per function called alike; rows beyond keep numbers.
 _FITS_PER_KEY = 4
@@ -411,9 +419,8 @@ def merged_total(rows: list[Row], session: RecordSession) -> Cost:
         counts.add(counts_of(row.work), row.calls)
         ops.extend(_op_costs(row.work, (row.function,), row.calls))
     for group, times in session.loose.items():
-        for event in group[2]:
-            counts.add_event(event, times)
         ops.append(_op_cost(group, (), times))
+    counts.add(loose_counts(session))
     terms: dict[tuple[Any, ...], int] = {}
     costs = [(row, work_cost(row.work)) for row in rows]
     for row, cost in costs:
@@ -490,6 +497,15 @@ def _renamed_sum(
     return total(formulas), total(backwards), dims
 
 
+def loose_counts(session: RecordSession) -> Counts:
+    """What a record's ops outside any decorated call ran (making the inputs, a loss)."""
+    counts = Counts()
+    for group, times in session.loose.items():
+        for event in group[2]:
+            counts.add_event(event, times)
+    return counts
+
+
 def torch_counts(root: Any) -> tuple[int, int]:
     """Forward and backward FLOPs of the kernels ``FlopCounterMode`` has formulas for, over
     everything a record saw (``root``: its session's root call; a parity check compares
@@ -499,7 +515,5 @@ def torch_counts(root: Any) -> tuple[int, int]:
     counts = Counts()
     for work, calls in session.top.items():
         counts.add(counts_of(work), calls)
-    for group, times in session.loose.items():
-        for event in group[2]:
-            counts.add_event(event, times)
+    counts.add(loose_counts(session))
     return counts.torch_forward, counts.torch_backward
