@@ -30,7 +30,7 @@ import torch
 
 from ..errors import SpecError
 from .cpu import cpu_info, cpu_peaks
-from .gpus import BRAND_TOKENS, GPU_TABLE, DeviceRecord
+from .gpus import BRAND_TOKENS, GPU_TABLE, LINKS, DeviceRecord
 
 __all__ = [
     "ENV_PEAK_FLOPS",
@@ -68,7 +68,10 @@ class DeviceSpec:
     ``bandwidth`` is memory bandwidth in bytes/s (``None`` when unknown), ``source`` cites the
     figures, ``estimate`` is True where a figure is measured rather than published (a CPU's
     bandwidth), ``note`` says how the name was matched when it was ambiguous, ``missing`` why
-    a CPU has no peaks, and ``cores`` the CPU cores the peaks count.
+    a CPU has no peaks, and ``cores`` the CPU cores the peaks count. ``nvlink`` and
+    ``infiniband`` are the bandwidths (bytes/s, each way) to the GPUs of the node and, per
+    GPU, out of it, for ``gpus_per_node`` GPUs a node (``None`` where unknown), from
+    ``links_source``.
     """
 
     name: str
@@ -81,6 +84,10 @@ class DeviceSpec:
     note: str = field(default="", compare=False)
     missing: str = ""
     cores: int | None = None
+    nvlink: float | None = None
+    infiniband: float | None = None
+    gpus_per_node: int | None = None
+    links_source: str = ""
 
     def peak(self, dtype: torch.dtype, *, tf32: bool = False) -> float | None:
         """Dense peak FLOP/s for ``dtype``; float32 on a GPU uses TF32 when ``tf32`` is True.
@@ -105,6 +112,7 @@ def _spec_from_record(record: DeviceRecord, note: str = "") -> DeviceSpec:
         if tflops is not None:
             peaks.update({dtype: tflops * _TERA for dtype in dtypes})
     tf32 = record.tflops.get("tf32")
+    links = LINKS.get(record.sku)
     return DeviceSpec(
         name=record.sku,
         peak_flops=peaks,
@@ -113,6 +121,11 @@ def _spec_from_record(record: DeviceRecord, note: str = "") -> DeviceSpec:
         kind="cuda",
         tf32_flops=None if tf32 is None else tf32 * _TERA,
         note=note,
+        # datasheets print NVLink both ways together (GB/s) and InfiniBand each way (Gb/s)
+        nvlink=None if links is None else links.nvlink_gbs / 2 * 1e9,
+        infiniband=None if links is None else links.infiniband_gbits / 8 * 1e9,
+        gpus_per_node=None if links is None else links.gpus_per_node,
+        links_source="" if links is None else links.source,
     )
 
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["BRAND_TOKENS", "GPU_TABLE", "MEMORY_GB", "DeviceRecord"]
+__all__ = ["BRAND_TOKENS", "GPU_TABLE", "LINKS", "MEMORY_GB", "DeviceRecord", "Links"]
 
 #: Tokens that name a brand, not a SKU; dropped from a device name before matching.
 BRAND_TOKENS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct"})
@@ -234,3 +234,46 @@ MEMORY_GB: Mapping[str, tuple[float, str]] = MappingProxyType(
         "MI250 (one GCD)": (64, "AMD Instinct MI250 datasheet: 128GB HBM2e over two GCDs"),
     }
 )
+
+
+@dataclass(frozen=True)
+class Links:
+    """How a GPU talks to others: NVLink to the GPUs of its node (``nvlink_gbs``, GB/s both
+    directions together, as datasheets print it), the node's InfiniBand per GPU
+    (``infiniband_gbits``, Gb/s each way, one adapter per GPU), ``gpus_per_node``, and the
+    sources."""
+
+    nvlink_gbs: float
+    infiniband_gbits: float
+    gpus_per_node: int
+    source: str
+
+
+_DGX_H100 = "NVIDIA DGX H100/H200 datasheet: 8x ConnectX-7 VPI, 400Gb/s InfiniBand per GPU"
+#: Links of the SXM GPUs in NVIDIA's 8-GPU systems (DGX/HGX), keyed by ``DeviceRecord.sku``.
+#: PCIe and NVL cards are bridged in pairs and networked as their server is: no figures.
+LINKS: Mapping[str, Links] = MappingProxyType(
+    {
+        "H100 SXM5 80GB": Links(
+            900, 400, 8, f"NVIDIA H100 Tensor Core GPU datasheet, SXM: NVLink 900GB/s; {_DGX_H100}"
+        ),
+        "H200 SXM": Links(
+            900, 400, 8, f"NVIDIA H200 Tensor Core GPU datasheet: NVLink 900GB/s; {_DGX_H100}"
+        ),
+        "A100 SXM4 80GB": Links(
+            600, 200, 8,
+            f"{_A100}, SXM: NVLink 600GB/s; NVIDIA DGX A100 datasheet: 8x ConnectX-6 VPI, "
+            "200Gb/s HDR InfiniBand per GPU",
+        ),
+        "A100 SXM4 40GB": Links(
+            600, 200, 8,
+            f"{_A100}, SXM: NVLink 600GB/s; NVIDIA DGX A100 datasheet: 8x ConnectX-6 VPI, "
+            "200Gb/s HDR InfiniBand per GPU",
+        ),
+        "B200": Links(
+            1800, 400, 8,
+            "NVIDIA Blackwell datasheet, B200: NVLink 1.8TB/s; NVIDIA DGX B200 datasheet: 8x "
+            "ConnectX-7 VPI, 400Gb/s InfiniBand per GPU",
+        ),
+    }
+)  # fmt: skip
