@@ -25,9 +25,10 @@
 from __future__ import annotations
 
 from ..cost.engine.kernels import kernels_of
+from .figure import Figure
 from .layout import ParallelLayout
 from .planner import TrainingPlan, plan
-from .ranks import Figure, ParallelPlan, plan_parallel
+from .ranks import ParallelPlan, plan_parallel
 from .steptime import StepTime, least_traffic, model_flops, step_mfu, step_time
 from .training import TrainingMemory, training_memory
 from .zero import ZeroStates, zero_states

@@ -286,7 +286,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="FLOPs, memory and time of a training step of a named model",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    parser.add_argument("--model", required=True, help=f"one of {', '.join(CONFIGS)}")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help=f"one of {', '.join(CONFIGS)}; a JSON config (TransformerConfig fields, or a "
+        "Hugging Face config.json of GPT-2 or LLaMA); or package.module:factory",
+    )
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--seq", type=int, required=True)
     parser.add_argument("--device", default="H100 SXM", help='device-table name ("H100 SXM")')
@@ -294,6 +299,19 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--optimizer", default="adamw", help="adamw, adam, sgd, momentum...")
     parser.add_argument("--mfu", type=float, default=0.4, help="MFU for the predicted time")
     parser.add_argument("--checkpoint", action="store_true", help="recompute each block")
+    ranks = parser.add_argument_group(
+        "parallel layout", "plan each rank's share of the step (torch's own sharding, dry-run)"
+    )
+    ranks.add_argument("--dp", type=int, default=1, help="data-parallel ranks")
+    ranks.add_argument(
+        "--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage (3: fully_shard)"
+    )
+    ranks.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks")
+    ranks.add_argument("--sp", action="store_true", help="sequence parallelism (with --tp)")
+    ranks.add_argument("--pp", type=int, default=1, help="pipeline stages (1F1B)")
+    ranks.add_argument(
+        "--microbatches", type=int, default=1, help="microbatches a step (per data-parallel rank)"
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="plot memory and time against batch")
     return parser
@@ -304,9 +322,16 @@ def run(args: argparse.Namespace) -> int:
     stderr)."""
     import sys
 
+    from .model_source import resolve_model
+
+    sizes = (args.dp, args.tp, args.pp, args.microbatches)
+    parallel = any(size != 1 for size in sizes) or bool(args.zero or args.sp)
     try:
+        name, config = resolve_model(args.model)
+        if parallel:
+            return _run_parallel(args, name, config)
         step = plan(
-            args.model,
+            config if name not in CONFIGS else name,
             args.batch,
             args.seq,
             args.device,
@@ -322,6 +347,37 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_plan(step, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _run_parallel(args: argparse.Namespace, name: str, config: TransformerConfig) -> int:
+    """``typedflops plan`` with a parallel layout: rank 0's share of the step."""
+    from .layout import ParallelLayout
+    from .ranks import plan_parallel
+
+    if args.plot:
+        raise SpecError.at("--plot", "plots one device's step: leave out the parallel layout")
+    layout = ParallelLayout(
+        dp=args.dp,
+        zero=args.zero,
+        tp=args.tp,
+        sp=args.sp,
+        pp=args.pp,
+        microbatches=args.microbatches,
+        checkpoint=args.checkpoint,
+    )
+    step = plan_parallel(
+        config,
+        args.batch,
+        args.seq,
+        args.device,
+        layout,
+        dtype=_DTYPES[args.dtype],
+        optimizer=args.optimizer,
+        mfu=args.mfu,
+    )
+    step = dataclasses.replace(step, model=name)
+    print(json.dumps(step.to_dict(), indent=2) if args.json else step.text())
     return 0
 
 

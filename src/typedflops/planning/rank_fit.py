@@ -18,6 +18,7 @@ They are checked again against the runs at the planned sizes (:mod:`.ranks`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -143,8 +144,28 @@ def fit_rank(
 ) -> dict[str, Fitted]:
     """Every figure of rank 0's microbatch as formulas in :func:`varied`'s sizes (``batch``
     is the microbatch): fitted from runs of ``stage`` with one block and with two, whose
-    difference is what each block adds (``"block"``) and the rest what the stage does once
-    (``"other"``)."""
+    difference is what each block adds (``block``) and the rest what the stage does once
+    (``once``). The runs take the layout's kind, not its sizes (which they vary): plans of
+    one model and one kind of layout share them."""
+    kind = ParallelLayout(
+        dp=2 if layout.fsdp else 1,
+        zero=3 if layout.fsdp else 0,
+        tp=2 if layout.tp > 1 else 1,
+        sp=layout.sp,
+        checkpoint=layout.checkpoint,
+    )
+    sizes_free = config.resized({name: BASE[name] for name in config.sizes if name in BASE})
+    return dict(_fit_kind(sizes_free, kind, dtype, stage, target))
+
+
+@functools.lru_cache(maxsize=32)
+def _fit_kind(
+    config: TransformerConfig,
+    layout: ParallelLayout,
+    dtype: torch.dtype,
+    stage: StageKind,
+    target: str,
+) -> tuple[tuple[str, Fitted], ...]:
     names = varied(config, layout)
     base = dict(BASE)
     base["tp"] = BASE["tp"] if layout.tp > 1 else 1
@@ -167,14 +188,14 @@ def fit_rank(
         ]
         keys = sorted(set().union(*runs))
         fits.append({key: _fit(plan, [run.get(key, []) for run in runs]) for key in keys})
-    found: dict[str, Fitted] = {}
+    found: list[tuple[str, Fitted]] = []
     zero = (sympy.Integer(0), True)
     for key in sorted(set(fits[0]) | set(fits[1])):
         (one, one_ok), (two, two_ok) = fits[0].get(key, zero), fits[1].get(key, zero)
         block = sympy.expand(two - one)
-        other = sympy.expand(one - block)
-        found[key] = Fitted(sympy.factor(other), sympy.factor(block), one_ok and two_ok)
-    return found
+        once = sympy.expand(one - block)
+        found.append((key, Fitted(sympy.factor(once), sympy.factor(block), one_ok and two_ok)))
+    return tuple(found)
 
 
 def _run(

@@ -25,43 +25,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import sympy
 import torch
 
 from .. import devices
 from ..devices import DeviceSpec
+from ..devices.gpus import MEMORY_GB
 from ..errors import SpecError
 from ..nn import TransformerConfig
+from ..text import format_count, text_table, wrap_lines
+from . import rank_compose as compose
+from .collectives import bus_fraction
+from .figure import Figure
 from .layout import ParallelLayout
-from .rank_fit import Fitted, figures_of, fit_rank
-from .rank_run import RankRun, StageKind, rank_run
+from .rank_fit import fit_rank
+from .rank_run import StageKind
 from .rank_time import RankTime, rank_time
-from .training import OPTIMIZER_STATES, optimizer_key
+from .training import optimizer_key
 
-__all__ = ["Figure", "ParallelPlan", "plan_parallel"]
-
-_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One per-rank figure: its value, its formula (None where there is none) and where
-    it comes from (``"torch"``: the sharded dry run; ``"closed form"``; or both)."""
-
-    value: float
-    formula: sympy.Expr | None
-    source: str
-    exact: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        """``{"value", "formula", "source", "exact"}``, JSON-ready."""
-        value: float | int = int(self.value) if float(self.value).is_integer() else self.value
-        return {
-            "value": value,
-            "formula": None if self.formula is None else str(self.formula),
-            "source": self.source,
-            "exact": self.exact,
-        }
+__all__ = ["ParallelPlan", "plan_parallel"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +99,8 @@ class ParallelPlan:
             "optimizer": self.optimizer,
             "device": self.device.name,
             "layout": self.layout.to_dict(),
-            "parameters": self.parameters.to_dict(),
+            "parameters": int(self.parameters.value),
+            "parameters_formula": str(self.parameters.formula),
             "per_rank": per_rank,
             "last_stage": dict(self.last_stage),
             "time": None if timing is None else timing.to_dict(),
@@ -127,84 +109,91 @@ class ParallelPlan:
             "dims": dict(self.dims),
         }
 
-
-def _symbols(*names: str) -> list[sympy.Symbol]:
-    return [sympy.Symbol(name) for name in names]
-
-
-def _totals(run: RankRun) -> dict[str, int]:
-    """A run's figures summed over tags."""
-    return {key: sum(entry[1] for entry in series) for key, series in figures_of(run).items()}
-
-
-def _blocks_to_run(per_stage: int) -> tuple[int, ...]:
-    """Blocks of the runs at the planned sizes: the stage itself when small, else three and
-    four (every other block adds what the fourth did: by then the peak's place in the step
-    no longer moves with the blocks, as it does with one or two under FSDP's prefetching)."""
-    return (per_stage,) if per_stage <= 4 else (3, 4)
-
-
-def _extrapolate(values: list[float], blocks: tuple[int, ...], per_stage: int) -> float:
-    if len(blocks) == 1:
-        return values[0]
-    step = values[1] - values[0]
-    return values[1] + (per_stage - blocks[1]) * step
-
-
-@dataclass
-class _StageRuns:
-    """Runs of one stage at the planned sizes, extrapolated to its blocks."""
-
-    totals: dict[str, float]
-    start: float
-    forward_backward: float
-    steady: float
-    step: float
-    uncounted: frozenset[str]
-
-
-def _stage_runs(
-    config: TransformerConfig,
-    layout: ParallelLayout,
-    micro: int,
-    seq: int,
-    dtype: torch.dtype,
-    stage: StageKind,
-    optimizer: str | None,
-    target: str,
-) -> _StageRuns:
-    per_stage = config.n_layers // layout.pp
-    blocks = _blocks_to_run(per_stage)
-    # a later microbatch finds the gradients made: with two in flight on the first stage
-    held = min(2, layout.in_flight) if stage != "last" else 1
-    steady = held if layout.microbatches > 1 else 0
-    runs = [
-        rank_run(
-            config,
-            layout,
-            micro,
-            seq,
-            dtype,
-            stage=stage,
-            blocks=count,
-            optimizer=optimizer if layout.fsdp else None,
-            steady=steady,
-            target=target,
+    def text(self) -> str:
+        """The plan as a report: the layout, rank 0's memory by term (and where each figure
+        comes from), whether it fits, FLOPs, each collective's bytes and link, the step's
+        time by part, then every figure's formula."""
+        layout, config, per_rank = self.layout, self.config, self.per_rank
+        kind = "LLaMA style" if config.positions == "rope" else "GPT-2 style"
+        lines = [
+            f"{self.model} ({kind}: {config.n_layers} layers, d_model {config.d_model}, "
+            f"{config.n_heads} heads of {config.d_head}, d_ff {config.d_ff}, vocab "
+            f"{config.vocab}; {format_count(self.parameters.value)} parameters)",
+            f"one step: batch {self.batch} x seq {self.seq}, "
+            f"{str(self.dtype).removeprefix('torch.')}, {self.optimizer or 'no optimizer'}, on "
+            f"{layout.world} x {self.device.name}",
+            f"layout: {layout.describe()}; rank 0 runs "
+            + (
+                f"the first of {layout.pp} stages, {layout.in_flight} microbatches in flight"
+                if layout.pp > 1
+                else "the whole model"
+            ),
+            "",
+        ]
+        rows = [
+            [key.removesuffix("_bytes").replace("_", " "), _gb(figure.value), figure.source]
+            for key, figure in per_rank.items()
+            if key.endswith("_bytes")
+        ]
+        lines.append(text_table(["rank 0", "GB", "from"], rows, right={1}))
+        if self.capacity is not None:
+            verdict = "yes" if self.fits else "NO"
+            lines.append(
+                f"fits in {self.device.name}'s {_gb(self.capacity)} GB: {verdict} "
+                f"(rank 0 peaks at {per_rank['peak_bytes'].value / self.capacity:.0%} of it"
+                + (
+                    f", the last stage at {self.last_stage['peak_bytes'] / self.capacity:.0%})"
+                    if self.last_stage
+                    else ")"
+                )
+            )
+        flops = ", ".join(
+            f"{key.removesuffix('_flops')} {format_count(per_rank[key].value)}"
+            for key in ("forward_flops", "backward_flops", "recompute_flops", "model_flops")
+            if per_rank[key].value
         )
-        for count in blocks
-    ]
-    totals = [_totals(run) for run in runs]
-    keys = set().union(*totals)
-    return _StageRuns(
-        totals={
-            key: _extrapolate([t.get(key, 0) for t in totals], blocks, per_stage) for key in keys
-        },
-        start=_extrapolate([r.start for r in runs], blocks, per_stage),
-        forward_backward=_extrapolate([r.forward_backward for r in runs], blocks, per_stage),
-        steady=_extrapolate([r.steady for r in runs], blocks, per_stage),
-        step=_extrapolate([r.step for r in runs], blocks, per_stage),
-        uncounted=frozenset().union(*(r.uncounted for r in runs)),
-    )
+        lines += ["", f"FLOPs a step on rank 0: {flops}"]
+        if self.communication:
+            lines += ["", self._communication_table()]
+        if self.time is not None:
+            timing = self.time
+            lines += [
+                "",
+                f"step time: {_seconds(timing.seconds)} at {timing.mfu:.0%} MFU: compute "
+                f"{_seconds(timing.compute)}, tensor parallel {_seconds(timing.tensor_parallel)}, "
+                f"pipeline transfers {_seconds(timing.pipeline)}, 1F1B bubble "
+                f"{_seconds(timing.bubble)}, data parallel {_seconds(timing.data_parallel)} "
+                f"({_seconds(timing.exposed_data_parallel)} not hidden under compute)",
+                "  tensor-parallel and pipeline transfers wait; data-parallel ones overlap compute",
+            ]
+        shown = ", ".join(f"{name}={size}" for name, size in self.dims.items())
+        lines += ["", f"formulas, in {shown}:"]
+        prose = wrap_lines("\n".join(lines), 100)
+        formulas = [
+            f"  {key}: {'' if figure.exact else '~ '}{figure.formula}"
+            for key, figure in (*per_rank.items(), *self.communication.items())
+            if figure.formula is not None
+        ]
+        return "\n".join([prose, *formulas])
+
+    def _communication_table(self) -> str:
+        rows = []
+        for key, figure in self.communication.items():
+            kind, _, group = key.partition("/")
+            ranks = {"tp": self.layout.tp, "dp": self.layout.dp, "pp": 2}.get(group, 1)
+            wire = float(bus_fraction(kind, ranks)) * figure.value
+            link = "" if self.time is None else self.time.links.get(group, ("", None))[0]
+            rows.append([f"{kind} ({group})", _gb(figure.value), _gb(wire), link, figure.source])
+        header = ["communication a step", "GB", "on the wire", "link", "from"]
+        return text_table(header, rows, right={1, 2})
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.2f}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
 
 
 def _config_of(model: str | TransformerConfig) -> tuple[str, TransformerConfig]:
@@ -259,42 +248,6 @@ def _spec(device: str | DeviceSpec) -> DeviceSpec:
     return found
 
 
-class _Composer:
-    """Rank 0's figures for a whole step, from one microbatch's (numbers and formulas)."""
-
-    def __init__(
-        self,
-        fitted: Mapping[str, Fitted],
-        runs: _StageRuns,
-        layout: ParallelLayout,
-        dims: Mapping[str, int],
-    ) -> None:
-        self.fitted, self.runs, self.layout, self.dims = fitted, runs, layout, dims
-        self.formulas = bool(fitted)  # none asked for: figures are numbers only
-        n_layers, pp, dp, micro = _symbols("n_layers", "pp", "dp", "microbatches")
-        self.blocks = n_layers / pp
-        self.local = {sympy.Symbol("batch"): sympy.Symbol("batch") / (dp * micro)}
-        self.values = {sympy.Symbol(k): v for k, v in dims.items()}
-
-    def microbatch(self, key: str) -> tuple[float, sympy.Expr | None]:
-        """A figure per microbatch: its value at the planned sizes, its formula."""
-        value = self.runs.totals.get(key, 0.0)
-        found = self.fitted.get(key)
-        if found is None:
-            return value, sympy.Integer(0) if not value else None
-        return value, sympy.expand(found.stage(self.blocks).xreplace(self.local))
-
-    def figure(self, value: float, formula: sympy.Expr | None, source: str) -> Figure:
-        """A figure, exact when its formula gives its value at the planned sizes."""
-        if formula is None:
-            return Figure(value, None, source, exact=not self.formulas)
-        at = formula.xreplace(self.values)
-        exact = bool(sympy.simplify(at - sympy.nsimplify(value)) == 0)
-        return Figure(
-            value, sympy.factor(formula) if formula.free_symbols else formula, source, exact
-        )
-
-
 def plan_parallel(
     model: str | TransformerConfig,
     batch: int,
@@ -324,51 +277,50 @@ def plan_parallel(
     if not 0.0 < mfu <= 1.0:
         raise SpecError.at("plan_parallel()", f"mfu={mfu!r} must be in (0, 1]")
     spec = _spec(device)
-    peak = spec.peak(dtype)
-    if peak is None and spec.kind != "cpu":
+    peak_flops = spec.peak(dtype)
+    if peak_flops is None and spec.kind != "cpu":
         raise SpecError.at("plan_parallel()", f"{spec.name} has no {dtype} peak ({spec.source})")
     target = "cpu" if spec.kind == "cpu" else "cuda"
     micro = batch // (layout.dp * layout.microbatches)
     stage: StageKind = "first" if layout.pp > 1 else "whole"
     fitted = fit_rank(config, layout, dtype, stage=stage, target=target) if formulas else {}
-    runs = _stage_runs(config, layout, micro, seq, dtype, stage, key, target)
+    runs = compose.stage_runs(config, layout, micro, seq, dtype, stage, key, target)
     dims = {**config.sizes, "batch": batch, "seq": seq, **layout.sizes()}
-    composer = _Composer(fitted, runs, layout, dims)
-    held = _held(composer, layout, dtype, key)
-    figures = _figures(composer, layout, held)
-    communication = _communication(composer, layout)
-    peak_bytes = _peak(runs, layout, held, layout.in_flight)
-    figures["peak_bytes"] = Figure(peak_bytes, None, held.peak_source)
+    composer = compose.Composer(fitted, runs, layout, dims)
+    held = compose.held_states(composer, layout, dtype, key)
+    per_rank = compose.figures(composer, layout, held)
+    moved = compose.communication(composer, layout)
+    most = compose.whole(compose.peak(runs, layout, held, layout.in_flight))
+    per_rank["peak_bytes"] = Figure(most, None, held.peak_source)
     last: dict[str, float] = {}
     if layout.pp > 1:
-        tail = _stage_runs(config, layout, micro, seq, dtype, "last", key, target)
-        tail_held = _held(_Composer({}, tail, layout, dims), layout, dtype, key)
+        tail = compose.stage_runs(config, layout, micro, seq, dtype, "last", key, target)
+        tail_held = compose.held_states(
+            compose.Composer({}, tail, layout, dims), layout, dtype, key
+        )
+        count = layout.microbatches
         last = {
-            "forward_flops": layout.microbatches * tail.totals.get("forward_flops", 0),
-            "backward_flops": layout.microbatches * tail.totals.get("backward_flops", 0),
-            "model_flops": 3 * layout.microbatches * tail.totals.get("matmul_flops", 0),
+            "forward_flops": count * tail.totals.get("forward_flops", 0),
+            "backward_flops": count * tail.totals.get("backward_flops", 0),
+            "model_flops": 3 * count * tail.totals.get("matmul_flops", 0),
             "activation_bytes": tail.totals.get("activation_bytes", 0),
-            "peak_bytes": _peak(tail, layout, tail_held, 1),
+            "peak_bytes": compose.whole(compose.peak(tail, layout, tail_held, 1)),
         }
-    model_flops = figures["model_flops"]
+    model_flops = per_rank["model_flops"]
     slowest = max(model_flops.value, last.get("model_flops", 0.0))
-    timing = (
-        None
-        if peak is None
-        else rank_time(
+    timing = None
+    if peak_flops is not None:
+        timing = rank_time(
             layout,
             spec,
-            peak,
+            peak_flops,
             mfu,
             slowest,
-            {k: f.value for k, f in communication.items()},
+            {k: f.value for k, f in moved.items()},
             model_flops.formula if slowest == model_flops.value else None,
-            {k: f.formula for k, f in communication.items()},
+            {k: f.formula for k, f in moved.items()},
         )
-    )
-    from .planner import device_memory
-
-    found = device_memory(spec)
+    memory = MEMORY_GB.get(spec.name)
     return ParallelPlan(
         model=name,
         config=config,
@@ -379,11 +331,11 @@ def plan_parallel(
         dtype=dtype,
         optimizer=key,
         parameters=_parameter_count(config),
-        per_rank=figures,
-        communication=communication,
+        per_rank=per_rank,
+        communication=moved,
         time=timing,
         dims=dims,
-        capacity=None if found is None else found[0],
+        capacity=None if memory is None else int(memory[0] * 10**9),
         last_stage=last,
     )
 
@@ -399,131 +351,3 @@ def _parameter_count(config: TransformerConfig) -> Figure:
     with torch.device("meta"):
         count = parameter_count(TransformerLM(config))
     return Figure(count.total, count.formula, "torch")
-
-
-@dataclass(frozen=True)
-class _Held:
-    """What a rank keeps through the step besides torch's run: closed-form shards."""
-
-    elements: float
-    elements_formula: sympy.Expr | None
-    master: tuple[float, sympy.Expr | None] | None
-    optimizer: tuple[float, sympy.Expr | None]
-    gradients_after: float
-    temporary: float
-    peak_source: str
-
-
-def _held(
-    composer: _Composer, layout: ParallelLayout, dtype: torch.dtype, optimizer: str | None
-) -> _Held:
-    size = torch.empty((), dtype=dtype).element_size()
-    states = OPTIMIZER_STATES[optimizer]
-    parameter_bytes, parameter_formula = composer.microbatch("parameter_bytes")
-    gradient_bytes, _ = composer.microbatch("gradient_bytes")
-    if layout.fsdp:
-        opt_value, _ = composer.microbatch("optimizer_bytes")
-        formula = None if parameter_formula is None else states * parameter_formula
-        return _Held(0, None, None, (opt_value, formula), gradient_bytes, 0, "torch")
-    mixed = dtype in _SIXTEEN_BIT
-    elements = parameter_bytes / size
-    elements_formula = None if parameter_formula is None else parameter_formula / size
-    shards = sympy.Symbol("dp") if layout.zero >= 1 else sympy.Integer(1)
-    ranks = layout.dp if layout.zero >= 1 else 1
-    state_size = 4 if mixed else size
-
-    def part(per_element: int) -> tuple[float, sympy.Expr | None]:
-        value = per_element * elements / ranks
-        formula = None if elements_formula is None else per_element * elements_formula / shards
-        return value, formula
-
-    master = part(4) if mixed else None
-    after = gradient_bytes / (layout.dp if layout.zero >= 2 else 1)
-    return _Held(
-        elements,
-        elements_formula,
-        master,
-        part(states * state_size),
-        after,
-        state_size * elements / ranks if states else 0,
-        "torch + closed form",
-    )
-
-
-def _peak(runs: _StageRuns, layout: ParallelLayout, held: _Held, in_flight: int) -> float:
-    """The most a rank holds: the run's peak with the microbatches it keeps in flight
-    (measured with at most two, each more adds one microbatch's activations and output),
-    and the closed-form shards it keeps besides; or the optimizer's step, if more."""
-    running = float(runs.forward_backward)
-    if layout.microbatches > 1:
-        per_microbatch = runs.totals.get("activation_bytes", 0) + runs.totals.get("output_bytes", 0)
-        running = max(running, runs.steady + max(0, in_flight - 2) * per_microbatch)
-    if layout.fsdp:
-        return max(running, runs.step)
-    extra = held.optimizer[0] + (held.master[0] if held.master else 0)
-    stepping = (
-        runs.start + held.gradients_after + extra + held.temporary
-    )  # weights, gradients, state, and a temporary the size of one state tensor
-    return max(running + extra, stepping)
-
-
-def _figures(composer: _Composer, layout: ParallelLayout, held: _Held) -> dict[str, Figure]:
-    micro = sympy.Symbol("microbatches")
-    count = layout.microbatches
-    found: dict[str, Figure] = {}
-    for key in ("parameter_bytes", "gradient_bytes"):
-        value, formula = composer.microbatch(key)
-        source = "torch"
-        if key == "gradient_bytes" and layout.zero == 2 and not layout.fsdp:
-            value, formula = (
-                value / layout.dp,
-                None if formula is None else formula / sympy.Symbol("dp"),
-            )
-            source = "torch + closed form"
-        found[key] = composer.figure(value, formula, source)
-    if held.master is not None:
-        found["master_weight_bytes"] = composer.figure(*held.master, "closed form")
-    found["optimizer_bytes"] = composer.figure(
-        *held.optimizer, "torch" if layout.fsdp else "closed form"
-    )
-    act, act_formula = composer.microbatch("activation_bytes")
-    out, out_formula = composer.microbatch("output_bytes")
-    flight = layout.in_flight_formula()
-    formula = (
-        None if act_formula is None or out_formula is None else flight * (act_formula + out_formula)
-    )
-    found["activation_bytes"] = composer.figure(layout.in_flight * (act + out), formula, "torch")
-    for key in ("forward_flops", "backward_flops", "recompute_flops", "matmul_flops"):
-        value, formula = composer.microbatch(key)
-        name = "model_flops" if key == "matmul_flops" else key
-        scale = 3 if key == "matmul_flops" else 1
-        found[name] = composer.figure(
-            scale * count * value, None if formula is None else scale * micro * formula, "torch"
-        )
-    return found
-
-
-def _communication(composer: _Composer, layout: ParallelLayout) -> dict[str, Figure]:
-    micro = sympy.Symbol("microbatches")
-    found: dict[str, Figure] = {}
-    for key in sorted(k for k in composer.runs.totals if k.startswith("comm:")):
-        value, formula = composer.microbatch(key)
-        name = key.removeprefix("comm:")
-        found[name] = composer.figure(
-            layout.microbatches * value, None if formula is None else micro * formula, "torch"
-        )
-    if layout.dp > 1 and not layout.fsdp:
-        # the whole step's gradients, once (accumulated over the microbatches)
-        value, formula = composer.microbatch("gradient_bytes")
-        kinds = ("all_reduce",) if layout.zero == 0 else ("reduce_scatter", "all_gather")
-        for kind in kinds:
-            found[f"{kind}/dp"] = composer.figure(value, formula, "closed form")
-    if layout.pp > 1:
-        value, formula = composer.microbatch("output_bytes")
-        for kind in ("send", "recv"):
-            found[f"{kind}/pp"] = composer.figure(
-                layout.microbatches * value,
-                None if formula is None else micro * formula,
-                "torch + closed form",
-            )
-    return found

@@ -126,24 +126,25 @@ def shard_transformer(model: TransformerLM, mesh: DeviceMesh, sp: bool) -> None:
                 )
         parallelize_module(block, mesh, plan)
         block.attn.n_heads //= tp  # the heads this rank runs
+    # a pipeline stage holds some of these (see Stage)
+    present = {name for name, child in model.named_children() if child is not None}
     top: dict[str, Any] = {
         "embed": TypedRowwise(
             input_layouts=Replicate(), output_layouts=between, use_local_output=not sp
-        )
+        ),
+        "head": TypedColwise(input_layouts=between, use_local_output=False),
     }
     if sp:
         top["norm"] = SequenceParallel()
-    if model.head is not None:
-        top["head"] = TypedColwise(input_layouts=between, use_local_output=False)
-    parallelize_module(model, mesh, top)
-    if model.head is None:
+    parallelize_module(model, mesh, {k: v for k, v in top.items() if k in present})
+    if "norm" in present and "head" not in present:
         # The tied head multiplies by the vocabulary-split embedding: it needs the whole
         # sequence on every rank, as a DTensor.
         whole = PrepareModuleOutput(
             output_layouts=between, desired_output_layouts=Replicate(), use_local_output=False
         )
         parallelize_module(model, mesh, {"norm": whole})
-    if sp and model.positions is not None:
+    if sp and "positions" in present:
         table = PrepareModuleOutput(
             output_layouts=Replicate(), desired_output_layouts=Replicate(), use_local_output=False
         )
@@ -165,6 +166,16 @@ class Stage(torch.nn.Module):
 
     def __init__(self, model: TransformerLM, first: bool, last: bool, *, loss: bool = True) -> None:
         super().__init__()
+        # A stage holds only what it runs: the embedding on the first stage (and on the
+        # last too when the head is tied to it), positions on the first, the final norm
+        # and an untied head on the last.
+        if not first:
+            model.positions = None
+            if not (last and model.head is None):
+                del model.embed
+        if not last:
+            del model.norm
+            model.head = None
         self.model, self.first, self.last, self.loss = model, first, last, loss
         #: With sequence parallelism, the tensor-parallel mesh: a later stage's input
         #: arrives as this rank's shard of the sequence.
@@ -197,3 +208,39 @@ def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     ``(batch, seq, vocab)``, as :meth:`~typedflops.nn.TransformerLM.loss` takes it."""
     out: Tensor = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
     return out
+
+
+def _rms_norm_sharding() -> None:
+    """How DTensor runs the stand-in for CUDA's fused RMS norm (which dry runs of a GPU call,
+    :mod:`typedflops.cost.engine.stand_ins`): on any split of the axes it does not normalise
+    (the sequence, under sequence parallelism), the weight whole; its weight's gradient is
+    then a partial sum, as for torch's own norms."""
+    from torch.distributed.tensor import Partial
+    from torch.distributed.tensor.experimental import register_sharding
+
+    norm = torch.ops.typedflops._fused_rms_norm.default
+    backward = torch.ops.typedflops._fused_rms_norm_backward.default
+
+    @register_sharding(norm)  # type: ignore[untyped-decorator]
+    def _forward(x: Any, shape: list[int], weight: Any, eps: Any) -> list[Any]:
+        whole = None if weight is None else Replicate()
+        found: list[Any] = [([Replicate(), Replicate()], [Replicate(), None, whole, None])]
+        for axis in range(len(x.shape) - len(shape)):
+            found.append(([Shard(axis), Shard(axis)], [Shard(axis), None, whole, None]))
+        return found
+
+    @register_sharding(backward)  # type: ignore[untyped-decorator]
+    def _backward(
+        grad: Any, x: Any, shape: list[int], rstd: Any, weight: Any, mask: list[bool]
+    ) -> list[Any]:
+        whole = None if weight is None else Replicate()
+        found: list[Any] = [
+            ([Replicate(), Replicate()], [Replicate(), Replicate(), None, Replicate(), whole, None])
+        ]
+        for axis in range(len(x.shape) - len(shape)):
+            split = Shard(axis)
+            found.append(([split, Partial()], [split, split, None, split, whole, None]))
+        return found
+
+
+_rms_norm_sharding()
