@@ -37,6 +37,8 @@ class Scenario:
     batch: int
     seq: int
     optimizer: str | None = None
+    #: Record the step with ``typedflops.record()`` instead, and gather it across ranks.
+    record: bool = False
 
     @property
     def world(self) -> int:
@@ -229,7 +231,25 @@ def _sharded(rank: int, scenario: Scenario, layout: Any) -> dict[str, Any]:
             optimizer.step()
 
     labels = {str(mesh.get_group(name).group_name): name for name in ("dp", "tp")}
+    if scenario.record:
+        return _recorded(rank, stage, ids, targets, layout)
     return _measure(rank, forward_backward, step, stage, labels)
+
+
+def _recorded(
+    rank: int, stage: torch.nn.Module, ids: torch.Tensor, targets: torch.Tensor, layout: Any
+) -> dict[str, Any]:
+    """The step under ``typedflops.record()`` (checks on, as a user runs it), gathered."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    from typedflops import record
+    from typedflops.cost.engine.kernels import TargetKernels
+
+    parallel = loss_parallel() if layout.tp > 1 else contextlib.nullcontext()
+    with TargetKernels("cpu"), parallel, record() as rec:
+        stage(ids, targets).backward()
+    gathered = rec.across_ranks(peak=1e12)
+    return {"rank": rank, "flops": rec.total.flops, "gathered": gathered.to_dict()}
 
 
 def _optimizer(name: str | None, stage: torch.nn.Module) -> Any:

@@ -122,3 +122,27 @@ def test_a_1f1b_pipeline_holds_what_was_planned(
     sent = plan.communication["send/pp"].value
     assert first["comm"] == {"send/other": sent, "recv/other": plan.communication["recv/pp"].value}
     assert last["comm"] == first["comm"]
+
+
+@pytest.mark.parametrize("layout", [{"tp": 2}, {"tp": 2, "dp": 2, "zero": 3}])
+def test_record_in_a_distributed_run_gathers_every_ranks_counts(
+    ranks: GlooRanks, layout: dict[str, Any]
+) -> None:
+    """``record()`` on each rank counts that rank's own ops (a DTensor's local ones): the
+    forward FLOPs the plan gave rank 0; ``across_ranks()`` gathers a row per rank and sums
+    them (the run's FLOP/s over the slowest rank's time, its MFU over every rank's peak)."""
+    scenario = Scenario(CONFIG, layout, 4 * int(layout.get("dp", 1)), 8, record=True)
+    plan = planned(scenario)
+    results = ranks.run(scenario)
+    world = scenario.world
+    for result in results:
+        assert result["flops"] == plan.per_rank["forward_flops"].value
+        gathered = result["gathered"]
+        assert [row["rank"] for row in gathered["ranks"]] == list(range(world))
+        assert [row["flops"] for row in gathered["ranks"]] == [result["flops"]] * world
+        assert gathered["flops"] == world * result["flops"]
+        assert gathered["seconds"] == max(row["seconds"] for row in gathered["ranks"])
+        assert gathered["peak_flop_per_sec"] == world * 1e12
+        rate = gathered["model_flops"] / gathered["seconds"] / gathered["peak_flop_per_sec"]
+        assert gathered["mfu"] == pytest.approx(rate)
+    assert results[0]["gathered"] == results[-1]["gathered"]

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import torch
+
 from ...text import format_count, text_table
 from ..types import Cost
+from .ranks import AcrossRanks, across_ranks
 from .recorder import RecordSession, Row, merged_total
 
 __all__ = ["Recorder", "record"]
@@ -23,6 +27,8 @@ class Recorder:
 
     def __init__(self) -> None:
         self.session = RecordSession()
+        #: Seconds the ``with record()`` block took (after the GPU's queued work finished).
+        self.seconds = 0.0
 
     @property
     def calls(self) -> list[Row]:
@@ -109,6 +115,26 @@ class Recorder:
         """Everything recorded as JSON: the rows (depth-first) and the total."""
         return json.dumps({"calls": self.rows(), "total": self.total.to_dict()}, indent=2)
 
+    def across_ranks(
+        self,
+        *,
+        backward: bool = True,
+        seconds: float | None = None,
+        dtype: torch.dtype | None = None,
+        peak: float | None = None,
+        group: Any = None,
+    ) -> AcrossRanks:
+        """In a distributed run (``torchrun``), every rank's counts and time, gathered: a
+        row per rank and the run's FLOP/s and MFU (FLOPs summed over the ranks, the slowest
+        rank's time, the sum of the ranks' peaks). Every rank of ``group`` calls it.
+        ``seconds`` defaults to the ``with`` block's own time; ``backward`` says whether the
+        block ran the backward pass; ``peak`` and ``dtype`` as in :func:`.ranks.across_ranks`.
+        """
+        elapsed = self.seconds if seconds is None else seconds
+        return across_ranks(
+            self.total, elapsed, backward=backward, dtype=dtype, peak=peak, group=group
+        )
+
 
 @contextlib.contextmanager
 def record() -> Iterator[Recorder]:
@@ -122,5 +148,11 @@ def record() -> Iterator[Recorder]:
     48
     """
     recorder = Recorder()
-    with recorder.session.active():
-        yield recorder
+    start = time.perf_counter()
+    try:
+        with recorder.session.active():
+            yield recorder
+    finally:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            torch.cuda.synchronize()
+        recorder.seconds = time.perf_counter() - start
