@@ -253,3 +253,25 @@ def test_bad_env_override_is_a_spec_error(monkeypatch: pytest.MonkeyPatch, raw: 
     monkeypatch.setenv(devices.ENV_PEAK_FLOPS, raw)
     with pytest.raises(SpecError, match=devices.ENV_PEAK_FLOPS):
         devices.peak_flops(torch.float32, "cpu")
+
+
+def test_resolve_is_the_one_way_from_a_device_to_its_figures() -> None:
+    h100 = devices.resolve("NVIDIA H100 80GB HBM3")
+    assert h100 is not None and h100.name == "H100 SXM5 80GB"
+    assert devices.resolve(h100) is h100
+    assert devices.resolve("H100 SXM") == h100
+    assert (h100.memory, devices.resolve("H200").memory) == (80e9, 141e9)
+    assert "80GB HBM3" in h100.memory_source
+    assert devices.resolve("Tesla V100-SXM2-16GB").memory is None  # no figure: never a guess
+    with pytest.raises(SpecError, match=r"unknown device 'H1000'.*known: \"H100 SXM5 80GB\""):
+        devices.resolve("H1000")
+    with pytest.raises(SpecError, match=r"no figures for device 'meta'"):
+        devices.resolve("meta")
+
+
+def test_every_gpu_with_a_memory_figure_cites_it() -> None:
+    for record in GPU_TABLE:
+        assert (record.memory_gb is None) == (record.memory_source == ""), record.sku
+        spec = devices._spec_from_record(record)
+        assert spec.memory == (None if record.memory_gb is None else record.memory_gb * 1e9)
+        assert spec.memory_source == record.memory_source

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from typedflops.nn import TransformerConfig
 from typedflops.planning.model_source import config_from_json, resolve_model
 from typedflops.tools.cli import main
 
-TINY = {"vocab": 96, "context": 32, "d_model": 32, "n_layers": 2, "n_heads": 4}
+TINY: dict[str, Any] = {"vocab": 96, "context": 32, "d_model": 32, "n_layers": 2, "n_heads": 4}
 FIGURES = {
     "parameter_bytes",
     "gradient_bytes",

@@ -30,7 +30,7 @@ import torch
 
 from ..errors import SpecError
 from .cpu import cpu_info, cpu_peaks
-from .gpus import BRAND_TOKENS, GPU_TABLE, LINKS, DeviceRecord
+from .gpus import BRAND_TOKENS, GPU_TABLE, DeviceRecord
 
 __all__ = [
     "ENV_PEAK_FLOPS",
@@ -43,6 +43,7 @@ __all__ = [
     "lookup",
     "peak_flops",
     "peak_source",
+    "resolve",
     "tf32_enabled",
 ]
 
@@ -68,10 +69,11 @@ class DeviceSpec:
     ``bandwidth`` is memory bandwidth in bytes/s (``None`` when unknown), ``source`` cites the
     figures, ``estimate`` is True where a figure is measured rather than published (a CPU's
     bandwidth), ``note`` says how the name was matched when it was ambiguous, ``missing`` why
-    a CPU has no peaks, and ``cores`` the CPU cores the peaks count. ``nvlink`` and
-    ``infiniband`` are the bandwidths (bytes/s, each way) to the GPUs of the node and, per
-    GPU, out of it, for ``gpus_per_node`` GPUs a node (``None`` where unknown), from
-    ``links_source``.
+    a CPU has no peaks, and ``cores`` the CPU cores the peaks count. ``memory`` is the
+    device's memory in bytes as its datasheet prints it (``None`` when not in the table),
+    cited by ``memory_source``. ``nvlink`` and ``infiniband`` are the bandwidths (bytes/s,
+    each way) to the GPUs of the node and, per GPU, out of it, for ``gpus_per_node`` GPUs a
+    node (``None`` where unknown), cited by ``links_source``.
     """
 
     name: str
@@ -84,6 +86,8 @@ class DeviceSpec:
     note: str = field(default="", compare=False)
     missing: str = ""
     cores: int | None = None
+    memory: float | None = None
+    memory_source: str = ""
     nvlink: float | None = None
     infiniband: float | None = None
     gpus_per_node: int | None = None
@@ -112,7 +116,7 @@ def _spec_from_record(record: DeviceRecord, note: str = "") -> DeviceSpec:
         if tflops is not None:
             peaks.update({dtype: tflops * _TERA for dtype in dtypes})
     tf32 = record.tflops.get("tf32")
-    links = LINKS.get(record.sku)
+    links = record.links
     return DeviceSpec(
         name=record.sku,
         peak_flops=peaks,
@@ -121,6 +125,8 @@ def _spec_from_record(record: DeviceRecord, note: str = "") -> DeviceSpec:
         kind="cuda",
         tf32_flops=None if tf32 is None else tf32 * _TERA,
         note=note,
+        memory=None if record.memory_gb is None else record.memory_gb * 1e9,
+        memory_source=record.memory_source,
         # datasheets print NVLink both ways together (GB/s) and InfiniBand each way (Gb/s)
         nvlink=None if links is None else links.nvlink_gbs / 2 * 1e9,
         infiniband=None if links is None else links.infiniband_gbits / 8 * 1e9,
@@ -315,6 +321,37 @@ def _spec_and_reason(device: torch.device | str | int | None) -> tuple[DeviceSpe
 def device_spec(device: torch.device | str | int | None = None) -> DeviceSpec | None:
     """The ``DeviceSpec`` of ``device`` (default: the current CUDA device, else the CPU)."""
     return _spec_and_reason(device)[0]
+
+
+_TORCH_DEVICE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:\d+)?")
+
+
+def resolve(device: DeviceSpec | torch.device | str | int | None = None) -> DeviceSpec:
+    """The one way from a device to its figures: a :class:`DeviceSpec` as it is, a name of
+    the table (``"H100 SXM"``, a ``torch.cuda.get_device_name`` string), a torch device
+    (``"cpu"``, ``"cuda:1"``, an index) or None (the current device). A device with no
+    figures is a :class:`SpecError` that says why.
+
+    >>> resolve("H100 SXM").memory
+    80000000000.0
+    >>> resolve("NVIDIA L40X")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    typedflops.errors.SpecError: unknown device 'NVIDIA L40X': ... known: "H100 SXM5 80GB", ...
+    """
+    if isinstance(device, DeviceSpec):
+        return device
+    if isinstance(device, str) and not _TORCH_DEVICE.fullmatch(device):
+        found = lookup(device)
+        if found is None:
+            reason = _match(device)[1]
+            known = ", ".join(f'"{record.sku}"' for record in GPU_TABLE)
+            raise SpecError.at(None, f"unknown device {device!r}: {reason}", hint=f"known: {known}")
+        return found
+    spec, reason = _spec_and_reason(device)
+    if spec is None:
+        raise SpecError.at(None, f"no figures for device {device!r}: {reason}")
+    return spec
 
 
 _warned: set[str] = set()

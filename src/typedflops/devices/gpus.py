@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["BRAND_TOKENS", "GPU_TABLE", "LINKS", "MEMORY_GB", "DeviceRecord", "Links"]
+__all__ = ["BRAND_TOKENS", "GPU_TABLE", "DeviceRecord", "Links"]
 
 #: Tokens that name a brand, not a SKU; dropped from a device name before matching.
 BRAND_TOKENS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct"})
@@ -42,11 +42,34 @@ _MI250 = (
 
 
 @dataclass(frozen=True)
+class Links:
+    """How a GPU talks to others: NVLink to the GPUs of its node (``nvlink_gbs``, GB/s both
+    directions together, as datasheets print it), InfiniBand out of the node, one adapter
+    per GPU (``infiniband_gbits``, Gb/s each way), ``gpus_per_node``, and the sources."""
+
+    nvlink_gbs: float
+    infiniband_gbits: float
+    gpus_per_node: int
+    source: str
+
+
+_DGX_H100 = "NVIDIA DGX H100/H200 datasheet: 8x ConnectX-7 VPI, 400Gb/s InfiniBand per GPU"
+_DGX_A100 = "NVIDIA DGX A100 datasheet: 8x ConnectX-6 VPI, 200Gb/s HDR InfiniBand per GPU"
+_DGX_B200 = "NVIDIA DGX B200 datasheet: 8x ConnectX-7 VPI, 400Gb/s InfiniBand per GPU"
+
+
+@dataclass(frozen=True)
 class DeviceRecord:
     """One SKU: its canonical name, the tokens its device names may carry, figures, source.
 
     ``tflops`` maps a rate name ("float64", "float32", "tf32", "bfloat16", "float16",
-    "float8") to dense TFLOP/s; ``bandwidth_tbs`` is memory bandwidth in TB/s.
+    "float8") to dense TFLOP/s; ``bandwidth_tbs`` is memory bandwidth in TB/s; ``memory_gb``
+    the memory in GB (10^9 bytes) as the datasheet prints it, cited by ``memory_source``;
+    ``links`` how the GPU talks to others in NVIDIA's 8-GPU systems (:class:`Links`; None for
+    PCIe and NVL cards, bridged in pairs and networked as their server is).
+    HBM parts hold a little more than the printed figure read as 10^9 bytes (an "80GB" H100
+    reports 85.0e9 bytes to torch), so a plan that fits this figure fits the device's
+    allocatable memory, less what the CUDA context and other processes take.
     """
 
     sku: str
@@ -55,6 +78,9 @@ class DeviceRecord:
     tflops: Mapping[str, float | None]
     bandwidth_tbs: float
     source: str
+    memory_gb: float | None = None
+    memory_source: str = ""
+    links: Links | None = None
 
 
 def _record(
@@ -64,6 +90,9 @@ def _record(
     rates: tuple[_Rate, _Rate, _Rate, _Rate, _Rate, _Rate],
     bandwidth_tbs: float,
     source: str,
+    *,
+    memory: tuple[float, str] | None = None,
+    links: Links | None = None,
 ) -> DeviceRecord:
     fp64, fp32, tf32, bf16, fp16, fp8 = rates
     tflops = {
@@ -81,6 +110,9 @@ def _record(
         tflops=MappingProxyType(tflops),
         bandwidth_tbs=bandwidth_tbs,
         source=source,
+        memory_gb=None if memory is None else memory[0],
+        memory_source="" if memory is None else memory[1],
+        links=links,
     )
 
 
@@ -90,66 +122,99 @@ GPU_TABLE: tuple[DeviceRecord, ...] = (
         "H100 SXM5 80GB", "h100", "sxm sxm5 80gb hbm3",
         (67, 67, 494.7, 989.4, 989.4, 1979), 3.35,
         f"NVIDIA H100 Tensor Core GPU datasheet, SXM5 (FP64 on tensor cores; {_DATASHEET_NOTE})",
+        memory=(80, "NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3"),
+        links=Links(
+            900, 400, 8,
+            f"NVIDIA H100 Tensor Core GPU datasheet, SXM5: NVLink 900GB/s; {_DGX_H100}",
+        ),
     ),
     _record(
         "H100 PCIe", "h100", "pcie 80gb",
         (51, 51, 378, 756, 756, 1513), 2.0,
         f"NVIDIA H100 Tensor Core GPU datasheet, PCIe ({_DATASHEET_NOTE})",
+        memory=(80, "NVIDIA H100 Tensor Core GPU datasheet, PCIe: 80GB HBM2e"),
     ),
     _record(
         "H100 NVL", "h100", "nvl 94gb",
         (60, 60, 417.5, 835.5, 835.5, 1670.5), 3.9,
         f"NVIDIA H100 Tensor Core GPU datasheet, NVL ({_DATASHEET_NOTE})",
+        memory=(94, "NVIDIA H100 Tensor Core GPU datasheet, NVL: 94GB HBM3"),
     ),
     _record(
         "H200 SXM", "h200", "sxm 141gb hbm3e",
         (67, 67, 494.7, 989.4, 989.4, 1979), 4.8,
         f"NVIDIA H200 Tensor Core GPU datasheet, SXM ({_DATASHEET_NOTE})",
+        memory=(141, "NVIDIA H200 Tensor Core GPU datasheet: 141GB HBM3e"),
+        links=Links(
+            900, 400, 8,
+            f"NVIDIA H200 Tensor Core GPU datasheet: NVLink 900GB/s; {_DGX_H100}",
+        ),
     ),
     _record(
         "A100 SXM4 80GB", "a100", "sxm sxm4 80gb",
         (19.5, 19.5, 156, 312, 312, None), 2.039,
         f"{_A100}, SXM4 80GB ({_A100_NOTE})",
+        memory=(80, f"{_A100}: 80GB HBM2e"),
+        links=Links(
+            600, 200, 8,
+            f"{_A100}, SXM: NVLink 600GB/s; {_DGX_A100}",
+        ),
     ),
     _record(
         "A100 SXM4 40GB", "a100", "sxm sxm4 40gb",
         (19.5, 19.5, 156, 312, 312, None), 1.555,
         f"{_A100}, SXM4 40GB ({_A100_NOTE})",
+        memory=(40, f"{_A100}: 40GB HBM2"),
+        links=Links(
+            600, 200, 8,
+            f"{_A100}, SXM: NVLink 600GB/s; {_DGX_A100}",
+        ),
     ),
     _record(
         "A100 PCIe 80GB", "a100", "pcie 80gb",
         (19.5, 19.5, 156, 312, 312, None), 1.935,
         f"{_A100}, PCIe 80GB ({_A100_NOTE})",
+        memory=(80, f"{_A100}: 80GB HBM2e"),
     ),
     _record(
         "A100 PCIe 40GB", "a100", "pcie 40gb",
         (19.5, 19.5, 156, 312, 312, None), 1.555,
         f"{_A100}, PCIe 40GB ({_A100_NOTE})",
+        memory=(40, f"{_A100}: 40GB HBM2"),
     ),
     _record(
         "B200", "b200", "sxm",
         (37, 75, 1100, 2250, 2250, 4500), 8.0,
         f"NVIDIA Blackwell datasheet, B200 ({_DATASHEET_NOTE})",
+        memory=(180, "NVIDIA DGX B200 datasheet: 1,440GB HBM3e for 8 GPUs (HGX B200)"),
+        links=Links(
+            1800, 400, 8,
+            f"NVIDIA Blackwell datasheet, B200: NVLink 1.8TB/s; {_DGX_B200}",
+        ),
     ),
     _record(
         "L4", "l4", "",
         (0.47, 30.3, 60, 121, 121, 242.5), 0.30,
         "NVIDIA Ada Lovelace architecture whitepaper, L4 (FP64 approximate; dense)",
+        memory=(24, "NVIDIA L4 Tensor Core GPU datasheet: 24GB GDDR6"),
     ),
     _record(
         "L40S", "l40s", "",
         (1.4, 91.6, 183, 362.05, 362.05, 733), 0.864,
         f"NVIDIA L40S datasheet (FP64 approximate; {_DATASHEET_NOTE})",
+        memory=(48, "NVIDIA L40S datasheet: 48GB GDDR6 with ECC"),
     ),
     _record(
         "A10", "a10", "",
         (0.49, 31.2, 62.5, 125, 125, None), 0.60,
         f"NVIDIA A10 Tensor Core GPU datasheet (FP64 approximate; {_DATASHEET_NOTE})",
+        memory=(24, "NVIDIA A10 Tensor Core GPU datasheet: 24GB GDDR6"),
     ),
     _record(
         "T4", "t4", "",
         (0.25, 8.1, None, None, 65, None), 0.32,
         "NVIDIA T4 Tensor Core GPU datasheet (Turing: no TF32, BF16 or FP8 tensor cores)",
+        memory=(16, "NVIDIA T4 Tensor Core GPU datasheet: 16GB GDDR6"),
     ),
     _record(
         "V100 SXM2", "v100", "sxm2 16gb 32gb",
@@ -167,113 +232,49 @@ GPU_TABLE: tuple[DeviceRecord, ...] = (
         "NVIDIA Ampere GA102 GPU architecture whitepaper: per-SM rates (128 FP32 lanes, 4 "
         "tensor cores of 128 dense FP16/BF16 FMA a clock) x the A10G's 72 SMs at its 1.71 GHz "
         "boost clock; NVIDIA publishes no A10G datasheet (AWS EC2 G5 GPU)",
+        memory=(24, "Amazon EC2 G5 instance types: 24 GB of GPU memory per A10G"),
     ),
     _record(
         "L40", "l40", "",
         (1.41, 90.5, 90.5, 181.05, 181.05, 362), 0.864,
         f"NVIDIA L40 GPU datasheet (FP64 approximate, 1/64 of FP32; {_DATASHEET_NOTE})",
+        memory=(48, "NVIDIA L40 GPU datasheet: 48GB GDDR6 with ECC"),
     ),
     _record(
         "MI300X", "mi300x", "oam vf",
         (163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9), 5.3,
         "AMD Instinct MI300X accelerator datasheet (FP64/FP32 on matrix cores; dense = half "
         "the structured-sparsity figures; one device is the whole GPU in SPX partition mode)",
+        memory=(192, "AMD Instinct MI300X accelerator datasheet: 192GB HBM3"),
     ),
     _record(
         "MI250X (one GCD)", "mi250x", "mi250",
         (47.85, 47.85, None, 191.5, 191.5, None), 1.6384,
         f"AMD Instinct MI250X {_MI250}",
+        memory=(64, "AMD Instinct MI250X datasheet: 128GB HBM2e over two GCDs"),
     ),
     _record(
         "MI250 (one GCD)", "mi250", "mi250x",
         (45.25, 45.25, None, 181.05, 181.05, None), 1.6384,
         f"AMD Instinct MI250 {_MI250}",
+        memory=(64, "AMD Instinct MI250 datasheet: 128GB HBM2e over two GCDs"),
     ),
     _record(
         "GeForce RTX 4090", "4090", "rtx",
         (1.29, 82.6, 82.6, 165.2, 165.2, 330.3), 1.008,
         f"NVIDIA Ada Lovelace architecture whitepaper, RTX 4090 ({_GEFORCE_NOTE})",
+        memory=(24, "NVIDIA Ada Lovelace architecture whitepaper: 24GB GDDR6X"),
     ),
     _record(
         "GeForce RTX 3090", "3090", "rtx",
         (0.56, 35.6, 35.6, 71, 71, None), 0.936,
         f"NVIDIA Ampere GA102 GPU architecture whitepaper, RTX 3090 ({_GEFORCE_NOTE})",
+        memory=(24, "NVIDIA Ampere GA102 GPU architecture whitepaper: 24GB GDDR6X"),
     ),
     _record(
         "GeForce RTX 5090", "5090", "rtx",
         (1.64, 104.8, 104.8, 209.5, 209.5, 419), 1.792,
         f"NVIDIA RTX Blackwell GPU architecture whitepaper, RTX 5090 ({_GEFORCE_NOTE})",
+        memory=(32, "NVIDIA RTX Blackwell GPU architecture whitepaper: 32GB GDDR7"),
     ),
-)  # fmt: skip
-#: Memory of each SKU in GB (10^9 bytes) as its datasheet prints it, with the source; keyed by
-#: ``DeviceRecord.sku``. HBM parts hold a little more than the printed figure read as 10^9
-#: bytes (an "80GB" H100 reports 85.0e9 bytes to torch), so a plan that fits this figure
-#: fits the device's allocatable memory, less what the CUDA context and other processes take.
-MEMORY_GB: Mapping[str, tuple[float, str]] = MappingProxyType(
-    {
-        "H100 SXM5 80GB": (80, "NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3"),
-        "H100 PCIe": (80, "NVIDIA H100 Tensor Core GPU datasheet, PCIe: 80GB HBM2e"),
-        "H100 NVL": (94, "NVIDIA H100 Tensor Core GPU datasheet, NVL: 94GB HBM3"),
-        "H200 SXM": (141, "NVIDIA H200 Tensor Core GPU datasheet: 141GB HBM3e"),
-        "A100 SXM4 80GB": (80, f"{_A100}: 80GB HBM2e"),
-        "A100 SXM4 40GB": (40, f"{_A100}: 40GB HBM2"),
-        "A100 PCIe 80GB": (80, f"{_A100}: 80GB HBM2e"),
-        "A100 PCIe 40GB": (40, f"{_A100}: 40GB HBM2"),
-        "B200": (180, "NVIDIA DGX B200 datasheet: 1,440GB HBM3e for 8 GPUs (HGX B200)"),
-        "L4": (24, "NVIDIA L4 Tensor Core GPU datasheet: 24GB GDDR6"),
-        "L40S": (48, "NVIDIA L40S datasheet: 48GB GDDR6 with ECC"),
-        "A10": (24, "NVIDIA A10 Tensor Core GPU datasheet: 24GB GDDR6"),
-        "T4": (16, "NVIDIA T4 Tensor Core GPU datasheet: 16GB GDDR6"),
-        "GeForce RTX 4090": (24, "NVIDIA Ada Lovelace architecture whitepaper: 24GB GDDR6X"),
-        "GeForce RTX 3090": (24, "NVIDIA Ampere GA102 GPU architecture whitepaper: 24GB GDDR6X"),
-        "GeForce RTX 5090": (32, "NVIDIA RTX Blackwell GPU architecture whitepaper: 32GB GDDR7"),
-        "L40": (48, "NVIDIA L40 GPU datasheet: 48GB GDDR6 with ECC"),
-        "A10G": (24, "Amazon EC2 G5 instance types: 24 GB of GPU memory per A10G"),
-        "MI300X": (192, "AMD Instinct MI300X accelerator datasheet: 192GB HBM3"),
-        "MI250X (one GCD)": (64, "AMD Instinct MI250X datasheet: 128GB HBM2e over two GCDs"),
-        "MI250 (one GCD)": (64, "AMD Instinct MI250 datasheet: 128GB HBM2e over two GCDs"),
-    }
-)
-
-
-@dataclass(frozen=True)
-class Links:
-    """How a GPU talks to others: NVLink to the GPUs of its node (``nvlink_gbs``, GB/s both
-    directions together, as datasheets print it), the node's InfiniBand per GPU
-    (``infiniband_gbits``, Gb/s each way, one adapter per GPU), ``gpus_per_node``, and the
-    sources."""
-
-    nvlink_gbs: float
-    infiniband_gbits: float
-    gpus_per_node: int
-    source: str
-
-
-_DGX_H100 = "NVIDIA DGX H100/H200 datasheet: 8x ConnectX-7 VPI, 400Gb/s InfiniBand per GPU"
-#: Links of the SXM GPUs in NVIDIA's 8-GPU systems (DGX/HGX), keyed by ``DeviceRecord.sku``.
-#: PCIe and NVL cards are bridged in pairs and networked as their server is: no figures.
-LINKS: Mapping[str, Links] = MappingProxyType(
-    {
-        "H100 SXM5 80GB": Links(
-            900, 400, 8, f"NVIDIA H100 Tensor Core GPU datasheet, SXM: NVLink 900GB/s; {_DGX_H100}"
-        ),
-        "H200 SXM": Links(
-            900, 400, 8, f"NVIDIA H200 Tensor Core GPU datasheet: NVLink 900GB/s; {_DGX_H100}"
-        ),
-        "A100 SXM4 80GB": Links(
-            600, 200, 8,
-            f"{_A100}, SXM: NVLink 600GB/s; NVIDIA DGX A100 datasheet: 8x ConnectX-6 VPI, "
-            "200Gb/s HDR InfiniBand per GPU",
-        ),
-        "A100 SXM4 40GB": Links(
-            600, 200, 8,
-            f"{_A100}, SXM: NVLink 600GB/s; NVIDIA DGX A100 datasheet: 8x ConnectX-6 VPI, "
-            "200Gb/s HDR InfiniBand per GPU",
-        ),
-        "B200": Links(
-            1800, 400, 8,
-            "NVIDIA Blackwell datasheet, B200: NVLink 1.8TB/s; NVIDIA DGX B200 datasheet: 8x "
-            "ConnectX-7 VPI, 400Gb/s InfiniBand per GPU",
-        ),
-    }
 )  # fmt: skip

@@ -27,14 +27,13 @@ import torch
 from .. import devices
 from ..cost.engine.kernels import kernels_of
 from ..devices import DeviceSpec
-from ..devices.gpus import MEMORY_GB
 from ..errors import SpecError
 from ..nn import CONFIGS, TransformerConfig, TransformerLM
 from ..text import format_count, text_table, wrap_lines
 from .steptime import StepTime, step_time
 from .training import MEMORY_TERMS, TrainingMemory, optimizer_key, peak_at, training_memory
 
-__all__ = ["TrainingPlan", "add_parser", "batch_sweep", "device_memory", "plan", "plot_plan", "run"]
+__all__ = ["TrainingPlan", "add_parser", "batch_sweep", "plan", "plot_plan", "run"]
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 #: The JSON keys of the memory terms (figures and formulas alike).
@@ -46,17 +45,6 @@ _BYTE_KEYS = {
     "activations": "activation_bytes",
     "total": "total_bytes",
 }
-
-
-def device_memory(spec: DeviceSpec) -> tuple[int, str] | None:
-    """Bytes of memory of a GPU of the device table (as its datasheet prints it, 10^9 bytes
-    per GB) and the source; None for a device without a figure.
-
-    >>> device_memory(devices.lookup("H100 SXM"))[0]
-    80000000000
-    """
-    found = MEMORY_GB.get(spec.name)
-    return None if found is None else (int(found[0] * 10**9), found[1])
 
 
 @dataclass(frozen=True)
@@ -205,16 +193,6 @@ def _seconds(value: float) -> str:
     return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
 
 
-def _resolve_device(name: str) -> DeviceSpec:
-    spec = devices.lookup(name)
-    if spec is None:
-        known = ", ".join(f'"{sku}"' for sku in MEMORY_GB)
-        raise SpecError.at(
-            None, f"unknown device {name!r}: {devices.explain(name)}", hint=f"known: {known}"
-        )
-    return spec
-
-
 def plan(
     model: str | TransformerConfig,
     batch: int,
@@ -250,7 +228,7 @@ def plan(
     if not 0.0 < mfu <= 1.0:
         raise SpecError.at("plan()", f"mfu={mfu!r} must be in (0, 1]")
     config = dataclasses.replace(config, checkpoint=checkpoint or config.checkpoint)
-    spec = device if isinstance(device, DeviceSpec) else _resolve_device(device)
+    spec = devices.resolve(device)
     with torch.device("meta"):
         lm = TransformerLM(config, dtype=dtype)
     # The kernels of the device planned for (a GPU's flash attention and fused RMS norm),
@@ -265,7 +243,6 @@ def plan(
         parameter_bytes=memory.bytes["parameters"],
         gradient_bytes=memory.bytes["gradients"],
     )
-    found = device_memory(spec)
     return TrainingPlan(
         model=name,
         config=config,
@@ -274,8 +251,8 @@ def plan(
         device=spec,
         memory=memory,
         time=timing,
-        capacity=None if found is None else found[0],
-        capacity_source=None if found is None else found[1],
+        capacity=None if spec.memory is None else int(spec.memory),
+        capacity_source=spec.memory_source or None,
     )
 
 

@@ -29,7 +29,6 @@ import torch
 
 from .. import devices
 from ..devices import DeviceSpec
-from ..devices.gpus import MEMORY_GB
 from ..errors import SpecError
 from ..nn import TransformerConfig
 from ..text import format_count, text_table, wrap_lines
@@ -238,14 +237,9 @@ def _check(config: TransformerConfig, layout: ParallelLayout, batch: int, seq: i
 
 
 def _spec(device: str | DeviceSpec) -> DeviceSpec:
-    if isinstance(device, DeviceSpec):
-        return device
     if device == "cpu":  # the CPU's kernels, without a time (no promised peak)
         return DeviceSpec("cpu", {}, None, "this machine's CPU kernels, no peak", kind="cpu")
-    found = devices.lookup(device)
-    if found is None:
-        raise SpecError.at(None, f"unknown device {device!r}: {devices.explain(device)}")
-    return found
+    return devices.resolve(device)
 
 
 def plan_parallel(
@@ -320,7 +314,7 @@ def plan_parallel(
             model_flops.formula if slowest == model_flops.value else None,
             {k: f.formula for k, f in moved.items()},
         )
-    memory = MEMORY_GB.get(spec.name)
+    memory = spec.memory
     return ParallelPlan(
         model=name,
         config=config,
@@ -335,7 +329,7 @@ def plan_parallel(
         communication=moved,
         time=timing,
         dims=dims,
-        capacity=None if memory is None else int(memory[0] * 10**9),
+        capacity=None if memory is None else int(memory),
         last_stage=last,
     )
 

@@ -53,20 +53,6 @@ def model_flops(cost: Cost) -> int:
     return 3 * cost.matmul_flops
 
 
-def _spec(device: DeviceSpec | str | torch.device | None) -> DeviceSpec:
-    if isinstance(device, DeviceSpec):
-        return device
-    if isinstance(device, str) and device not in ("cpu", "cuda") and ":" not in device:
-        found = devices.lookup(device)
-        if found is None:
-            raise SpecError.at(None, f"unknown device {device!r}: {devices.explain(device)}")
-        return found
-    spec = devices.device_spec(device)
-    if spec is None:
-        raise SpecError.at(None, f"no peak figures for device {device!r}")
-    return spec
-
-
 @dataclass(frozen=True)
 class StepTime:
     """The predicted time of one training step on ``device`` at ``dtype``.
@@ -139,7 +125,7 @@ def step_time(
     """
     if not 0.0 < mfu <= 1.0:
         raise SpecError.at("step_time()", f"mfu={mfu!r} must be in (0, 1]")
-    spec = _spec(device)
+    spec = devices.resolve(device)
     peak = devices.peak_flops(dtype, spec)
     if peak is None:
         raise SpecError.at("step_time()", f"{spec.name} has no {dtype} peak ({spec.source})")
@@ -183,7 +169,7 @@ def step_mfu(
     """
     if seconds <= 0:
         raise SpecError.at("step_mfu()", f"seconds={seconds!r} must be positive")
-    figure = peak if peak is not None else devices.peak_flops(dtype, _spec(device))
+    figure = peak if peak is not None else devices.peak_flops(dtype, devices.resolve(device))
     if figure is None:
         raise SpecError.at(
             "step_mfu()", f"no {dtype} peak for device {device!r}", hint="pass peak="

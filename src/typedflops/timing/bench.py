@@ -516,13 +516,9 @@ def benchmark(
     spec = devices.device_spec(device)
     source = "peak="
     if peak is None and dtype is not None:
-        peak = devices.env_peak_flops(dtype)
-        source = devices.ENV_PEAK_FLOPS
-        if peak is None and spec is not None:
-            peak = devices.peak_flops(dtype, spec)
-            source = f"{spec.name}: {spec.source}"
-        elif peak is None:
-            peak = devices.peak_flops(dtype, device)  # None, with a warning saying why
+        peak, source = devices.peak_source(dtype, spec if spec is not None else device)
+        if peak is None:
+            devices.peak_flops(dtype, device)  # None, with a warning saying why
     clock = _clock_for(device, flush_l2)
     # The contract was checked above: the timed runs are the body alone (checks off), and
     # they are not recorded as calls of their own.
