@@ -4,18 +4,13 @@
 parallelism with ``torch.distributed.tensor.parallel``, ZeRO stage 3 with ``fully_shard``,
 under a fake process group) and dry-runs rank 0's step:
 
-- at the planned sizes, with the first stage's blocks (two or three of them, the rest by
-  difference: every block does the same), for the numbers and the peak;
-- at small sizes, one block, changing each size in turn, for the formulas (:mod:`.rank_fit`),
-  which are checked against the numbers.
+- at the planned sizes, with the stage's blocks (three and four of them when it has more,
+  the rest by difference: every further block does the same), for the numbers and the peak;
+- at small sizes, with one block and with two, changing each size in turn, for the formulas
+  (:mod:`.rank_fit`), which are checked against the numbers (``Figure.exact``).
 
-What torch's run gives: the rank's parameters, gradients, activations (per microbatch),
-FLOPs, tensor-parallel and FSDP collectives, the peak, and (stage 3) the optimizer's state.
-What closed forms give (:mod:`.zero`, Narayanan et al. 2021): ZeRO stages 1 and 2 (the
-optimizer state, the fp32 master weights and, stage 2, the gradients, divided by ``dp``),
-the data-parallel gradient collectives of stages 0 to 2, pipeline sends and receives (the
-stage's output, both ways, per microbatch), the microbatches 1F1B holds, and the time
-(:mod:`.rank_time`).
+Which figures come from torch's run and which from closed forms: :mod:`.rank_compose`; the
+time: :mod:`.rank_time`.
 """
 
 from __future__ import annotations
@@ -258,9 +253,12 @@ def plan_parallel(
     config) over ``layout``'s ranks of ``device``: ``batch`` sequences of ``seq`` tokens in
     all (each data-parallel rank takes ``batch / dp``, in ``layout.microbatches``).
 
-    >>> step = plan_parallel("gpt2", 16, 1024, "H100 SXM", ParallelLayout(dp=2, tp=2))
-    >>> step.per_rank["parameter_bytes"].formula
-    2*d_model*(context*tp + 2*n_layers*(2*d_ff + 4*d_head*n_heads + ... )/tp
+    >>> layout = ParallelLayout(dp=2, zero=1)
+    >>> step = plan_parallel("gpt2", 16, 1024, "H100 SXM", layout, formulas=False)
+    >>> step.per_rank["optimizer_bytes"].value == 8 * step.parameters.value // 2  # Adam, fp32
+    True
+    >>> step.communication["reduce_scatter/dp"].value  # the bf16 gradients, once a step
+    248879616
     """
     name, config = _config_of(model)
     layout = layout or ParallelLayout()
