@@ -154,7 +154,9 @@ def fit_rank(
         sp=layout.sp,
         checkpoint=layout.checkpoint,
     )
-    sizes_free = config.resized({name: BASE[name] for name in config.sizes if name in BASE})
+    sizes_free = config.resized(
+        {**{name: BASE[name] for name in config.sizes if name in BASE}, "n_layers": 1}
+    )
     return dict(_fit_kind(sizes_free, kind, dtype, stage, target))
 
 
