@@ -124,11 +124,12 @@ def test_a_factory_of_the_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize(
     ("flags", "reason"),
     [
-        (["--sp"], "ParallelLayout(): sp=True splits the sequence over the tensor-parallel ranks"),
-        (["--dp", "3"], "plan_parallel(): batch=8 does not split into dp=3 x microbatches=1"),
-        (["--pp", "5"], "plan_parallel(): pp=5 stages do not divide n_layers=12 blocks"),
-        (["--tp", "5"], "plan_parallel(): tp=5 does not divide n_heads=12"),
-        (["--dp", "0"], "ParallelLayout(): dp=0 is not a count >= 1"),
+        (["--sp"], "--sp splits the sequence over the tensor-parallel ranks: it needs tp > 1"),
+        (["--dp", "3"], "--batch 8 does not split into --dp 3 x --microbatches 1"),
+        (["--pp", "5"], "--pp 5 stages do not divide n_layers=12 blocks"),
+        (["--tp", "5"], "--tp 5 does not divide n_heads=12"),
+        (["--dp", "0"], "argument --dp: '0' is not a size >= 1"),
+        (["--tp", "2", "--plot", "p.png"], "--plot draws one device's step: leave out the"),
     ],
 )
 def test_a_bad_layout_is_refused_before_any_work(
@@ -146,4 +147,4 @@ def test_a_bad_layout_is_refused_before_any_work(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1
-    assert captured.err.startswith(f"typedflops plan: {reason}")
+    assert captured.err.startswith(f"typedflops: error: {reason}")

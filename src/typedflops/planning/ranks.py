@@ -163,8 +163,9 @@ class ParallelPlan:
         shown = ", ".join(f"{name}={size}" for name, size in self.dims.items())
         lines += ["", f"formulas, in {shown}:"]
         prose = wrap_lines("\n".join(lines), 100)
+        # Everything fits 100 columns; --json has each formula on one line, to be copied.
         formulas = [
-            f"  {key}: {'' if figure.exact else '~ '}{figure.formula}"
+            wrap_lines(f"  {key}: {'' if figure.exact else '~ '}{figure.formula}", 100)
             for key, figure in (*per_rank.items(), *self.communication.items())
             if figure.formula is not None
         ]
