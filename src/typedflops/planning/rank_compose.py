@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from ..cost.types import palm_model_flops
 from ..nn import TransformerConfig
 from .figure import Figure
 from .layout import ParallelLayout
@@ -251,13 +252,17 @@ def figures(composer: Composer, layout: ParallelLayout, held: Held) -> dict[str,
         None if act_formula is None or out_formula is None else flight * (act_formula + out_formula)
     )
     found["activation_bytes"] = composer.figure(layout.in_flight * (act + out), formula, "torch")
-    for key in ("forward_flops", "backward_flops", "recompute_flops", "matmul_flops"):
+    for key in ("forward_flops", "backward_flops", "recompute_flops"):
         value, formula = composer.microbatch(key)
-        name = "model_flops" if key == "matmul_flops" else key
-        scale = 3 if key == "matmul_flops" else 1
-        found[name] = composer.figure(
-            scale * count * value, None if formula is None else scale * micro * formula, "torch"
+        found[key] = composer.figure(
+            count * value, None if formula is None else micro * formula, "torch"
         )
+    value, formula = composer.microbatch("matmul_flops")
+    found["model_flops"] = composer.figure(
+        palm_model_flops(count * value),
+        None if formula is None else palm_model_flops(micro * formula),
+        "torch",
+    )
     return found
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .. import devices
+from ..cost.types import palm_model_flops
 from ..devices import DeviceSpec
 from ..errors import SpecError
 from ..nn import TransformerConfig
@@ -295,7 +296,7 @@ def plan_parallel(
         last = {
             "forward_flops": count * tail.totals.get("forward_flops", 0),
             "backward_flops": count * tail.totals.get("backward_flops", 0),
-            "model_flops": 3 * count * tail.totals.get("matmul_flops", 0),
+            "model_flops": palm_model_flops(count * tail.totals.get("matmul_flops", 0)),
             "activation_bytes": tail.totals.get("activation_bytes", 0),
             "peak_bytes": compose.whole(compose.peak(tail, layout, tail_held, 1)),
         }

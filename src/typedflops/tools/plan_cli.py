@@ -17,7 +17,8 @@ from ..errors import SpecError, UsageError
 from ..nn import CONFIGS, TransformerConfig
 from ..planning.layout import ParallelLayout
 from ..planning.model_source import resolve_model
-from ..planning.planner import plan, plot_plan
+from ..planning.plan_plot import plot_plan
+from ..planning.planner import plan
 from ..planning.ranks import plan_parallel
 
 __all__ = ["run_plan"]

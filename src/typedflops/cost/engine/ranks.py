@@ -15,7 +15,7 @@ import torch
 
 from ... import devices
 from ...text import format_count, text_table
-from ..types import Cost
+from ..types import Cost, palm_model_flops
 
 __all__ = ["AcrossRanks", "RankRow", "across_ranks"]
 
@@ -155,7 +155,7 @@ def across_ranks(
         raise RuntimeError("across_ranks(): no process group: run under torchrun")
     figure = peak if peak is not None else devices.peak_flops(dtype or torch.float32)
     backward_flops = total.backward_flops if backward else 0
-    model_flops = (3 if backward else 1) * total.matmul_flops
+    model_flops = palm_model_flops(total.matmul_flops) if backward else total.matmul_flops
     where = _device_of(group)
     # counts as int64 (exact beyond 2**53), time and peak as float64
     counts = torch.tensor(
