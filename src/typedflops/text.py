@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 
 __all__ = [
     "TERMINAL_WIDTH",
+    "dtype_name",
     "fit_table",
     "format_count",
     "format_percent",
@@ -158,6 +159,15 @@ def fit_table(
 
 
 _INDENT = re.compile(r"^\s*")
+
+
+def dtype_name(dtype: object) -> str:
+    """A dtype as its users write it: ``bfloat16``, not ``torch.bfloat16``.
+
+    >>> dtype_name("torch.float32")
+    'float32'
+    """
+    return str(dtype).removeprefix("torch.")
 
 
 def wrap_lines(text: str, width: int | None = TERMINAL_WIDTH, indent: str = "    ") -> str:

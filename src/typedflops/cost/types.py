@@ -9,13 +9,30 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import sympy
 
 from ..text import format_count
 
-__all__ = ["Cost", "OpCost"]
+__all__ = ["Cost", "OpCost", "palm_model_flops"]
+
+
+@overload
+def palm_model_flops(matmul_flops: int) -> int: ...
+@overload
+def palm_model_flops(matmul_flops: sympy.Expr) -> sympy.Expr: ...
+
+
+def palm_model_flops(matmul_flops: int | sympy.Expr) -> int | sympy.Expr:
+    """A training step's model FLOPs (PaLM, Chowdhery et al. 2022, Appendix B) from its
+    forward's matrix-product FLOPs (a count or a formula): backward runs two products for
+    each forward one, so 3x; recomputation is not credited.
+
+    >>> palm_model_flops(2 * 1024 * 256 * 64) == 6 * 1024 * 256 * 64
+    True
+    """
+    return 3 * matmul_flops
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..storage import nbytes
+from .distributed import in_sharding_propagation, is_dtensor_call
 from .events import Event, Sink, current_group, group, named_event, new_group
 from .functions import inside_rule, watching
 from .kernels import on_target
@@ -95,6 +96,10 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return func(*args, **kwargs)
         if self.phase == "forward" and torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)
+        if is_dtensor_call(types):
+            return NotImplemented  # DTensor runs it as this rank's local ops, counted then
+        if in_sharding_propagation():
+            return func(*args, **kwargs)  # DTensor's pass over global shapes: not this rank's
         if _JAGGED in types:
             # A jagged tensor runs each op on its dense values: count those. Its backward
             # runs on jagged tensors, which no replay builds: named, not predicted.

@@ -28,7 +28,7 @@ from .events import Event
 from .rules import OpCall
 from .tensors import TensorMeta, flat_tensors, map_meta
 
-__all__ = ["Fitted", "Plan", "fit", "fit_count"]
+__all__ = ["Fitted", "Plan", "fit", "fit_count", "fit_event"]
 
 Size = int | tuple[int, ...]
 
@@ -82,7 +82,7 @@ def fit(plan: Plan) -> Fitted:
         origins = tuple(id(event.origin) if event.origin is not None else 0 for event in series)
         known = fitted.get(origins) if all(origins) else None
         if known is None:
-            expr, ok = _fit_event(plan, series)
+            expr, ok = fit_event(plan, series)
             back_expr, back_ok = _fit_backward(plan, series)
             known = (expr, ok, back_expr, back_ok)
             keys = tuple(id(event.origin or event) for event in series)
@@ -102,7 +102,7 @@ def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
         total: sympy.Expr = sympy.Integer(0)
         exact = True
         for position in range(len(base)):
-            expr, ok = _fit_event(plan, [event.backward[position] for event in series])
+            expr, ok = fit_event(plan, [event.backward[position] for event in series])
             total += expr
             exact &= ok
         return total, exact
@@ -110,7 +110,9 @@ def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
     return fit_count(plan, counts)
 
 
-def _fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
+def fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
+    """One op's FLOPs, seen once in each run, as a formula: its rule applied to its axis
+    sizes fitted across the runs, else its counts fitted (see :func:`fit_count`)."""
     base = series[0]
     counts = [event.flops for event in series]
     if all(count == 0 for count in counts):

@@ -6,14 +6,17 @@ import contextlib
 import dataclasses
 import functools
 import json
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import sympy
+import torch
 
 from ...contract.function import counting_frame
 from ...text import format_count, text_table
 from ..types import Cost
+from .ranks import AcrossRanks, across_ranks
 from .recorder import Row, loose_counts, merged_total
 from .recording import entered, left
 from .works import RecordSession
@@ -32,6 +35,8 @@ class Recorder:
     def __init__(self) -> None:
         self.session = RecordSession()
         self._total: Cost | None = None
+        #: Seconds the ``with record()`` block took (after the GPU's queued work finished).
+        self.seconds = 0.0
 
     @property
     def calls(self) -> list[Row]:
@@ -132,6 +137,26 @@ class Recorder:
         """Everything recorded as JSON: the rows (depth-first) and the total."""
         return json.dumps({"calls": self.rows(), "total": self.total.to_dict()}, indent=2)
 
+    def across_ranks(
+        self,
+        *,
+        backward: bool = True,
+        seconds: float | None = None,
+        dtype: torch.dtype | None = None,
+        peak: float | None = None,
+        group: Any = None,
+    ) -> AcrossRanks:
+        """In a distributed run (``torchrun``), every rank's counts and time, gathered: a
+        row per rank and the run's FLOP/s and MFU (FLOPs summed over the ranks, the slowest
+        rank's time, the sum of the ranks' peaks). Every rank of ``group`` calls it.
+        ``seconds`` defaults to the ``with`` block's own time; ``backward`` says whether the
+        block ran the backward pass; ``peak`` and ``dtype`` as in :func:`.ranks.across_ranks`.
+        """
+        elapsed = self.seconds if seconds is None else seconds
+        return across_ranks(
+            self.total, elapsed, backward=backward, dtype=dtype, peak=peak, group=group
+        )
+
 
 def _fields(cost: Cost) -> dict[str, Any]:
     """``cost.to_dict()`` without its ops, formulas printed once each (a thousand rows of
@@ -182,9 +207,13 @@ def record() -> Iterator[Recorder]:
     mine = [c for c in outer if c.session.thread == session.thread] if type(outer) is tuple else []
     token = counting_frame.set((*mine, session.root))
     entered()
+    start = time.perf_counter()
     try:
         yield recorder
     finally:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            torch.cuda.synchronize()
+        recorder.seconds = time.perf_counter() - start
         left()
         counting_frame.reset(token)
         session.close()
