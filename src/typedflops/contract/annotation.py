@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,15 @@ from ..syntax import Problem
 from ..syntax.dims import Dim, DimKind, parse_dims
 from ..syntax.expr import Expression, dim_symbol, parse_expression
 
-__all__ = ["ELLIPSIS", "Axis", "AxisKind", "TensorSpec", "is_tensor_annotation", "tensor_spec"]
+__all__ = [
+    "ELLIPSIS",
+    "Axis",
+    "AxisKind",
+    "TensorSpec",
+    "contains_tensor_annotation",
+    "is_tensor_annotation",
+    "tensor_spec",
+]
 
 #: The symbol that an anonymous ``...`` stands for in formulas.
 ELLIPSIS = "ellipsis"
@@ -162,6 +171,13 @@ def _axis(dim: Dim, dim_str: str) -> Axis:
 def is_tensor_annotation(hint: Any) -> bool:
     """Whether ``hint`` is a jaxtyping array annotation (``Float[Tensor, "..."]`` and kin)."""
     return isinstance(hint, type) and issubclass(hint, jaxtyping.AbstractArray)
+
+
+def contains_tensor_annotation(hint: Any) -> bool:
+    """Whether ``hint`` is a tensor annotation or holds one (``list[Float[Tensor, "n"]]``)."""
+    if is_tensor_annotation(hint):
+        return True
+    return any(contains_tensor_annotation(arg) for arg in typing.get_args(hint))
 
 
 @functools.cache

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import ContractError, DeviceError, DtypeError, ShapeError, UnresolvedHintError
 from ..syntax.expr import Expression
-from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation
+from .annotation import Axis, AxisKind, TensorSpec, contains_tensor_annotation, is_tensor_annotation
 from .deferred import spec_of
 from .plain_hints import Checker, hint_text, plain_checker, plain_predicate, type_name, type_name_of
 from .scope import CallState, shape_text, size_text, violation
@@ -264,12 +264,6 @@ def _wrong_kind(
     )
 
 
-def _contains_tensor_annotation(hint: Any) -> bool:
-    if is_tensor_annotation(hint):
-        return True
-    return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))
-
-
 def _union_checker(hint: Any, options: tuple[Any, ...], apart: frozenset[str]) -> Checker:
     checkers = [(option, compile_hint(option, apart)) for option in options]
     none_allowed = type(None) in options
@@ -439,7 +433,7 @@ def compile_hint(hint: Any, apart: frozenset[str] = frozenset()) -> Checker:
     args = typing.get_args(hint)
     if origin is typing.Annotated:
         return compile_hint(args[0], apart)
-    if not _contains_tensor_annotation(hint):
+    if not contains_tensor_annotation(hint):
         return plain_checker(hint)
     if origin in (typing.Union, types.UnionType):
         return _union_checker(hint, args, apart)
