@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .annotation import contains_tensor_annotation, is_tensor_annotation
+from ..errors import SpecError
+from .annotation import is_torch_annotation
+from .checkers import checks_plainly
 from .deferred import spec_of
 from .plain_hints import Predicate, plain_predicate
 from .scope import CallState, bind_module_dims, module_dims
@@ -110,15 +112,19 @@ def tensor_hint(hint: Any) -> bool:
         if len(options) != 2 or type(None) not in options:
             return False
         hint = _unwrapped(next(o for o in options if o is not type(None)))
-    return is_tensor_annotation(hint) and "{" not in spec_of(hint).dim_str
+    if not is_torch_annotation(hint):
+        return False  # (other array types are checked by jaxtyping, which reads more)
+    try:
+        return "{" not in spec_of(hint).dim_str
+    except SpecError:  # outside typedflops' grammar: checked by jaxtyping
+        return False
 
 
 def verdict(hint: Any) -> Predicate | None:
     """The verdict of a hint without tensor annotations on a value (it binds nothing), or
     None for a hint with tensors."""
-    if contains_tensor_annotation(hint):
-        return None
-    return plain_predicate(_unwrapped(hint))
+    hint = _unwrapped(hint)
+    return plain_predicate(hint) if checks_plainly(hint) else None
 
 
 def recall_plan(contract: Contract) -> RecallPlan | None:
