@@ -14,10 +14,12 @@ from collections.abc import Collection, Sequence
 
 __all__ = [
     "TERMINAL_WIDTH",
+    "dtype_name",
     "fit_table",
     "format_count",
     "format_percent",
     "format_si",
+    "shape_text",
     "text_table",
     "wrap_lines",
 ]
@@ -187,3 +189,22 @@ def wrap_lines(text: str, width: int | None = TERMINAL_WIDTH, indent: str = "   
             break_on_hyphens=False,
         )
     return "\n".join(out)
+
+
+def dtype_name(dtype: object) -> str:
+    """A torch dtype as people write it: ``float32`` for ``torch.float32``.
+
+    >>> dtype_name("torch.bfloat16")
+    'bfloat16'
+    """
+    return str(dtype).removeprefix("torch.")
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """A shape as messages show it: ``(8, 784)``; a 1-D shape keeps its comma.
+
+    >>> shape_text((8, 784)), shape_text((3,)), shape_text(())
+    ('(8, 784)', '(3,)', '()')
+    """
+    # (f-strings, not str(): dynamo traces them on the symbolic sizes of a compiled call)
+    return "(" + ", ".join(f"{s}" for s in shape) + ("," if len(shape) == 1 else "") + ")"

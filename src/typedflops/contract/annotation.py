@@ -23,6 +23,7 @@ from ..errors import SpecError
 from ..syntax import Problem
 from ..syntax.dims import Dim, DimKind, parse_dims
 from ..syntax.expr import Expression, dim_symbol, parse_expression
+from ..text import dtype_name
 
 __all__ = [
     "ELLIPSIS",
@@ -134,7 +135,7 @@ class TensorSpec:
         """What dtypes the annotation allows, in words."""
         if self.dtypes is None:
             return "any dtype"
-        names = sorted(str(d).removeprefix("torch.") for d in self.dtypes)
+        names = sorted(dtype_name(d) for d in self.dtypes)
         article = "an" if self.dtype_label[:1] in "AEIOU" else "a"
         if len(names) > 6:
             return f"{article} {self.dtype_label} dtype ({', '.join(names[:5])}, ...)"

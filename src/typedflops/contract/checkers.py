@@ -25,6 +25,7 @@ from ..errors import (
     UnresolvedHintError,
 )
 from ..syntax.expr import Expression
+from ..text import dtype_name
 from .annotation import (
     Axis,
     AxisKind,
@@ -155,7 +156,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
             needs = f"its annotation {spec.label} needs a torch.Tensor"
             raise _wrong_kind(state, where, value, needs, spec.label)
         if dtypes is not None and value.dtype not in dtypes:
-            actual = str(value.dtype).removeprefix("torch.")
+            actual = dtype_name(value.dtype)
             raise violation(
                 DtypeError,
                 state,

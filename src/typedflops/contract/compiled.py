@@ -145,7 +145,8 @@ class Contract:
         self._check_symbolic_names()
         # Eager calls that read like an earlier one take its outcome (see .recall).
         # (a coroutine's or generator's body runs later, with checks of its own)
-        self.recall_plan = recall_plan(self) if self.kind == FUNCTION else None
+        recalls = self.kind == FUNCTION and not self._tail  # (no *args, **kwargs, {name})
+        self.recall_plan = recall_plan(self.checked) if recalls else None
         self.recall_span = recall_span(self.recall_plan, len(self.positional))
         self.outcomes: dict[tuple[Any, ...], Outcome] = {}
         self.last_outcome: tuple[tuple[Any, ...] | None, Outcome | None] = (None, None)

@@ -46,6 +46,7 @@ from .scope import (
     call_scope,
     current_call,
     display_name,
+    is_compiling,
     module_dims,
     violation,
 )
@@ -66,8 +67,6 @@ R = TypeVar("R")
 T = TypeVar("T", bound=type)
 
 _checks_off = disabled_flag
-# Dynamo folds this to True while it traces; eagerly it is a plain `return False` (25 ns).
-_is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 class CallCounter(Protocol):
@@ -272,7 +271,7 @@ class CheckedFunction(Generic[P, R]):
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         if instance is None:
             return self
-        if _is_compiling():
+        if is_compiling():
             # dynamo builds partials of objects it traces (it cannot build our class)
             return functools.partial(self, instance)
         return self.method_class(self, instance)
@@ -280,7 +279,7 @@ class CheckedFunction(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         # is_compiling() first: dynamo folds it to a constant, and it cannot trace the
         # ContextVar behind `disabled()`.
-        if _is_compiling():
+        if is_compiling():
             return self._call_compiled(args, kwargs)
         if _checks_off.get():
             # (without keywords, no empty dict is unpacked)

@@ -20,8 +20,8 @@ import inspect
 import operator
 import types
 import typing
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -31,9 +31,6 @@ from .checkers import checks_plainly
 from .deferred import spec_of
 from .plain_hints import Predicate, plain_predicate
 from .scope import CallState, bind_module_dims, module_dims
-
-if TYPE_CHECKING:
-    from .compiled import Contract
 
 __all__ = [
     "Outcome",
@@ -60,6 +57,37 @@ LIMIT = 64
 #: Per checked parameter: its position (or None), its keyword name (or None), and the
 #: verdict of its hint on a value (None for a tensor, whose facts are read instead).
 RecallPlan = tuple[tuple[int | None, str | None, Predicate | None], ...]
+
+
+class CheckedParameter(Protocol):
+    """A checked parameter as a plan reads it (``compiled.Parameter``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def index(self) -> int | None: ...
+    @property
+    def kind(self) -> inspect._ParameterKind: ...
+    @property
+    def hint(self) -> Any: ...
+
+
+class Contract(Protocol):
+    """What recalling reads of a compiled contract (``compiled.Contract``) and keeps on it."""
+
+    takes_self: bool
+    recall_plan: RecallPlan | None
+    recall_span: tuple[int, int] | None
+    outcomes: dict[tuple[Any, ...], Outcome]
+    last_outcome: tuple[tuple[Any, ...] | None, Outcome | None]
+    read_facts: Facts
+    recalls_return: bool
+    return_verdict: Predicate | None
+
+    def check_arguments(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState
+    ) -> None: ...
+    def check_return(self, value: Any, state: CallState) -> None: ...
 
 
 class Bindings(dict[str, Any]):
@@ -127,15 +155,11 @@ def verdict(hint: Any) -> Predicate | None:
     return plain_predicate(hint) if checks_plainly(hint) else None
 
 
-def recall_plan(contract: Contract) -> RecallPlan | None:
-    """How calls of ``contract`` are read to recall an outcome, or None if they cannot be."""
-    if contract.deferred or any(
-        p is not None and p.checker is not None
-        for p in (contract.var_positional, contract.var_keyword)
-    ):
-        return None
+def recall_plan(checked: Sequence[CheckedParameter]) -> RecallPlan | None:
+    """How calls are read to recall an outcome, from a contract's checked parameters (none
+    of them ``*args``/``**kwargs``, no ``{name}`` dims), or None if they cannot be."""
     plan: list[tuple[int | None, str | None, Predicate | None]] = []
-    for param in contract.checked:
+    for param in checked:
         keyword = None if param.kind is inspect.Parameter.POSITIONAL_ONLY else param.name
         if tensor_hint(param.hint):
             plan.append((param.index, keyword, None))

@@ -15,6 +15,7 @@ import torch
 
 from ..errors import ContractError
 from ..syntax.expr import Expression
+from ..text import shape_text
 
 E = TypeVar("E", bound=ContractError)
 
@@ -25,6 +26,7 @@ __all__ = [
     "bind_module_dims",
     "current_call",
     "display_name",
+    "is_compiling",
     "module_dims",
     "shape_text",
     "size_text",
@@ -130,6 +132,12 @@ def bind_module_dims(obj: Any, state: CallState) -> None:
         state.bind(name, size, f"module {type(obj).__name__}")
 
 
+#: Whether dynamo is tracing: it folds this to True; eagerly it is a plain ``return False``
+#: (25 ns, where ``torch.compiler.is_compiling`` asks TorchScript first).
+is_compiling: Callable[[], bool] = getattr(
+    torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling
+)
+
 # The innermost checked call of this thread or asyncio task (a ContextVar: tasks and threads
 # each see their own).
 call_scope: ContextVar[CallState | None] = ContextVar("typedflops_call", default=None)
@@ -146,10 +154,6 @@ def current_call() -> CallState | None:
 
 def size_text(size: Size) -> str:
     return f"{size}" if isinstance(size, int) else shape_text(size)
-
-
-def shape_text(shape: Sequence[int]) -> str:
-    return "(" + ", ".join(f"{s}" for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def display_name(fn: Callable[..., Any]) -> str:

@@ -25,7 +25,7 @@ from .. import devices
 from ..devices import DeviceSpec
 from ..errors import SpecError
 from ..nn import CONFIGS, TransformerConfig, TransformerLM
-from ..text import format_count, text_table, wrap_lines
+from ..text import dtype_name, format_count, text_table, wrap_lines
 from .steptime import StepTime, step_time
 from .training import MEMORY_TERMS, TrainingMemory, optimizer_key, peak_at, training_memory
 
@@ -69,7 +69,7 @@ class TrainingPlan:
             "model": self.model,
             "batch": self.batch,
             "seq": self.seq,
-            "dtype": str(self.memory.dtype).removeprefix("torch."),
+            "dtype": dtype_name(self.memory.dtype),
             "optimizer": self.memory.optimizer,
             "device": self.device.name,
             "kernels": self.memory.kernels,
@@ -110,7 +110,7 @@ class TrainingPlan:
             f"{self.model} ({kind}: {config.n_layers} layers, d_model {config.d_model}, "
             f"{config.n_heads} heads of {config.d_head}, d_ff {config.d_ff}, vocab "
             f"{config.vocab}; {format_count(memory.parameters.total)} parameters)",
-            f"one step: batch {self.batch} x seq {self.seq}, {_dtype(memory.dtype)}, "
+            f"one step: batch {self.batch} x seq {self.seq}, {dtype_name(memory.dtype)}, "
             f"{memory.optimizer or 'no optimizer'}"
             f"{', activation checkpointing' if config.checkpoint else ''}, on {self.device.name}",
             "",
@@ -145,7 +145,7 @@ class TrainingPlan:
         lines.append(
             f"step time: at {timing.mfu:.0%} MFU {_seconds(timing.seconds)}; roofline bound "
             f"{_seconds(timing.roofline_seconds)} ({timing.bound}-bound; peak "
-            f"{format_count(timing.peak_flop_per_sec)}FLOP/s {_dtype(memory.dtype)})"
+            f"{format_count(timing.peak_flop_per_sec)}FLOP/s {dtype_name(memory.dtype)})"
         )
         if timing.bandwidth:
             lines.append(
@@ -181,10 +181,6 @@ def _kernels(spec: DeviceSpec) -> str:
 
 def _gb(value: float) -> str:
     return f"{value / 1e9:.2f}"
-
-
-def _dtype(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _seconds(value: float) -> str:
@@ -348,7 +344,7 @@ def plot_plan(step: TrainingPlan, path: str) -> None:
     for axes in (memory_axes, time_axes):
         axes.set_ylim(bottom=0)
         axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8.5)
-    dtype = _dtype(step.memory.dtype)
+    dtype = dtype_name(step.memory.dtype)
     figure.suptitle(
         f"{step.model}: one training step at seq {step.seq}, {dtype}, "
         f"{step.memory.optimizer or 'no optimizer'}"
