@@ -19,6 +19,7 @@ __all__ = [
     "format_count",
     "format_percent",
     "format_si",
+    "shape_text",
     "text_table",
     "wrap_lines",
 ]
@@ -197,3 +198,13 @@ def wrap_lines(text: str, width: int | None = TERMINAL_WIDTH, indent: str = "   
             break_on_hyphens=False,
         )
     return "\n".join(out)
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """A shape as messages show it: ``(8, 784)``; a 1-D shape keeps its comma.
+
+    >>> shape_text((8, 784)), shape_text((3,)), shape_text(())
+    ('(8, 784)', '(3,)', '()')
+    """
+    # (f-strings, not str(): dynamo traces them on the symbolic sizes of a compiled call)
+    return "(" + ", ".join(f"{s}" for s in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import SpecError
+from ..text import dtype_name
 from .cpu import cpu_info, cpu_peaks
 from .gpus import BRAND_TOKENS, GPU_TABLE, DeviceRecord
 
@@ -237,7 +238,7 @@ def env_peak_flops(dtype: torch.dtype | None) -> float | None:
     raw = os.environ.get(ENV_PEAK_FLOPS, "").strip()
     if not raw:
         return None
-    dtype_name = None if dtype is None else str(dtype).removeprefix("torch.")
+    wanted = None if dtype is None else dtype_name(dtype)
     generic: float | None = None
     specific: float | None = None
     for item in raw.split(","):
@@ -257,7 +258,7 @@ def env_peak_flops(dtype: torch.dtype | None) -> float | None:
             raise SpecError.at(f"{ENV_PEAK_FLOPS}={raw!r}", f"{name!r} is not a torch dtype")
         if not sep:
             generic = figure
-        elif name == dtype_name:
+        elif name == wanted:
             specific = figure
     return specific if specific is not None else generic
 

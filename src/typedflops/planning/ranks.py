@@ -27,7 +27,7 @@ from ..cost.types import palm_model_flops
 from ..devices import DeviceSpec
 from ..errors import SpecError
 from ..nn import TransformerConfig
-from ..text import format_count, text_table, wrap_lines
+from ..text import dtype_name, format_count, text_table, wrap_lines
 from . import rank_compose as compose
 from .collectives import bus_fraction
 from .figure import Figure
@@ -90,7 +90,7 @@ class ParallelPlan:
             "model": self.model,
             "batch": self.batch,
             "seq": self.seq,
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": dtype_name(self.dtype),
             "optimizer": self.optimizer,
             "device": self.device.name,
             "layout": self.layout.to_dict(),

@@ -19,6 +19,7 @@ from .. import devices
 from ..cost.types import Cost, palm_model_flops
 from ..devices import DeviceSpec
 from ..errors import SpecError
+from ..text import dtype_name
 
 __all__ = ["BACKWARD_TRAFFIC", "StepTime", "least_traffic", "model_flops", "step_mfu", "step_time"]
 
@@ -89,7 +90,7 @@ class StepTime:
         """A JSON-ready dict."""
         return {
             "device": self.device,
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": dtype_name(self.dtype),
             "peak_flop_per_sec": self.peak_flop_per_sec,
             "bandwidth": self.bandwidth,
             "step_flops": self.step_flops,

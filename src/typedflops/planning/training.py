@@ -32,7 +32,7 @@ from ..cost.engine.module_sizes import module_dims, module_repeats
 from ..cost.types import Cost
 from ..decorator import TypedFunction
 from ..errors import SpecError
-from ..text import format_count, text_table, wrap_lines
+from ..text import dtype_name, format_count, text_table, wrap_lines
 from .peak import forward_backward_peak
 
 __all__ = [
@@ -225,7 +225,7 @@ class TrainingMemory:
             "parameters": self.parameters.total,
             "trainable_parameters": self.parameters.trainable,
             "parameter_formula": str(self.parameters.formula),
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": dtype_name(self.dtype),
             "optimizer": self.optimizer,
             "mixed_precision": self.mixed_precision,
             "peak": self.peak,

@@ -30,7 +30,7 @@ from .distributed import in_sharding_propagation, is_dtensor_call
 from .events import Event, Sink, current_group, group, named_event, new_group
 from .functions import inside_rule, watching
 from .kernels import on_target
-from .rules import OpCall, RuleEntry, find_rule, is_torch_counted, op_name
+from .rules import OpCall, RuleEntry, find_rule, is_torch_counted, op_name, returns_view
 from .saved import in_checkpoint
 from .tensors import describe, flat_tensors, is_float, nbytes_of
 
@@ -275,10 +275,7 @@ def _free_event(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: A
 def _is_view(func: Any) -> bool:
     if func._overloadpacket is torch.ops.aten._unsafe_view:
         return True  # a view of a fresh tensor (the copy before it already moved the bytes)
-    returns = func._schema.returns
-    return bool(returns) and all(
-        r.alias_info is not None and not r.alias_info.is_write for r in returns
-    )
+    return returns_view(func)
 
 
 def _unique_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:

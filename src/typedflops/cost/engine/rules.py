@@ -49,7 +49,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.utils import flop_counter
@@ -66,6 +66,7 @@ __all__ = [
     "function_rules",
     "is_torch_counted",
     "register_rule",
+    "returns_view",
 ]
 
 aten = torch.ops.aten
@@ -419,7 +420,7 @@ def _base_name(func: torch._ops.OpOverload) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def find_rule(func: torch._ops.OpOverload) -> RuleEntry | str | None:
+def find_rule(func: torch._ops.OpOverload) -> RuleEntry | Literal["free"] | None:
     """The rule for an op: a :class:`RuleEntry`, ``"free"`` for a zero-FLOP op, or None.
 
     Order: user rules (an overload before its packet), FlopCounterMode's formulas, the
@@ -438,15 +439,14 @@ def find_rule(func: torch._ops.OpOverload) -> RuleEntry | str | None:
     tags = set(func.tags)
     if torch.Tag.nondeterministic_seeded in tags or torch.Tag.view_copy in tags:
         return "free"
-    if _returns_view(func):
+    if returns_view(func):
         return "free"
     if inplace:
         outplace = getattr(aten, base, None)
         if outplace is not None and base not in _NOT_ARITHMETIC:
-            for key in (outplace,):
-                for table in (_TORCH, _BUILTIN):
-                    if key in table:
-                        return table[key]
+            for table in (_TORCH, _BUILTIN):
+                if outplace in table:
+                    return table[outplace]
             tags |= {tag for overload in _overloads(outplace) for tag in overload.tags}
     if torch.Tag.pointwise in tags:
         if base in _NOT_ARITHMETIC:
@@ -461,7 +461,8 @@ def _overloads(packet: Any) -> list[Any]:
     return [getattr(packet, name) for name in packet.overloads()]
 
 
-def _returns_view(func: torch._ops.OpOverload) -> bool:
+def returns_view(func: torch._ops.OpOverload) -> bool:
+    """Whether every output of ``func`` is a view of an input (its schema says so)."""
     returns = func._schema.returns
     return bool(returns) and all(
         r.alias_info is not None and not r.alias_info.is_write for r in returns
