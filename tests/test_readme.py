@@ -21,8 +21,9 @@ def test_the_readme_has_the_blocks_it_promises() -> None:
         "mypkg/model.py",
         "tests/test_model.py",
     ]
-    assert len(SCRIPTS) == 2 and "ShapeError" in SCRIPTS[0].text
-    assert "typedflops.planning" in SCRIPTS[1].text
+    assert len(SCRIPTS) == 3 and "ShapeError" in SCRIPTS[0].text
+    assert "typedflops.estimate(lm" in SCRIPTS[1].text
+    assert "typedflops.planning" in SCRIPTS[2].text
     setup = blocks("bash")[0].text.splitlines()
     assert setup[0] == "python3 -m venv .venv && . .venv/bin/activate"
     assert "--index-url https://download.pytorch.org/whl/cpu" in setup[1]
@@ -49,6 +50,12 @@ def test_the_tour_prints_what_its_comments_say(tmp_path: Path) -> None:
     assert lines[: len(shown)] == shown
     assert lines[len(shown)] == "2*batch*d_in*d_out"
     assert lines[len(shown) + 1].split()[:2] == [str(2 * 16384 * 32768 * 8192)] * 2
+
+
+def test_the_untyped_estimate_prints_what_its_comments_say(tmp_path: Path) -> None:
+    result = _run(SCRIPTS[1], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["77194752*batch*seq", "True"]
 
 
 def _run(block: Block, directory: Path) -> subprocess.CompletedProcess[str]:

@@ -31,6 +31,7 @@ from .events import Event
 from .fit import Size, evaluate, size_value, total
 from .frames import Frame, current_frame, in_frame
 from .probes import call_dims, call_probe, stub
+from .rules import declared_flops
 from .session import Session, declared_event
 from .signature import signature, signature_without_sizes
 
@@ -317,7 +318,8 @@ class RecordSession(Session):
         row.dims = call_dims(fn, args, kwargs, sizes)
         declared = fn.declared
         if declared is not None:
-            value = int(evaluate(declared, {k: size_value(v) for k, v in row.dims.items()}))
+            values = {k: size_value(v) for k, v in row.dims.items()}
+            value = declared_flops(fn.name, declared, values)
             assert frame is not None
             row.events.append(declared_event(fn.name, value, frame))
         row.probe = _probe_factory(fn, args, kwargs, sizes)
