@@ -133,5 +133,11 @@ class UnresolvedHintError(SpecError, NameError):
     contract again at the first call, and raises this if the name is still unknown."""
 
 
+class DryRunError(SpecError):
+    """A body that a dry run on shapes cannot go through: what it computes depends on its
+    tensors' values (a boolean mask, ``nonzero``, ``.item()``, an ``if`` on a tensor), or its
+    tensors are too large for torch to describe. ``record()`` on a real run counts it."""
+
+
 class UsageError(Exception):
     """A command line that cannot run: reported as one line on stderr, exit status 2."""

@@ -12,8 +12,8 @@ import torch
 from ..contract.annotation import ELLIPSIS
 from ..contract.compiled import Contract
 from ..contract.function import CheckedFunction
-from ..errors import SpecError
-from .engine.dryrun import DryRunError, measure
+from ..errors import DryRunError, SpecError
+from .engine.dryrun import measure
 from .engine.module_sizes import held_dims
 from .engine.probes import estimate_probe, method_needs_object
 from .types import Cost

@@ -30,7 +30,7 @@ from torch._subclasses.fake_tensor import (
 )
 
 from ...config import disabled
-from ...errors import ContractError, SpecError
+from ...errors import ContractError, DryRunError
 from ..types import Cost, OpCost
 from .backward import backward_of
 from .events import Event
@@ -40,7 +40,7 @@ from .rules import declared_flops
 from .saved import SavedTensors
 from .session import RunSession
 
-__all__ = ["DryRunError", "Probe", "Run", "dry_run_error", "measure", "run_once"]
+__all__ = ["Probe", "Run", "dry_run_error", "measure", "run_once"]
 
 Thunk = Callable[[], Any]
 
@@ -483,12 +483,6 @@ def _uncounted(events: Sequence[Event]) -> tuple[str, ...]:
         if event.needs_grad:
             found.extend(backward_of(event).uncounted)
     return tuple(dict.fromkeys(found))
-
-
-class DryRunError(SpecError):
-    """A body that a dry run on shapes cannot go through: its sizes depend on values (a
-    boolean mask, ``nonzero``, ``.item()``, ``if`` on a tensor), or its tensors are too
-    large for torch to describe."""
 
 
 # Ops whose output depends on values, by what the user wrote.
