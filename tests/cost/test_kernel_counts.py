@@ -3,7 +3,7 @@ formula counts other work (grouped convolution backward) or counts nothing (a
 ``torch.autograd.Function``'s backward that is never run, pooling, norms), and the rules'
 edges: views cost 0 and are never uncounted, batch norm's two modes, ``flops=`` signs.
 
-The README's "Where typedflops and FlopCounterMode differ" table quotes these hand counts.
+The "Where typedflops and FlopCounterMode differ" table of docs/costs.md quotes these hand counts.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def test_a_backward_that_reads_values_is_named_not_counted() -> None:
 
 
 @pytest.mark.parametrize("affine", [True, False])
-def test_batch_norm_counts_follow_the_readme_rule_in_both_modes(affine: bool) -> None:
+def test_batch_norm_counts_follow_the_documented_rule_in_both_modes(affine: bool) -> None:
     norm = nn.BatchNorm2d(8, affine=affine)
     x = torch.randn(4, 8, 5, 5)
     elements = x.numel()

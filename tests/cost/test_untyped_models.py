@@ -118,7 +118,7 @@ def test_matmul_counts_equal_flop_counter_mode_on_a_real_run() -> None:
     with record() as rec:
         model(ids)
     forward, backward = torch_counts(rec.session.root)
-    # FlopCounterMode counts a CPU's fused attention as 0 (see the README): the rest agrees.
+    # FlopCounterMode counts a CPU's fused attention as 0 (see docs/costs.md): the rest agrees.
     cost = estimate(model, Int[Tensor, "batch seq"], batch=2, seq=16)
     attention = LAYERS * 4 * 2 * HEADS * 16**2 * (D_MODEL // HEADS)
     assert forward == counter.get_total_flops() == cost.matmul_flops - attention
