@@ -252,5 +252,10 @@ def test_plan_at_a_batch_past_what_torch_can_address_prints_one_line() -> None:
     )
     assert run.returncode == 2
     assert "Traceback" not in run.stderr
-    lines = [line for line in run.stderr.splitlines() if line.startswith("typedflops plan:")]
-    assert len(lines) == 1 and "has more bytes than torch can address" in lines[0]
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("typedflops: error: TransformerLM.loss(): at vocab=50257, ")
+    assert line.endswith(
+        f"batch={2**62}, seq=1024, a tensor of shape ({2**62}, 1024) has more bytes than torch "
+        "can address (2**63), even on meta; estimate at smaller sizes and evaluate "
+        "cost.formula at these"
+    )

@@ -284,6 +284,14 @@ _VIEWS = [
     lambda x: x[1:, ::2],
     lambda x: x.view_as(x),
     lambda x: torch.view_as_real(x.to(torch.complex64)),
+    # made in place
+    lambda x: x.unsqueeze_(0),
+    lambda x: x.squeeze_(),
+    lambda x: x.as_strided_((2, 2), (1, 1)),
+    lambda x: x.t_(),
+    lambda x: x.transpose_(0, 1),
+    lambda x: x.swapdims_(0, 1),
+    lambda x: x.detach_(),
 ]
 
 
