@@ -523,12 +523,14 @@ def dry_run_error(probe: Probe, exc: BaseException) -> DryRunError:
     func = exc.args[0] if exc.args else None
     name = str(getattr(getattr(func, "_overloadpacket", None), "__name__", func))
     shown = _VALUE_OPS.get(name, name)
-    return DryRunError.at(
+    error = DryRunError.at(
         f"{probe.function}()",
         f"a dry run cannot go past {shown}{at}: its result depends on the tensors' values, "
         "not only their shapes",
         hint="record a real run instead (with typedflops.record() as rec: ...)",
     )
+    error.reads_values = f"{shown}{at}"
+    return error
 
 
 # Where code that is not the user's lives: torch, sympy, typedflops, the standard library.
