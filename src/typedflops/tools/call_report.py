@@ -101,7 +101,10 @@ def not_costed_reason(error: BaseException) -> str:
 
     first = str(error).splitlines()[0] if str(error) else type(error).__name__
     if isinstance(error, DryRunError) and error.reads_values is not None:
-        first = error.reads_values  # the op and the line that ran it
+        return (  # the op and the line that ran it
+            f"not costed: the body reads tensor values ({error.reads_values}), which a dry "
+            "run on meta tensors does not have; the call itself ran and passed its checks"
+        )
     if isinstance(error, ContractError):
         return (
             "not costed: a dry run could not rebuild this call at other sizes (an argument "
@@ -109,7 +112,7 @@ def not_costed_reason(error: BaseException) -> str:
             "rebuilt call no longer fits its annotations); the call itself ran and passed "
             "its checks"
         )
-    if _DATA_DEPENDENT.search(first) or isinstance(error, DryRunError) and error.reads_values:
+    if _DATA_DEPENDENT.search(first):
         return (
             f"not costed: the body reads tensor values ({first[:80]}), which a dry run on "
             "meta tensors does not have; the call itself ran and passed its checks"

@@ -259,12 +259,12 @@ class _ListSink:
         self.events.append(event)
 
 
-def count_custom_backwards(result: Any) -> Any:
+def count_custom_backwards(result: Any, mode: Any = None) -> Any:
     """Count the backward of each ``torch.autograd.Function`` whose output is in
-    ``result`` (a dry run's return value, which no op inside the run took), into the
-    session counting now; return ``result``."""
-    frame = current_frame()
-    mode = getattr(getattr(frame, "session", None), "mode", None)
+    ``result`` (a call's return value, which no op inside the call took), into ``mode``
+    (by default the mode of the session counting now); return ``result``."""
+    if mode is None:
+        mode = getattr(getattr(current_frame(), "session", None), "mode", None)
     if isinstance(mode, CountingMode):
         for tensor in _result_tensors(result):
             mode.custom_backward(tensor.grad_fn)
