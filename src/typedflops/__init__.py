@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .cost.engine.rules import register_rule as register_rule
     from .cost.types import Cost as Cost
     from .cost.types import OpCost as OpCost
+    from .cost.untyped import estimate as estimate
     from .decorator import TypedFunction as TypedFunction
     from .decorator import typed_flops as typed_flops
     from .einops.ops import einsum as einsum
@@ -57,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "devices": "",
     "disabled": "config",
     "einsum": "einops.ops",
+    "estimate": "cost.untyped",
     "install_import_hook": "tools.import_hook",
     "memory": "",
     "nn": "",

@@ -12,7 +12,7 @@ import torch
 from ..contract.annotation import ELLIPSIS
 from ..contract.compiled import Contract
 from ..contract.function import CheckedFunction
-from ..errors import SpecError
+from ..errors import DryRunError, SpecError
 from .engine.dryrun import measure
 from .engine.module_sizes import held_dims
 from .engine.probes import estimate_probe, method_needs_object
@@ -48,6 +48,8 @@ def formula_at(
         sizes = {k: v for k, v in probe_sizes(contract).items() if k not in held}
     try:
         return estimate(function, objects, sizes).formula
+    except DryRunError:
+        raise  # no sizes would do: it says what to do instead
     except Exception as exc:
         shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
         reason = str(exc).splitlines()[0] if str(exc) else ""

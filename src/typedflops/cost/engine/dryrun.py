@@ -14,25 +14,33 @@ import contextlib
 import dataclasses
 import inspect
 import logging
+import os
+import re
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
 
 from ...config import disabled
-from ...errors import ContractError
+from ...errors import ContractError, DryRunError
 from ..types import Cost, OpCost
 from .backward import backward_of
 from .events import Event
 from .fit import Plan, Size, evaluate, fit, size_value, total
 from .kernels import meta_target
+from .rules import declared_flops
 from .saved import SavedTensors
 from .session import RunSession
 
-__all__ = ["Probe", "Run", "measure", "run_once"]
+__all__ = ["Probe", "Run", "dry_run_error", "measure", "run_once"]
 
 Thunk = Callable[[], Any]
 
@@ -160,6 +168,8 @@ def _candidates(size: Size) -> list[Size]:
 
 
 def _candidates_int(value: int) -> list[int]:
+    if value == 0:
+        return []  # a size-0 axis: fitted from size 2 up (see measure)
     found = [2 * value, value + 1]
     if value % 2 == 0 and value // 2 >= 2:
         found.append(value // 2)
@@ -196,8 +206,15 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     except (RuntimeError, NotImplementedError, TypeError) as exc:
         if isinstance(exc, ContractError):
             raise
-        fake = True  # e.g. a module-level tensor the body uses: meta cannot mix with it
-        base = run_once(probe, probe.dims, fake=True)
+        if _too_large(exc):
+            raise dry_run_error(probe, exc) from None
+        fake = True  # a tensor the body reaches that meta cannot stand in for
+        try:
+            base = run_once(probe, probe.dims, fake=True)
+        except (DynamicOutputShapeException, DataDependentOutputException, RuntimeError) as error:
+            if isinstance(error, ContractError) or not _explained(error):
+                raise
+            raise dry_run_error(probe, error) from None
     ops = [event.op for event in base.events]
     runs = [base.events]
     saved = [base.saved]
@@ -237,7 +254,9 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     cost = assemble(probe, plan, fitted.forward, fitted.backward, fitted.exact, dims)
     cost = _with_activations(cost, probe, plan, saved)
     stuck = [
-        name for name in probe.variable if name not in varied and size_value(probe.dims[name]) == 1
+        name
+        for name in probe.variable
+        if name not in varied and size_value(probe.dims[name]) in (0, 1)
     ]
     if stuck and not shifted:
         cost = _fitted_above_one(probe, cost, stuck)
@@ -363,7 +382,7 @@ def assemble(
         recompute_formula = sympy.Integer(recompute_flops)
     if probe.declared is not None:
         formula = probe.declared
-        flops = int(evaluate(formula, values))
+        flops = declared_flops(probe.function, formula, values)
     if evaluate(formula, values) != flops:
         formula, exact = sympy.Integer(flops), False
     if evaluate(backward_formula, values) != backward_flops:
@@ -464,3 +483,80 @@ def _uncounted(events: Sequence[Event]) -> tuple[str, ...]:
         if event.needs_grad:
             found.extend(backward_of(event).uncounted)
     return tuple(dict.fromkeys(found))
+
+
+# Ops whose output depends on values, by what the user wrote.
+_VALUE_OPS = {
+    "_local_scalar_dense": "a tensor's value (.item(), bool(), int(), an `if` on a tensor)",
+    "nonzero": "nonzero (what x[mask] runs)",
+    "_unique2": "unique",
+    "unique_dim": "unique",
+    "unique_consecutive": "unique_consecutive",
+}
+
+
+def _too_large(exc: BaseException) -> bool:
+    return "overflow" in str(exc).lower() and "size" in str(exc).lower()
+
+
+def _explained(exc: BaseException) -> bool:
+    return isinstance(exc, DynamicOutputShapeException | DataDependentOutputException) or (
+        _too_large(exc)
+    )
+
+
+def dry_run_error(probe: Probe, exc: BaseException) -> DryRunError:
+    """One line for an exception a dry run cannot go past: what the body ran, the user's
+    line that ran it, and the way out."""
+    where = _user_line(exc)
+    at = f" at {where}" if where else ""
+    if _too_large(exc):
+        shape = re.search(r"sizes=\[([0-9, ]*)\]", str(exc))
+        tensor = f"a tensor of shape ({shape.group(1)})" if shape else "a tensor"
+        given = [name for name in probe.dims if name in probe.variable] or list(probe.dims)
+        sizes = ", ".join(f"{name}={probe.dims[name]}" for name in given)
+        return DryRunError.at(
+            f"{probe.function}()",
+            f"at {sizes}, {tensor}{at} has more bytes than torch can address (2**63), even on meta",
+            hint="estimate at smaller sizes and evaluate cost.formula at these",
+        )
+    func = exc.args[0] if exc.args else None
+    name = str(getattr(getattr(func, "_overloadpacket", None), "__name__", func))
+    shown = _VALUE_OPS.get(name, name)
+    error = DryRunError.at(
+        f"{probe.function}()",
+        f"a dry run cannot go past {shown}{at}: its result depends on the tensors' values, "
+        "not only their shapes",
+        hint="record a real run instead (with typedflops.record() as rec: ...)",
+    )
+    error.reads_values = f"{shown}{at}"
+    return error
+
+
+# Where code that is not the user's lives: torch, sympy, typedflops, the standard library.
+_LIBRARIES = (
+    *(os.path.dirname(module.__file__ or "") + os.sep for module in (torch, sympy)),
+    os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep,
+)
+_STDLIB = os.path.dirname(contextlib.__file__) + os.sep
+
+
+def _library(filename: str) -> bool:
+    return (
+        filename.startswith(_LIBRARIES)
+        or filename.startswith("<")
+        or (filename.startswith(_STDLIB) and "-packages" not in filename)
+    )
+
+
+def _user_line(exc: BaseException) -> str | None:
+    """``file.py:12 (the line)`` of the innermost frame of the traceback outside torch,
+    typedflops and the standard library."""
+    found = None
+    for summary in traceback.extract_tb(exc.__traceback__):
+        if not _library(summary.filename):
+            found = summary
+    if found is None:
+        return None
+    line = f" ({found.line.strip()})" if found.line else ""
+    return f"{os.path.basename(found.filename)}:{found.lineno}{line}"

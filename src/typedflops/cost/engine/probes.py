@@ -9,11 +9,14 @@
 Tensors are built on the device a dry run gives (``meta``: shapes, dtypes and
 ``requires_grad``, no storage). A module (``self``) takes part with such copies of its
 parameters and buffers, or, for the typed modules of :mod:`typedflops.nn`, rebuilt there
-at other sizes of its own dims.
+at other sizes of its own dims; a module given as another argument (``f(model, ids)``)
+takes part with such copies too, and a real tensor the body reaches otherwise (a global
+module's weight) through a meta copy made as the op runs (see :mod:`.counter`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +31,7 @@ from ...contract.compiled import TensorParameter
 from ...contract.function import CheckedFunction
 from ...errors import SpecError
 from ..types import Cost
+from .counter import count_custom_backwards
 from .dryrun import Probe, Thunk, measure
 from .fit import Size
 from .module_sizes import held_dims, module_dims, module_names, module_repeats
@@ -256,6 +260,39 @@ def _with_module(
     return module, run
 
 
+def _argument_modules(values: Sequence[Any], own: Any) -> list[torch.nn.Module]:
+    """The modules among a call's other arguments (``f(model, ids)``), also inside a list,
+    tuple or dict, each once and not ``own`` (the call's ``self``)."""
+    found: dict[int, torch.nn.Module] = {}
+    for value in values:
+        items = value.values() if isinstance(value, dict) else value
+        for item in items if isinstance(value, list | tuple | dict) else (value,):
+            if isinstance(item, torch.nn.Module) and item is not own:
+                found.setdefault(id(item), item)
+    return list(found.values())
+
+
+def _with_modules(
+    runner: Callable[[Thunk], Any],
+    modules: Sequence[torch.nn.Module],
+    device: str,
+    dtype: torch.dtype | None,
+) -> Callable[[Thunk], Any]:
+    """``runner`` with each of ``modules`` taking part through storage-less copies of its
+    parameters and buffers on ``device`` (a module given as an argument, as ``self`` is)."""
+    if not modules:
+        return runner
+    states = [(module, _module_state(device, module, dtype)) for module in modules]
+
+    def run(thunk: Thunk) -> Any:
+        with contextlib.ExitStack() as stack:
+            for module, state in states:
+                stack.enter_context(_reparametrize_module(module, state, strict=False))
+            return runner(thunk)
+
+    return run
+
+
 def _default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
     allowed = spec.dtypes
     if allowed is None:
@@ -389,9 +426,15 @@ def estimate_probe(
         variable += [n for n in own if n not in sizes and n not in repeats]
 
     rebuilt: dict[Any, torch.nn.Module] = {}
+    others = _argument_modules(
+        (*(args[1:] if module is not None else args), *passthrough.values()), module
+    )
+    if device == "cpu" and others:
+        device = _module_device(others[0]) or device
 
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
-        target, runner = _with_module(module, run_device, assignment, dtype, rebuilt)
+        target, own_runner = _with_module(module, run_device, assignment, dtype, rebuilt)
+        runner = _with_modules(own_runner, others, run_device, dtype)
         positional = [target, *args[1:]] if module is not None else list(args)
         kwargs: dict[str, Any] = {}
         for key, value in passthrough.items():
@@ -404,7 +447,7 @@ def estimate_probe(
             if p.name in grad and tensor.is_floating_point():
                 tensor.requires_grad_(True)
             kwargs[p.name] = tensor
-        return lambda: runner(lambda: call(*positional, **kwargs))
+        return lambda: runner(lambda: count_custom_backwards(call(*positional, **kwargs)))
 
     return Probe(
         function=function,
@@ -477,7 +520,7 @@ def call_probe(
                 call_args[index] = tensor
             else:
                 call_kwargs[name] = tensor
-        return lambda: runner(lambda: call(*call_args, **call_kwargs))
+        return lambda: runner(lambda: count_custom_backwards(call(*call_args, **call_kwargs)))
 
     return Probe(
         function=function,
@@ -530,7 +573,7 @@ def plain_probe(
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
         call_args = [materialize(a, run_device) for a in positional]
         call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
-        return lambda: fn(*call_args, **call_kwargs)
+        return lambda: count_custom_backwards(fn(*call_args, **call_kwargs))
 
     return Probe(function=function, dims={}, variable=[], build=build, device=device)
 
