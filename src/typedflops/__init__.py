@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .cost.engine.rules import register_rule as register_rule
     from .cost.types import Cost as Cost
     from .cost.types import OpCost as OpCost
+    from .cost.types import Term as Term
     from .decorator import TypedFunction as TypedFunction
     from .decorator import typed_flops as typed_flops
     from .einops.ops import einsum as einsum
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "Recorder": "cost.engine.report",
     "ShapeError": "errors",
     "SpecError": "errors",
+    "Term": "cost.types",
     "TypedFunction": "decorator",
     "benchmark": "timing.bench",
     "devices": "",

@@ -149,7 +149,7 @@ def parameter_count(module: torch.nn.Module) -> ParameterCount:
     checked = len(runs) == len(used) + 2
     if any(list(run) != list(runs[0]) for run in runs):
         return numbers  # the parameters' names change with the sizes: no formula
-    plan = Plan(assignments, [[] for _ in runs], used, checked, {})
+    plan = Plan(assignments, [[] for _ in runs], used, checked)
     formula: sympy.Expr = sympy.Integer(0)
     trainable_formula: sympy.Expr = sympy.Integer(0)
     prefix = f"{blocks}.0." if blocks is not None else None

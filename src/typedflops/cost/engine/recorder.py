@@ -23,7 +23,7 @@ import sympy
 import torch
 
 from ...contract.function import CheckedFunction
-from ..types import Cost, OpCost
+from ..types import Cost, OpCost, Term
 from .backward import backward_of
 from .counter import counting
 from .dryrun import Probe, measure
@@ -149,30 +149,25 @@ class Row:
                 and evaluate(fitted.backward_formula, values) == backward
             ):
                 return Cost(
-                    flops=forward,
-                    backward_flops=backward,
-                    formula=fitted.formula,
-                    backward_formula=fitted.backward_formula,
+                    forward=Term(forward, fitted.formula, fitted.forward.exact),
+                    backward=Term(backward, fitted.backward_formula, fitted.backward.exact),
                     dims=fitted.dims,
                     bytes_read=read,
                     bytes_written=written,
                     ops=fitted.ops,
                     uncounted=self.uncounted(),
                     function=self.function,
-                    exact=fitted.exact,
+                    fixed=fitted.fixed,
                 )
         return Cost(
-            flops=forward,
-            backward_flops=backward,
-            formula=sympy.Integer(forward),
-            backward_formula=sympy.Integer(backward),
+            forward=Term.of_count(forward, exact=not self.dims),
+            backward=Term.of_count(backward, exact=not self.dims),
             dims={name: size_value(size) for name, size in self.dims.items()},
             bytes_read=read,
             bytes_written=written,
             ops=tuple(_op_costs(self)),
             uncounted=self.uncounted(),
             function=self.function,
-            exact=not self.dims,
         )
 
 
@@ -195,10 +190,8 @@ def _op_costs(row: Row) -> Iterator[OpCost]:
         yield OpCost(
             op=chunk[0].group.name,
             pattern=chunk[0].group.pattern,
-            flops=flops,
-            formula=sympy.Integer(flops),
-            backward_flops=backward,
-            backward_formula=sympy.Integer(backward),
+            forward=Term.of_count(flops),
+            backward=Term.of_count(backward),
             bytes_read=sum(e.bytes_read for e in chunk),
             bytes_written=sum(e.bytes_written for e in chunk),
             view=all(e.view for e in chunk) if free else None,
@@ -223,17 +216,15 @@ def _fitted_cost(row: Row) -> Cost | None:
         if fitted.exact and set(fitted.dims) >= set(dims):
             values = {**fitted.dims, **dims}
             return Cost(
-                flops=int(evaluate(fitted.formula, values)),
-                backward_flops=int(evaluate(fitted.backward_formula, values)),
-                formula=fitted.formula,
-                backward_formula=fitted.backward_formula,
+                forward=Term(int(fitted.forward.at(values)), fitted.formula),
+                backward=Term(int(fitted.backward.at(values)), fitted.backward_formula),
                 dims=values,
                 bytes_read=fitted.bytes_read,
                 bytes_written=fitted.bytes_written,
                 ops=(),
                 uncounted=fitted.uncounted,
                 function=fitted.function,
-                exact=True,
+                fixed=fitted.fixed,
             )
     try:
         fitted = measure(row.probe())
@@ -413,17 +404,14 @@ def merged_total(rows: list[Row], loose: Row) -> Cost:
     for row in rows:
         uncounted.extend(row.cost().uncounted)
     return Cost(
-        flops=flops,
-        backward_flops=backward_flops,
-        formula=formula,
-        backward_formula=backward_formula,
+        forward=Term(flops, formula, exact),
+        backward=Term(backward_flops, backward_formula, exact),
         dims={name: value for name, value in dims.items() if name in used or not used},
         bytes_read=read + sum(r.calls * r.cost().bytes_read for r in rows),
         bytes_written=written + sum(r.calls * r.cost().bytes_written for r in rows),
         ops=tuple(ops),
         uncounted=tuple(dict.fromkeys(uncounted)),
         function=None,
-        exact=exact,
     )
 
 
