@@ -115,7 +115,7 @@ def test_the_mypy_plugin_imports_no_runtime_module() -> None:
 
 
 #: The layers, lowest first: a module may import its own layer's modules and lower
-#: layers', never a higher layer's. The README's "Where things live" lists the same rows
+#: layers', never a higher layer's. The docs' "Where things live" lists the same rows
 #: (a test below holds them equal).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "text", "config", "syntax"),
@@ -165,9 +165,8 @@ def test_packages_of_one_layer_import_one_way() -> None:
     assert sorted((a, b) for a, b in between if (b, a) in between) == []
 
 
-def test_the_readme_names_the_layers_in_order() -> None:
-    readme = (PACKAGE.parents[1] / "README.md").read_text()
-    section = readme.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_name_the_layers_in_order() -> None:
+    section = (PACKAGE.parents[1] / "docs" / "layout.md").read_text()
     layer_table = section.split("| layer |", 1)[1].split("\n\n", 1)[0]
     rows = [
         line.split("|")[1].strip() for line in layer_table.splitlines() if line.startswith("| ")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -543,3 +544,32 @@ def test_torch_compile_checks_cost_no_graph_break() -> None:
     # as dynamo's own error (it cannot be our ShapeError there).
     with pytest.raises(Exception, match="has shape"):
         full(torch.randn(2, 3), torch.randn(4, 4))
+
+
+def test_a_function_without_annotations_is_said_to_have_nothing_to_check() -> None:
+    with pytest.warns(UserWarning) as caught:
+        here = sys._getframe().f_lineno + 2  # the line of @typed_flops
+
+        @typed_flops
+        def add(x, y):  # type: ignore[no-untyped-def]
+            return x + y
+
+    (warning,) = caught
+    assert str(warning.message) == (
+        "typedflops: add() has no annotations, so @typed_flops has nothing to check and no "
+        'dims to write its formula in; annotate its tensors, e.g. x: Float[Tensor, "batch d"]'
+    )
+    assert (warning.filename, warning.lineno) == (__file__, here)
+    assert torch.equal(add(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_a_function_with_only_plain_hints_has_something_to_check() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        @typed_flops
+        def repeat_text(text: str, times: int) -> str:
+            return text * times
+
+    with pytest.raises(ContractError):
+        repeat_text("a", "b")  # type: ignore[arg-type]

@@ -422,10 +422,21 @@ def test_custom_array() -> None:
     class FooDtype(jaxtyping.AbstractDtype):
         dtypes = ["foo"]  # noqa: RUF012 (jaxtyping's own attribute)
 
-    # Differs on purpose: typedflops checks torch tensors; another array type is a
-    # SpecError at decoration.
-    with pytest.raises(SpecError, match=r"is not torch\.Tensor"):
-        typed_flops(_annotated(x=typing.cast(Any, FooDtype)[MyArray1, "3"]))
+    class MyArray2(MyArray1):
+        dtype = "bar"
+
+    class MyArray3(MyArray1):
+        shape = (4,)
+
+    # Another array type is checked as jaxtyping checks it: its type, dtype and shape.
+    f = typed_flops(_annotated(x=typing.cast(Any, FooDtype)[MyArray1, "3"]))
+    f(MyArray1())
+    with param_error():
+        f(MyArray2())
+    with param_error():
+        f(MyArray3())
+    with param_error():
+        f(torch.ones(3))
 
 
 def test_any() -> None:

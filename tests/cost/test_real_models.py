@@ -257,7 +257,7 @@ def _check_all(costs: list[Cost]) -> None:
 
 
 def test_report_rows_are_true_at_their_sizes() -> None:
-    from typedflops.tools.pytest_plugin import CallTally
+    from typedflops.tools.call_report import CallTally
 
     tally = CallTally()
     tally.start()

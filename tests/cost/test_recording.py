@@ -124,3 +124,25 @@ def test_a_registered_python_function_replaces_what_it_runs() -> None:
         body(torch.ones(6))
     assert rec.total.flops == 5 * 6 + 6
     assert str(body.estimate(n=10).formula) == "6*n"
+
+
+def test_the_table_shows_the_ops_outside_calls_so_that_its_bytes_add_up() -> None:
+    """Making the inputs inside the block writes their bytes: the total counts them, and
+    the table says where they went (a row of their own) instead of leaving a gap."""
+    with record() as rec:
+        x, w = torch.randn(8, 784), torch.randn(784, 10)  # 4 * (8*784 + 784*10) bytes
+        linear(x, w)
+    lines = rec.table().splitlines()
+    outside = next(line for line in lines if line.startswith("(outside calls)"))
+    assert outside.split()[-3:] == ["0", "56.4k", "0"]
+    (row,) = rec.calls
+    cost = row.cost()
+    assert rec.total.bytes == cost.bytes + 4 * (8 * 784 + 784 * 10)
+    assert rec.total.flops == cost.flops
+
+
+def test_no_outside_row_when_everything_ran_in_calls() -> None:
+    x, w = torch.ones(4, 3), torch.ones(3, 2)
+    with record() as rec:
+        linear(x, w)
+    assert "(outside calls)" not in rec.table()

@@ -140,6 +140,25 @@ def test_a_plan_for_a_gpu_costs_the_gpus_kernels_on_a_cpu() -> None:
     assert step.memory.cost.uncounted == ()
 
 
+def test_a_model_on_meta_costs_a_gpus_kernels_by_default_as_the_plan_does() -> None:
+    """Without kernels_of, training_memory of a model built on meta costs what plan() costs
+    for its default device (a GPU's kernels), and says so; kernels= and an enclosing
+    kernels_of choose otherwise."""
+    step = plan(LLAMA, 2, 32)
+    with torch.device("meta"):
+        model = TransformerLM(LLAMA, dtype=torch.bfloat16)
+    default = training_memory(model, "adamw", torch.bfloat16, batch=2, seq=32)
+    assert default.bytes == step.memory.bytes and default.peak == step.memory.peak
+    assert default.kernels == step.memory.kernels == "cuda"
+    assert "kernels costed: a GPU's" in str(default)
+    cpu = training_memory(model, "adamw", torch.bfloat16, kernels="cpu", batch=2, seq=32)
+    with kernels_of("cpu"):
+        enclosed = training_memory(model, "adamw", torch.bfloat16, batch=2, seq=32)
+    assert cpu.bytes == enclosed.bytes != default.bytes
+    assert cpu.kernels == enclosed.kernels == "cpu"
+    assert step.to_dict()["kernels"] == "cuda"
+
+
 def test_a_plan_for_a_cpu_costs_the_cpus_kernels() -> None:
     """A CPU's row (here with a round peak) plans with the CPU's kernels."""
     cpu = DeviceSpec("a CPU", {torch.float32: 1e12}, 1e11, "test figures", kind="cpu")

@@ -150,29 +150,44 @@ def test_the_report_has_its_sections_and_the_papers_figures(
     assert rows["parameters"][0] == f"{2 * GPT2_PARAMETERS / 1e9:.2f}"
     assert rows["optimizer"][0] == f"{8 * GPT2_PARAMETERS / 1e9:.2f}"
     assert rows["master weights"][0] == f"{4 * GPT2_PARAMETERS / 1e9:.2f}"
-    assert rows["peak"] == [f"{step.memory.peak / 1e9:.2f}", "allocation by allocation"]
+    assert rows["peak"] == [
+        f"{step.memory.peak / 1e9:.2f}",
+        "allocation by allocation, steady state",
+    ]
+    # What the peak assumes and the kernels costed, in words.
+    prose = " ".join(line.strip() for line in lines)
+    assert "peak: the most held at once, from the second step on (the optimizer's state" in prose
+    assert "kernels costed: a GPU's (attention as torch picks it there: flash for 16-bit" in prose
     fits = f"fits in H100 SXM5 80GB's 80.00 GB: yes (peak {step.memory.peak / 80e9:.0%} of it)"
     assert fits in lines
     seconds = 3 * matmuls / (0.4 * H100_BF16)
     assert any(line.startswith(f"step time: at 40% MFU {seconds * 1e3:.3g} ms; ") for line in lines)
     assert any(line.startswith("traffic: at least ") for line in lines)
-    # The prose fits 100 columns (a longer line goes on, indented, on the next); each
-    # formula is one line, whole, to be copied.
+    # Every line fits 100 columns (a longer one goes on, indented, on the next), the
+    # formulas too; each formula, its wrapped lines joined, is the figure's.
     first = next(i for i, line in enumerate(lines) if line.startswith("formulas, in "))
     start = next(i for i in range(first, len(lines)) if lines[i].endswith(":")) + 1
     header = " ".join(line.strip() for line in lines[first:start])
     shown = "vocab=50257, context=1024, d_model=768, n_heads=12, d_head=64, d_ff=3072"
     assert header == f"formulas, in {shown}, n_layers=12, batch=8, seq=1024:"
-    labels = [line.split(":")[0] for line in lines[start:-1]]  # the last: the plot's path
-    assert labels == [
-        "  forward FLOPs",
-        "  matmul FLOPs",
-        "  backward FLOPs",
-        "  parameters",
-        "  activation bytes",
-        "  total bytes",
+    formulas: dict[str, str] = {}
+    for line in lines[start:-1]:  # the last: the plot's path
+        if line.startswith("      "):
+            formulas[list(formulas)[-1]] += " " + line.strip()
+        else:
+            label, formula = line.strip().split(": ")
+            formulas[label] = formula
+    assert list(formulas) == [
+        "forward FLOPs",
+        "matmul FLOPs",
+        "backward FLOPs",
+        "parameters",
+        "activation bytes",
+        "total bytes",
     ]
-    assert max(len(line) for line in lines[:start]) <= 100
+    matmul_formula = sympy.sympify(formulas["matmul FLOPs"])
+    assert sympy.expand(matmul_formula - step.memory.cost.matmul_formula) == 0
+    assert max(len(line) for line in lines) <= 100
 
 
 KEYS = (
@@ -222,12 +237,28 @@ def test_the_json_holds_the_estimates_figures(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("argv", "reason"),
     [
-        (["--model", "gpt5"], "unknown model 'gpt5'; known: gpt2, gpt2-medium, gpt2-large,"),
-        (["--model", "gpt2", "--device", "Z9000"], "unknown device 'Z9000': "),
-        (["--model", "gpt2", "--batch", "0"], "plan(): batch=0 is not a size >= 1"),
-        (["--model", "gpt2", "--seq", "4096"], "plan(): seq=4096 is longer than gpt2's context"),
-        (["--model", "gpt2", "--optimizer", "lion"], "plan(): unknown optimizer 'lion'; known: "),
-        (["--model", "gpt2", "--mfu", "1.5"], "plan(): mfu=1.5 must be in (0, 1]"),
+        (
+            ["--model", "gpt5"],
+            "argument --model: invalid choice: 'gpt5' (choose from 'gpt2', 'gpt2-medium', ",
+        ),
+        (
+            ["--model", "gpt2", "--device", "Z9000"],
+            "--device 'Z9000' is not in the device table (`typedflops devices` lists it); "
+            'known: "H100 SXM5 80GB", ',
+        ),
+        (["--model", "gpt2", "--device", "T4"], "--device 'T4': T4 has no bfloat16 peak in "),
+        (["--model", "gpt2", "--batch", "0"], "argument --batch: '0' is not a size >= 1"),
+        (["--model", "gpt2", "--seq", "4096"], "--seq 4096 is longer than gpt2's context 1024"),
+        (
+            ["--model", "gpt2", "--optimizer", "lion"],
+            "argument --optimizer: invalid choice: 'lion' (choose from 'adamw', 'adam', ",
+        ),
+        (
+            ["--model", "gpt2", "--mfu", "1.5"],
+            "argument --mfu: '1.5' is not a fraction in (0, 1], e.g. 0.4",
+        ),
+        (["--model", "gpt2", "--peak", "fast"], "argument --peak: 'fast' is not a number of "),
+        (["--model", "gpt2", "--plot", "p.txt"], "--plot p.txt: matplotlib cannot write 'txt'"),
     ],
 )
 def test_a_bad_request_is_refused_in_one_line_before_any_work(
@@ -245,7 +276,8 @@ def test_a_bad_request_is_refused_in_one_line_before_any_work(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1
-    assert captured.err.startswith(f"typedflops plan: {reason}")
+    assert captured.err.startswith(f"typedflops: error: {reason}")
+    assert "plan()" not in captured.err and "tokens" not in captured.err
 
 
 def test_llama_7b_runs_on_meta(capsys: pytest.CaptureFixture[str]) -> None:

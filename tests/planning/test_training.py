@@ -309,13 +309,18 @@ def test_the_peak_at_another_batch_is_that_batchs_peak() -> None:
 
 
 def test_the_printed_memory_is_a_narrow_table_then_each_formula_whole() -> None:
-    """str(memory): the figures in a table that fits 100 columns, then one line per term,
-    ``  name: formula``, whose formula is the term's, unwrapped, whatever its length."""
-    memory = training_memory(TransformerLM(gpt2()), "adamw", torch.bfloat16, batch=2, seq=8)
+    """str(memory): the figures in a table that fits 100 columns, what the peak assumes and
+    the kernels costed, then one line per term, ``  name: formula``, whose formula is the
+    term's, unwrapped, whatever its length."""
+    model = TransformerLM(gpt2(), device="cpu")
+    memory = training_memory(model, "adamw", torch.bfloat16, batch=2, seq=8)
     lines = str(memory).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("formulas, in "))
     assert all(len(line) <= 100 for line in lines[:start])
-    assert [line.split()[0] for line in lines[2:start]] == [
+    notes = next(i for i, line in enumerate(lines) if line.startswith("peak: "))
+    assert " ".join(line.strip() for line in lines[notes:start]) == " ".join(memory.notes())
+    assert memory.kernels == "cpu"  # a model on the CPU: the CPU's kernels
+    assert [line.split()[0] for line in lines[2:notes]] == [
         "parameters",
         "gradients",
         "optimizer",

@@ -80,8 +80,11 @@ def test_noisy_flag() -> None:
     noisy = measurement_from([1.0, 1.3, 1.0, 1.4, 0.9], flops=1, bytes_moved=1, device="cpu")
     assert not quiet.noisy and noisy.noisy
     assert quiet.noise == "" and noisy.noise == "IQR 300 ms is 30.0% of the median (over 10.0%)"
-    assert str(noisy).endswith(" | NOISY: IQR 300 ms is 30.0% of the median (over 10.0%)")
-    assert "NOISY" not in str(quiet)
+    assert noisy.table().splitlines()[-1] == (
+        "noisy   IQR 300 ms is 30.0% of the median (over 10.0%)"
+    )
+    assert "(noisy)" in str(noisy)
+    assert "noisy" not in str(quiet) and "noisy" not in quiet.table()
 
 
 def test_a_median_far_above_the_minimum_is_noise() -> None:
@@ -138,7 +141,7 @@ def test_mfu_above_one_is_an_error() -> None:
     assert isinstance(info.value, ValueError)
 
 
-def test_str_is_one_line_and_to_dict_is_json() -> None:
+def test_str_is_one_line_table_is_labelled_lines_and_to_dict_is_json() -> None:
     m = measurement_from(
         [1e-3, 1.1e-3, 1.2e-3],
         flops=2_000_000_000,
@@ -149,10 +152,18 @@ def test_str_is_one_line_and_to_dict_is_json() -> None:
         peak=1e13,
         bandwidth=1e11,
     )
-    text = str(m)
-    assert "\n" not in text
-    for fragment in ["1.10 ms", "1.82 TFLOP/s", "MFU 18.2%", "compute-bound", "cpu float32 2"]:
-        assert fragment in text
+    assert str(m) == "1.10 ms (3 runs, IQR 9.09%) on cpu float32: 1.82 TFLOP/s, MFU 18.2%, 909 MB/s"
+    assert m.table().splitlines() == [
+        "median  1.10 ms (min 1.00 ms, IQR 9.09%, 3 runs) on cpu, float32, 2 threads",
+        "work    2.00 GFLOP -> 1.82 TFLOP/s",
+        "MFU     18.2% of 10.0 TFLOP/s",
+        "memory  1.00 MB -> 909 MB/s, 2e+03 FLOP/B (ridge 100: compute-bound)",
+    ]
+    unknown = measurement_from([1e-3], flops=2, bytes_moved=1, device="cpu")
+    assert "MFU n/a" in str(unknown) and "\n" not in str(unknown)
+    assert unknown.table().splitlines()[2] == (
+        "MFU     n/a: no peak FLOP/s for this device (pass peak= or set TYPEDFLOPS_PEAK_FLOPS)"
+    )
     data = json.loads(json.dumps(m.to_dict()))
     assert data["dtype"] == "float32" and data["times"] == [1e-3, 1.1e-3, 1.2e-3]
     assert set(data) == {
@@ -470,3 +481,20 @@ def test_autocast_sets_the_peak_dtype_and_the_bytes(
     assert (plain.peak_flop_per_sec, mixed.peak_flop_per_sec) == (1e18, 4e18)
     assert plain.bytes == 3 * 4 * 16 * 16 and mixed.bytes == 3 * 2 * 16 * 16
     assert mixed.flops == plain.flops
+
+
+def test_a_missing_peak_is_said_at_the_callers_line(
+    fake_cost: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(devices, "_warned", set())
+    monkeypatch.delenv(devices.ENV_PEAK_FLOPS, raising=False)
+    monkeypatch.setattr(devices, "_spec_and_reason", lambda device: (None, "no figures here"))
+    x = torch.randn(8, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        here = sys._getframe().f_lineno + 1
+        m = bench.benchmark(torch.matmul, x, x, min_time=0.0)
+    assert m.mfu is None
+    (warning,) = caught
+    assert str(warning.message) == "typedflops: no peak FLOP/s: no figures here"
+    assert (warning.filename, warning.lineno) == (__file__, here)

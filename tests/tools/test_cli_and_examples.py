@@ -6,6 +6,7 @@ the width of what it prints.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import re
@@ -156,7 +157,7 @@ def test_a_plot_path_that_cannot_be_written_is_refused_first(
 def test_devices_fits_100_columns_and_wide_shows_the_sources() -> None:
     narrow, wide = typedflops("devices"), typedflops("devices", "--wide")
     assert narrow.returncode == wide.returncode == 0
-    assert widest(narrow.stdout) <= 100 < widest(wide.stdout)
+    assert widest(narrow.stdout) <= 100 and widest(wide.stdout) <= 100
     assert "GPU datasheet" not in narrow.stdout
     assert "NVIDIA H100 Tensor Core GPU datasheet, SXM5" in wide.stdout
     assert "(--wide adds the source of each row" in narrow.stdout
@@ -178,3 +179,55 @@ def test_example_runs(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_there_is_one_example_per_topic() -> None:
     # The lecture's five topics, and a transformer LM written with plain modules.
     assert len(EXAMPLES) == 6
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["--version"], ["plan", "--help"], ["frob"], ["demo", "--bad"]],
+)
+def test_the_command_answers_without_importing_torch(args: list[str]) -> None:
+    """Help, the version, an unknown command and a bad flag are answered by the parser,
+    before torch (or jaxtyping) is imported."""
+    script = (
+        "import sys\n"
+        "from typedflops.tools.cli import main\n"
+        f"status = main({args!r})\n"
+        "print('imported:', [m for m in ('torch', 'jaxtyping', 'sympy') if m in sys.modules])\n"
+        "raise SystemExit(status)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert result.stdout.splitlines()[-1] == "imported: []"
+    if args[0] in ("frob", "demo"):
+        assert result.returncode == 2
+        assert len(result.stderr.splitlines()) == 1
+        assert result.stderr.startswith("typedflops: error: ")
+    else:
+        assert result.returncode == 0 and result.stderr == ""
+
+
+def test_every_flag_has_help_and_no_markup() -> None:
+    from typedflops.tools.cli import _parser
+
+    parser = _parser()
+    commands = next(
+        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+    )
+    for name, command in commands.choices.items():
+        for action in command._actions:
+            assert action.help, f"{name} {action.option_strings}"
+        text = command.format_help()
+        assert "``" not in text and ":func:" not in text, name
+        assert widest(text) <= 100, name
+
+
+def test_the_parsers_names_are_the_packages() -> None:
+    from typedflops.nn import CONFIGS
+    from typedflops.planning.training import OPTIMIZER_STATES
+    from typedflops.tools.cli import MODEL_NAMES, OPTIMIZER_NAMES
+
+    assert list(MODEL_NAMES) == list(CONFIGS)
+    assert sorted(name for name in OPTIMIZER_NAMES if name != "none") == sorted(
+        name for name in OPTIMIZER_STATES if name
+    )

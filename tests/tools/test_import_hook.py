@@ -35,7 +35,7 @@ from typedflops.tools.import_hook import (
 )
 
 SAMPLE = "sample_pkg"
-Loader = Callable[[bool], tuple[ModuleType, ModuleType]]
+Loader = Callable[..., tuple[ModuleType, ModuleType]]
 
 
 def _forget_sample() -> None:
@@ -54,14 +54,14 @@ def load() -> Iterator[Loader]:
     for finder in outside:
         sys.meta_path.remove(finder)
 
-    def load_sample(hooked: bool) -> tuple[ModuleType, ModuleType]:
+    def load_sample(hooked: bool, functions: str = "all") -> tuple[ModuleType, ModuleType]:
         _forget_sample()
         if not hooked:
             return (
                 importlib.import_module(f"{SAMPLE}.functions"),
                 importlib.import_module(f"{SAMPLE}.models"),
             )
-        with install_import_hook(SAMPLE):
+        with install_import_hook(SAMPLE, functions=functions):
             return (
                 importlib.import_module(f"{SAMPLE}.functions"),
                 importlib.import_module(f"{SAMPLE}.models"),
@@ -85,10 +85,10 @@ def plain(load: Loader) -> tuple[ModuleType, ModuleType]:
 # -- what gets decorated ----------------------------------------------------------------
 
 DECORATED = ["linear", "scale", "first_rows", "already_decorated", "async_double"]
-UNDECORATED = ["unchecked", "add", "make_inner", "logged"]
+PLAIN_HINTS = ["add", "make_inner", "logged"]
 
 
-@pytest.mark.parametrize("name", DECORATED)
+@pytest.mark.parametrize("name", DECORATED + PLAIN_HINTS)
 def test_annotated_functions_are_decorated(
     hooked: tuple[ModuleType, ModuleType], name: str
 ) -> None:
@@ -96,12 +96,25 @@ def test_annotated_functions_are_decorated(
     assert isinstance(getattr(functions, name), TypedFunction)
 
 
-@pytest.mark.parametrize("name", UNDECORATED)
-def test_others_are_left_alone(hooked: tuple[ModuleType, ModuleType], name: str) -> None:
-    """``@no_type_check``, non-jaxtyping hints, and helpers without tensor hints."""
+def test_no_type_check_is_left_alone(hooked: tuple[ModuleType, ModuleType]) -> None:
     functions, _ = hooked
+    assert inspect.isfunction(functions.unchecked)
+
+
+@pytest.mark.parametrize("name", ["unchecked", *PLAIN_HINTS])
+def test_only_tensors_leaves_plain_hints_alone(load: Loader, name: str) -> None:
+    """``functions="tensors"``: ``@no_type_check`` and functions without array hints stay."""
+    functions, _ = load(True, "tensors")
     assert inspect.isfunction(getattr(functions, name))
     assert not isinstance(getattr(getattr(functions, name), "__wrapped__", None), TypedFunction)
+    assert isinstance(functions.linear, TypedFunction)
+
+
+def test_plain_hints_follow_beartype(hooked: tuple[ModuleType, ModuleType]) -> None:
+    functions, _ = hooked
+    assert functions.add(1, 2) == 3
+    with pytest.raises(ContractError, match=re.escape("add(): argument 'b' violates its hint int")):
+        functions.add(1, "2")
 
 
 def test_hook_off_leaves_every_function_plain(plain: tuple[ModuleType, ModuleType]) -> None:
@@ -378,11 +391,13 @@ def test_decorator_is_innermost_and_notes_jaxtyping_syntax() -> None:
 # -- the runtime filter ------------------------------------------------------------------
 
 
-def test_instrument_skips_other_array_types() -> None:
+def test_instrument_checks_other_array_types_with_jaxtyping() -> None:
     def numpy_only(x: Float[np.ndarray, " n"]) -> Float[np.ndarray, " n"]:
-        return x
+        return x[:-1]
 
-    assert instrument(numpy_only, jaxtyping_syntax=True) is numpy_only
+    checked: Any = instrument(numpy_only, jaxtyping_syntax=True, functions="tensors")
+    with pytest.raises(ShapeError, match=re.escape("the size of dimension n is 2 which")):
+        checked(np.ones(3))
 
 
 def test_instrument_keeps_typed_functions_and_no_type_check() -> None:
@@ -403,7 +418,7 @@ def test_instrument_with_unresolvable_hint_follows_the_syntax() -> None:
     def g(x: Float[Tensor, " n"], y: Later) -> None:  # type: ignore[name-defined]  # noqa: F821
         return None
 
-    assert instrument(f, jaxtyping_syntax=False) is f
+    assert instrument(f, jaxtyping_syntax=False, functions="tensors") is f
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         checked: Any = instrument(g, jaxtyping_syntax=True)

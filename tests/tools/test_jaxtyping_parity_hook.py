@@ -172,10 +172,9 @@ def test_hook_dataclasses_get_checked(tester: Any) -> None:
 
 def test_hook_methods_get_checked(tester: Any) -> None:
     n = tester.N("hi")
-    # Differs on purpose: the hook checks functions that have a jaxtyping annotation (N's
-    # methods say Shaped[Tensor, "..."] here, for plain Tensor in jaxtyping's tester); an
-    # __init__ typed `foo: str` alone is left to static type checkers.
-    tester.N(123)
+    # As jaxtyping's hook, every annotated function is checked: `foo: str` too.
+    with param_error():
+        tester.N(123)
     with param_error():
         n.foo("not_an_array_either")
     n.a = "not_an_array"

@@ -377,23 +377,50 @@ def sys_executable() -> str:
     return sys.executable
 
 
-def test_the_readme_example_layout_runs_with_plain_pytest(pytester: pytest.Pytester) -> None:
-    """The "In your tests" section followed literally: its files, its configuration, and
-    ``pytest --typedflops=mypkg --typedflops-report`` as a command (not ``python -m``)."""
-    from readme_blocks import after, blocks
+def _docs_project(pytester: pytest.Pytester) -> None:
+    """The example project of the "In your tests" page, written out as it shows it."""
+    from doc_blocks import DOCS, files
 
-    files = {block.path: block.text for block in blocks() if block.path}
-    assert sorted(files) == ["mypkg/model.py", "pyproject.toml", "tests/test_model.py"]
+    shown = files(DOCS / "testing.md")
+    assert sorted(shown) == ["mypkg/model.py", "pyproject.toml", "tests/test_model.py"]
     pytester.mkpydir("mypkg")
-    for path, text in files.items():
+    for path, text in shown.items():
         target = pytester.path / path
         target.parent.mkdir(exist_ok=True)
         target.write_text(text)
-    command = after("Run them with the package checked").text.split()
+
+
+def test_the_docs_example_project_runs_with_plain_pytest(pytester: pytest.Pytester) -> None:
+    """The "In your tests" page followed literally: its files, its configuration, and
+    ``pytest --typedflops=mypkg --typedflops-report`` as a command (not ``python -m``)."""
+    from doc_blocks import DOCS, after
+
+    _docs_project(pytester)
+    shown = after("Run them with the package checked", DOCS / "testing.md")
+    command = shown.text.split()
     assert command == ["pytest", "--typedflops=mypkg", "--typedflops-report"]
     executable = Path(sys_executable()).with_name("pytest")
     result = pytester.run(executable, *command[1:], *QUIET_ARGS, *PLUGIN_ARGS)
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=4)
-    shown = after("pytest --typedflops=mypkg --typedflops-report").text.splitlines()
-    assert _section(result, "typedflops report") == shown[1:]
+    assert shown.output is not None
+    assert _section(result, "typedflops report") == shown.output.splitlines()[1:]
+
+
+def test_the_docs_failure_report_is_what_a_failing_test_prints(pytester: pytest.Pytester) -> None:
+    from doc_blocks import DOCS, after
+
+    _docs_project(pytester)
+    report = after("reported as:", DOCS / "testing.md").text.splitlines()
+    where, call = report[0], report[1].strip()
+    path, line = where.split(":")[0], int(where.split(":")[1])
+    test = pytester.path / path
+    lines = test.read_text().splitlines()
+    assert len(lines) < line - 2  # the failing test goes after the page's own tests
+    padding = [""] * (line - 2 - len(lines))
+    body = ["def test_a_bad_call():", f"    {call}"]
+    test.write_text("\n".join([*lines, *padding, *body]) + "\n")
+    executable = Path(sys_executable()).with_name("pytest")
+    result = pytester.run(executable, "--typedflops=mypkg", *QUIET_ARGS, *PLUGIN_ARGS)
+    result.assert_outcomes(passed=4, failed=1)
+    assert _section(result, "test_a_bad_call") == report

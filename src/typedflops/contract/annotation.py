@@ -23,7 +23,16 @@ from ..syntax import Problem
 from ..syntax.dims import Dim, DimKind, parse_dims
 from ..syntax.expr import Expression, dim_symbol, parse_expression
 
-__all__ = ["ELLIPSIS", "Axis", "AxisKind", "TensorSpec", "is_tensor_annotation", "tensor_spec"]
+__all__ = [
+    "ELLIPSIS",
+    "Axis",
+    "AxisKind",
+    "TensorSpec",
+    "array_type_name",
+    "is_tensor_annotation",
+    "is_torch_annotation",
+    "tensor_spec",
+]
 
 #: The symbol that an anonymous ``...`` stands for in formulas.
 ELLIPSIS = "ellipsis"
@@ -160,8 +169,38 @@ def _axis(dim: Dim, dim_str: str) -> Axis:
 
 
 def is_tensor_annotation(hint: Any) -> bool:
-    """Whether ``hint`` is a jaxtyping array annotation (``Float[Tensor, "..."]`` and kin)."""
+    """Whether ``hint`` is a jaxtyping array annotation (``Float[Tensor, "..."]`` and kin),
+    of torch tensors or of another array type."""
     return isinstance(hint, type) and issubclass(hint, jaxtyping.AbstractArray)
+
+
+def is_torch_annotation(hint: Any) -> bool:
+    """Whether ``hint`` is a jaxtyping annotation of torch tensors, which typedflops compiles
+    itself (``Float[Tensor, "n"]``, ``Float[Any, "n"]``); other array types
+    (``Float[np.ndarray, "n"]``, ``Float[LinearOperator, "n n"]``) are checked by jaxtyping.
+
+    >>> import numpy as np
+    >>> from torch import Tensor
+    >>> from jaxtyping import Float
+    >>> is_torch_annotation(Float[Tensor, "n"]), is_torch_annotation(Float[np.ndarray, "n"])
+    (True, False)
+    """
+    if not is_tensor_annotation(hint):
+        return False
+    array_type = hint.array_type
+    return array_type is Any or (
+        isinstance(array_type, type) and issubclass(array_type, torch.Tensor)
+    )
+
+
+def array_type_name(hint: Any) -> str:
+    """How messages name an annotation's array type: ``Tensor``, ``ndarray``,
+    ``LinearOperator``."""
+    array_type = hint.array_type
+    if array_type is Any or (isinstance(array_type, type) and issubclass(array_type, torch.Tensor)):
+        return "Tensor"
+    name = getattr(array_type, "__name__", None)
+    return name if isinstance(name, str) else repr(array_type).replace("typing.", "")
 
 
 @functools.cache

@@ -16,12 +16,29 @@ from typing import Any
 
 import torch
 
-from ..errors import ContractError, DeviceError, DtypeError, ShapeError, UnresolvedHintError
+from ..errors import (
+    ContractError,
+    DeviceError,
+    DtypeError,
+    ShapeError,
+    SpecError,
+    UnresolvedHintError,
+)
 from ..syntax.expr import Expression
-from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation
+from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation, is_torch_annotation
 from .deferred import spec_of
-from .plain_hints import Checker, hint_text, plain_checker, plain_predicate, type_name, type_name_of
+from .other_arrays import other_array_checker
+from .plain_hints import (
+    Checker,
+    hint_text,
+    plain_checker,
+    plain_predicate,
+    simple_predicate,
+    type_name,
+    type_name_of,
+)
 from .scope import CallState, shape_text, size_text, violation
+from .unchecked import compiling_leniently
 
 __all__ = ["Checker", "UnresolvedHintError", "compile_hint", "hint_text", "tensor_specs"]
 
@@ -273,10 +290,17 @@ def _contains_tensor_annotation(hint: Any) -> bool:
 def _union_checker(hint: Any, options: tuple[Any, ...], apart: frozenset[str]) -> Checker:
     checkers = [(option, compile_hint(option, apart)) for option in options]
     none_allowed = type(None) in options
+    # Options that bind no dims and need no trial (classes, Literal, None): asked first.
+    plain = [
+        p for o in options if not _contains_tensor_annotation(o) and (p := simple_predicate(o))
+    ]
 
     def check(value: Any, state: CallState, where: str) -> None:
         if value is None and none_allowed:
             return  # `X | None` given None: nothing to try, no error to build
+        for predicate in plain:
+            if predicate(value):
+                return
         errors: list[tuple[Any, ContractError]] = []
         for option, checker in checkers:
             trial = state.copy()
@@ -294,17 +318,23 @@ def _union_checker(hint: Any, options: tuple[Any, ...], apart: frozenset[str]) -
         # Why each option failed, one line each, without the call's own prefix.
         prefix = f"{state.function}(): "
         reasons = []
+        whys = set()
         for option, error in errors:
             why = f"{error}".split("\n", 1)[0].removeprefix(prefix)
             why = why.removeprefix(f"{where} ")
             if option is type(None):
                 why = "is not None"
+            whys.add(why)
             reasons.append(f"\n  {hint_text(option)}: {why}")
+        if len(whys) == 1:  # one reason for every option (a value that is no tuple at all)
+            reasons = [f" ({whys.pop().removeprefix(f'is {type_name(value)} but ')})"]
+        else:
+            reasons.insert(0, ":")
         raise violation(
             ContractError,
             state,
             where,
-            f"is {type_name(value)} which matches none of {hint_text(hint)}:" + "".join(reasons),
+            f"is {type_name(value)} which matches none of {hint_text(hint)}" + "".join(reasons),
             expected=hint_text(hint),
             actual=type(value).__name__,
         )
@@ -434,12 +464,20 @@ def compile_hint(hint: Any, apart: frozenset[str] = frozenset()) -> Checker:
     variadic dims are bound as ``*n``.
     """
     if is_tensor_annotation(hint):
-        return _tensor_checker(_kept_apart(spec_of(hint), apart))
+        if not is_torch_annotation(hint):
+            return other_array_checker(hint)
+        try:
+            spec = spec_of(hint)
+        except SpecError:
+            if not compiling_leniently():
+                raise
+            return other_array_checker(hint)  # outside typedflops' grammar: jaxtyping's
+        return _tensor_checker(_kept_apart(spec, apart))
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Annotated:
         return compile_hint(args[0], apart)
-    if not _contains_tensor_annotation(hint):
+    if not _contains_tensor_annotation(hint) and not _checks_elements(hint):
         return plain_checker(hint)
     if origin in (typing.Union, types.UnionType):
         return _union_checker(hint, args, apart)
@@ -460,8 +498,41 @@ def compile_hint(hint: Any, apart: frozenset[str] = frozenset()) -> Checker:
     return _accept
 
 
+def _checks_elements(hint: Any) -> bool:
+    """Whether a hint without tensors is a container (or a union with one) whose elements
+    are classes, ``None`` or ``Literal``: checked here, every element, where beartype checks
+    one element picked at random (the same call could pass once and fail the next time)."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_checks_elements(arg) for arg in args) and all(
+            _checks_elements(arg) or simple_predicate(arg) is not None for arg in args
+        )
+    if origin is tuple:
+        items = args[:1] if len(args) == 2 and args[1] is Ellipsis else args
+    elif (origin in _COLLECTIONS or origin is collections.abc.Iterable) and len(args) == 1:
+        items = args
+    elif origin in _MAPPINGS and len(args) == 2:
+        items = args[1:]
+        if simple_predicate(args[0]) is None:
+            return False
+    else:
+        return False
+    if not items or all(item is Any or item is object for item in items):
+        return False  # the container's type is all there is to check
+    return all(simple_predicate(item) is not None or _checks_elements(item) for item in items)
+
+
 def tensor_specs(hint: Any) -> list[TensorSpec]:
-    """Every tensor annotation in ``hint``, parsed (deferred dims included)."""
+    """Every torch tensor annotation in ``hint``, parsed (deferred dims included); other
+    array types are jaxtyping's to check and have no spec."""
     if is_tensor_annotation(hint):
-        return [spec_of(hint)]
+        if not is_torch_annotation(hint):
+            return []
+        try:
+            return [spec_of(hint)]
+        except SpecError:
+            if not compiling_leniently():
+                raise
+            return []
     return [spec for arg in typing.get_args(hint) for spec in tensor_specs(arg)]

@@ -18,11 +18,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ShapeError, SpecError, UnresolvedHintError
-from .annotation import AxisKind, TensorSpec, is_tensor_annotation
+from ..errors import ContractError, ShapeError, SpecError, UnresolvedHintError
+from .annotation import AxisKind, TensorSpec, is_torch_annotation
 from .checkers import Checker, compile_hint, tensor_specs
 from .deferred import PLACEHOLDER_PREFIX, argument_sizes, shown, spec_of
 from .scope import CallState, display_name, shape_text, violation
+from .unchecked import (
+    compiling_leniently,
+    is_decorating,
+    is_lenient,
+    lenient_compilation,
+    note,
+    place,
+)
 
 __all__ = [
     "Contract",
@@ -86,8 +94,12 @@ class Contract:
         }
         apart = _named_and_variadic(self.specs)
         first_name = next(iter(signature.parameters), None)
-        # A method's unannotated `self` may carry dims of its own (see `module_dims`).
-        self.takes_self = first_name in ("self", "cls") and first_name not in hints
+        # A method's unannotated `self` may carry dims of its own (see `module_dims`): read
+        # only when a tensor annotation may use them (an `__init__(self, d: int)` runs
+        # before the module has sizes to give).
+        self.takes_self = (
+            first_name in ("self", "cls") and first_name not in hints and any(self.specs.values())
+        )
         for index, (name, param) in enumerate(signature.parameters.items()):
             hint = hints.get(name)
             checker = compile_hint(hint, apart) if name in hints and hint is not Any else None
@@ -137,10 +149,12 @@ class Contract:
         for param in self.parameters:
             hint = param.hint
             options = typing.get_args(hint) if _is_union(hint) else (hint,)
-            tensors = [o for o in options if is_tensor_annotation(o)]
+            tensors = [o for o in options if is_torch_annotation(o)]
             if len(tensors) != 1 or any(
-                o is not type(None) and not is_tensor_annotation(o) for o in options
+                o is not type(None) and not is_torch_annotation(o) for o in options
             ):
+                continue
+            if not tensor_specs(tensors[0]):  # (a lenient function's, outside the grammar)
                 continue
             optional = type(None) in options
             default = self.signature.parameters[param.name].default
@@ -223,8 +237,17 @@ class Contract:
         count = len(args)
         extra = self.var_positional
         if extra is not None and extra.checker is not None and count > len(self.positional):
-            for offset, value in enumerate(args[len(self.positional) :]):
-                extra.checker(value, state, f"argument '{extra.name}[{offset}]'")
+            try:
+                for offset, value in enumerate(args[len(self.positional) :]):
+                    extra.checker(value, state, f"argument '{extra.name}[{offset}]'")
+            except ContractError as exc:
+                if not _names_tuples(extra.hint):
+                    raise
+                raise _with_line(
+                    exc,
+                    f"(the hint of *{extra.name} is the type of each argument it collects, "
+                    "not of their tuple)",
+                ) from None
         extra = self.var_keyword
         if extra is not None and extra.checker is not None:
             for key, value in kwargs.items():
@@ -393,11 +416,50 @@ def _resolve_hints(
     try:
         return typing.get_type_hints(fn, localns=dict(localns or {}), include_extras=True)
     except NameError as exc:
+        if compiling_leniently() and not is_decorating():
+            return _resolvable_hints(fn, function, localns)
         raise UnresolvedHintError.at(
             f"{function}()", f"cannot resolve its type hints ({exc})"
         ) from None
     except Exception as exc:
+        if compiling_leniently():
+            return _resolvable_hints(fn, function, localns)
         raise SpecError.at(f"{function}()", f"cannot resolve its type hints ({exc})") from None
+
+
+def _resolvable_hints(
+    fn: Callable[..., Any], function: str, localns: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The hints of ``fn`` that resolve, one by one; the others are noted and left out."""
+    annotations: dict[str, Any] = dict(getattr(fn, "__annotations__", None) or {})
+    found: dict[str, Any] = {}
+    for name, annotation in annotations.items():
+        alone = _with_annotations(fn, {name: annotation})
+        try:
+            found.update(
+                typing.get_type_hints(alone, localns=dict(localns or {}), include_extras=True)
+            )
+        except Exception as exc:
+            what = "its return hint" if name == "return" else f"the hint of '{name}'"
+            note(f"{function}() ({place(fn)}): {what} is not checked: {exc}")
+    return found
+
+
+def _with_annotations(fn: Callable[..., Any], annotations: dict[str, Any]) -> Any:
+    """A function with the code, globals and defaults of ``fn`` and these annotations."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return types.SimpleNamespace(__annotations__=annotations)
+    copy = types.FunctionType(
+        code,
+        typing.cast(Any, fn).__globals__,
+        code.co_name,
+        getattr(fn, "__defaults__", None),
+        getattr(fn, "__closure__", None),
+    )
+    copy.__kwdefaults__ = getattr(fn, "__kwdefaults__", None)
+    copy.__annotations__ = annotations
+    return copy
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -426,6 +488,28 @@ def frame_locals(frames: list[types.FrameType]) -> dict[str, Any]:
     return names
 
 
+def _names_tuples(hint: Any) -> bool:
+    """Whether ``hint`` is a tuple type, or a union of them (what a ``*args`` hint that
+    means the whole tuple looks like)."""
+    if _is_union(hint):
+        options = [o for o in typing.get_args(hint) if o is not type(None)]
+        return bool(options) and all(_names_tuples(o) for o in options)
+    return hint is tuple or typing.get_origin(hint) is tuple
+
+
+def _with_line(error: ContractError, line: str) -> ContractError:
+    """``error`` with one more line, of the same class and attributes."""
+    return type(error)(
+        f"{error}\n  {line}",
+        function=error.function,
+        argument=error.argument,
+        dim=error.dim,
+        expected=error.expected,
+        actual=error.actual,
+        bindings=error.bindings,
+    )
+
+
 def _is_union(hint: Any) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
@@ -439,6 +523,22 @@ def compile_contract(
     """Compile the contract of ``fn`` (raises :class:`SpecError` for a bad annotation).
 
     ``localns``: names that string annotations may use besides the module's (the locals
-    of the function that defined ``fn``).
+    of the function that defined ``fn``). A lenient function (see
+    :mod:`typedflops.contract.unchecked`) is never refused: what cannot be compiled is
+    noted and left unchecked.
     """
-    return Contract(fn, function_name or display_name(fn), localns=localns)
+    name = function_name or display_name(fn)
+    if not is_lenient(fn):
+        return Contract(fn, name, localns=localns)
+    # The import hook decorates module- and class-level functions only: their hints are
+    # resolved in their module, as typing.get_type_hints does (a class body's names, such
+    # as a method called `float`, are not the hints' names).
+    localns = None
+    with lenient_compilation():
+        try:
+            return Contract(fn, name, localns=localns)
+        except UnresolvedHintError:
+            raise  # (only while decorating: a class defined later, compiled at the first call)
+        except SpecError as exc:
+            note(f"{name}() ({place(fn)}) is not checked: {exc}")
+            return Contract(_with_annotations(fn, {}), name)

@@ -15,6 +15,7 @@ import functools
 import inspect
 import sys
 import types
+import warnings
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar
 
@@ -144,6 +145,25 @@ _OWN_FRAMES = 2
 _NO_PARENT = contextvars.Token.MISSING
 
 
+def _warn_nothing_to_check(fn: Callable[..., Any], name: str) -> None:
+    """Warn, at the line that defines ``fn``, that it has no annotation to check."""
+    code = getattr(fn, "__code__", None)
+    message = (
+        f"typedflops: {name}() has no annotations, so @typed_flops has nothing to check and "
+        'no dims to write its formula in; annotate its tensors, e.g. x: Float[Tensor, "batch d"]'
+    )
+    if code is None:
+        warnings.warn(message, stacklevel=4)
+        return
+    warnings.warn_explicit(
+        message,
+        UserWarning,
+        code.co_filename,
+        code.co_firstlineno,
+        module=getattr(fn, "__module__", None) or "",
+    )
+
+
 class CheckedFunction(Generic[P, R]):
     """A function whose jaxtyping contract is checked on every call, before its body runs.
 
@@ -192,6 +212,8 @@ class CheckedFunction(Generic[P, R]):
             self._check_formula_names(self._contract)
         if getattr(fn, "__no_type_check__", False):
             self.__no_type_check__ = True
+        elif not getattr(fn, "__annotations__", None):
+            _warn_nothing_to_check(fn, self.name)
 
     def _check_formula_names(self, contract: Contract) -> None:
         assert self._flops is not None

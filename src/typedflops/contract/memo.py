@@ -21,7 +21,7 @@ from jaxtyping._storage import pop_shape_memo, push_shape_memo
 
 from .scope import CallState, call_scope, size_text
 
-__all__ = ["print_bindings", "reads_memo", "with_memo"]
+__all__ = ["fill_memo", "print_bindings", "reads_memo", "take_back", "with_memo"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Memo = tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]
@@ -46,7 +46,8 @@ def reads_memo(fn: Callable[..., Any]) -> bool:
     return isinstance(code, types.CodeType) and bool(_code_names(code) & _MEMO_READERS)
 
 
-def _fill(memos: tuple[dict[str, Any], ...], state: CallState) -> None:
+def fill_memo(memos: tuple[dict[str, Any], ...], state: CallState) -> None:
+    """Put the call's bindings in a jaxtyping memo (from ``push_shape_memo``)."""
     single, variadic = memos[0], memos[1]
     for name, size in state.sizes.items():
         if isinstance(size, int):
@@ -55,16 +56,17 @@ def _fill(memos: tuple[dict[str, Any], ...], state: CallState) -> None:
             variadic[name.removeprefix("*")] = (name in state.broadcast_variadic, size)
 
 
-def _take_back(state: CallState) -> None:
-    """Dims the body's ``isinstance`` bound become the call's."""
+def take_back(state: CallState, origin: str) -> None:
+    """Dims that jaxtyping bound in the current memo become the call's, bound by ``origin``."""
     single, variadic, _, _ = get_shape_memo()
     for name, size in single.items():
         if name not in state.sizes:
-            state.bind(name, size, "an isinstance check in the body")
-    for name, (_, shape) in variadic.items():
+            state.bind(name, int(size), origin)
+    for name, (broadcastable, shape) in variadic.items():
         key = f"*{name}" if name in single else name
-        if key not in state.sizes:
-            state.bind(key, tuple(shape), "an isinstance check in the body")
+        known = state.sizes.get(key)
+        if known is None or (broadcastable and known != tuple(shape)):
+            state.bind(key, tuple(int(size) for size in shape), origin)
 
 
 def with_memo(fn: F) -> F:
@@ -75,10 +77,10 @@ def with_memo(fn: F) -> F:
         state = call_scope.get()
         if state is None:
             return fn(*args, **kwargs)
-        _fill(push_shape_memo(state.arguments or {}), state)
+        fill_memo(push_shape_memo(state.arguments or {}), state)
         try:
             result = fn(*args, **kwargs)
-            _take_back(state)
+            take_back(state, "an isinstance check in the body")
             return result
         finally:
             pop_shape_memo()

@@ -14,12 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from beartype import BeartypeConf
 from beartype.door import die_if_unbearable, is_bearable
 from beartype.roar import BeartypeDoorHintViolation
 
 from ..errors import ContractError
-from .annotation import is_tensor_annotation
+from .annotation import array_type_name, is_tensor_annotation
 from .scope import CallState, violation
+from .unchecked import compiling_leniently
 
 __all__ = ["Checker", "hint_text", "plain_checker", "plain_predicate", "type_name", "type_name_of"]
 
@@ -30,6 +32,13 @@ Predicate = Callable[[Any], bool]
 
 # Dynamo folds this to True while it traces; eagerly it is a plain `return False`.
 _is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
+
+
+# Functions the import hook checks follow PEP 484's numeric tower (an int where a float is
+# expected, as type checkers accept it); beartype's default, for `@typed_flops` by hand,
+# does not.
+_TOWER = BeartypeConf(is_pep484_tower=True)
+_NO_TOWER = BeartypeConf()
 
 
 def type_name(value: Any) -> str:
@@ -52,7 +61,8 @@ def hint_text(hint: Any) -> str:
     'list[Float[Tensor, "n"]] | None'
     """
     if is_tensor_annotation(hint):
-        return f'{getattr(hint.dtype, "__name__", "Shaped")}[Tensor, "{hint.dim_str}"]'
+        dtype = getattr(hint.dtype, "__name__", "Shaped")
+        return f'{dtype}[{array_type_name(hint)}, "{hint.dim_str}"]'
     if hint is None or hint is type(None):
         return "None"
     origin = typing.get_origin(hint)
@@ -96,6 +106,9 @@ def simple_predicate(hint: Any) -> Predicate | None:
         return lambda value: True
     if hint is None or hint is type(None):
         return lambda value: value is None
+    if (hint is float or hint is complex) and compiling_leniently():
+        tower = (int, float) if hint is float else (int, float, complex)
+        return lambda value: isinstance(value, tower)
     if _is_plain_class(hint):
         return lambda value: isinstance(value, hint)
     origin = typing.get_origin(hint)
@@ -116,7 +129,8 @@ def plain_predicate(hint: Any) -> Predicate:
     predicate = simple_predicate(hint)
     if predicate is not None:
         return predicate
-    return lambda value: _is_compiling() or is_bearable(value, hint)
+    conf = _TOWER if compiling_leniently() else _NO_TOWER
+    return lambda value: _is_compiling() or is_bearable(value, hint, conf=conf)
 
 
 def _beartype_reason(text: str) -> str:
@@ -136,18 +150,19 @@ def plain_checker(hint: Any) -> Checker:
     """The checker of a hint without tensor annotations (beartype's semantics)."""
     shown = hint_text(hint)
     predicate = simple_predicate(hint)
+    conf = _TOWER if compiling_leniently() else _NO_TOWER
 
     def check(value: Any, state: CallState, where: str) -> None:
         if predicate is not None:
             if predicate(value):
                 return
-        elif _is_compiling() or is_bearable(value, hint):
+        elif _is_compiling() or is_bearable(value, hint, conf=conf):
             return
         if _is_compiling():  # beartype's reason cannot be traced
             reason = f"got {type_name(value)}"
         else:
             try:
-                die_if_unbearable(value, hint)
+                die_if_unbearable(value, hint, conf=conf)
             except BeartypeDoorHintViolation as exc:
                 reason = _beartype_reason(f"{exc}")
             else:  # pragma: no cover - beartype disagreed with itself

@@ -1,7 +1,7 @@
 """What a call costs: FLOPs (forward and backward, as numbers and as formulas) and bytes.
 
 Plain data: the conventions behind the numbers are written once, in
-``typedflops.cost.engine.rules``; the README quotes them.
+``typedflops.cost.engine.rules``; the documentation quotes them.
 """
 
 from __future__ import annotations

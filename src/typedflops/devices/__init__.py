@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -348,7 +349,21 @@ _warned: set[str] = set()
 def _warn_once(reason: str) -> None:
     if reason not in _warned:
         _warned.add(reason)
-        warnings.warn(f"typedflops: no peak FLOP/s: {reason}", stacklevel=3)
+        warnings.warn(f"typedflops: no peak FLOP/s: {reason}", stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by this function's caller name the
+    first line outside typedflops (the user's ``benchmark(...)`` call, not ours)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        package
+    ):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def peak_source(

@@ -14,10 +14,7 @@ and the tensors they save for backward.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +22,6 @@ import sympy
 import torch
 
 from .. import devices
-from ..cost.engine.kernels import kernels_of
 from ..devices import DeviceSpec
 from ..errors import SpecError
 from ..nn import CONFIGS, TransformerConfig, TransformerLM
@@ -33,9 +29,8 @@ from ..text import format_count, text_table, wrap_lines
 from .steptime import StepTime, step_time
 from .training import MEMORY_TERMS, TrainingMemory, optimizer_key, peak_at, training_memory
 
-__all__ = ["TrainingPlan", "add_parser", "batch_sweep", "plan", "plot_plan", "run"]
+__all__ = ["TrainingPlan", "batch_sweep", "plan", "plot_plan"]
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 #: The JSON keys of the memory terms (figures and formulas alike).
 _BYTE_KEYS = {
     "parameters": "parameter_bytes",
@@ -77,6 +72,7 @@ class TrainingPlan:
             "dtype": str(self.memory.dtype).removeprefix("torch."),
             "optimizer": self.memory.optimizer,
             "device": self.device.name,
+            "kernels": self.memory.kernels,
             "parameters": self.memory.parameters.total,
             "forward_flops": cost.flops,
             "matmul_forward_flops": cost.matmul_flops,
@@ -135,6 +131,7 @@ class TrainingPlan:
         lines.append(text_table(["FLOPs", "count", ""], flops, right={1}))
         lines.append("")
         lines.append(text_table(["memory", "GB", ""], memory.rows(_gb), right={1}))
+        lines += memory.notes()
         if self.capacity is None:
             lines.append(f"fits: unknown (no memory figure for {self.device.name})")
         else:
@@ -162,7 +159,7 @@ class TrainingPlan:
         lines.append("")
         shown = ", ".join(f"{name}={size}" for name, size in memory.dims.items())
         lines.append(f"formulas, in {shown}:")
-        # The prose fits 100 columns; each formula stays one line, whole, to be copied.
+        # Everything fits 100 columns; --json has each formula on one line, to be copied.
         prose = wrap_lines("\n".join(lines), 100)
         formulas = [
             ("forward FLOPs", cost.formula),
@@ -173,12 +170,13 @@ class TrainingPlan:
             ("activation bytes", memory.formulas["activations"]),
             ("total bytes", memory.formulas["total"]),
         ]
-        return "\n".join([prose, *(f"  {label}: {formula}" for label, formula in formulas)])
+        wrapped = [wrap_lines(f"  {label}: {formula}", 100) for label, formula in formulas]
+        return "\n".join([prose, *wrapped])
 
 
-def _kernels_of(spec: DeviceSpec) -> contextlib.AbstractContextManager[None]:
-    """Dry runs inside cost the kernels of the device ``spec`` names (a CPU's, or a GPU's)."""
-    return kernels_of("cpu" if spec.kind == "cpu" else "cuda")
+def _kernels(spec: DeviceSpec) -> str:
+    """The device type whose kernels a plan for ``spec`` costs (a CPU's, or a GPU's)."""
+    return "cpu" if spec.kind == "cpu" else "cuda"
 
 
 def _gb(value: float) -> str:
@@ -203,9 +201,11 @@ def plan(
     optimizer: str | None = "adamw",
     mfu: float = 0.4,
     checkpoint: bool = False,
+    peak: float | None = None,
 ) -> TrainingPlan:
     """Plan one training step of ``model`` (a name of :data:`typedflops.nn.CONFIGS` or a
-    config) at ``batch`` x ``seq`` on ``device`` (a device-table name).
+    config) at ``batch`` x ``seq`` on ``device`` (a device-table name); ``peak`` (FLOP/s)
+    overrides the device's peak at ``dtype``. The dry runs cost the device's kernels.
 
     >>> step = plan("gpt2", batch=8, seq=1024, device="H100 SXM")
     >>> step.fits, step.memory.parameters.total
@@ -233,8 +233,7 @@ def plan(
         lm = TransformerLM(config, dtype=dtype)
     # The kernels of the device planned for (a GPU's flash attention and fused RMS norm),
     # whatever machine plans it.
-    with _kernels_of(spec):
-        memory = training_memory(lm, optimizer, dtype, batch=batch, seq=seq)
+    memory = training_memory(lm, optimizer, dtype, kernels=_kernels(spec), batch=batch, seq=seq)
     timing = step_time(
         memory.cost,
         spec,
@@ -242,6 +241,7 @@ def plan(
         mfu=mfu,
         parameter_bytes=memory.bytes["parameters"],
         gradient_bytes=memory.bytes["gradients"],
+        peak=peak,
     )
     return TrainingPlan(
         model=name,
@@ -256,120 +256,106 @@ def plan(
     )
 
 
-def add_parser(commands: Any) -> argparse.ArgumentParser:
-    """Add the ``plan`` subcommand to the CLI's subparsers."""
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "plan",
-        help="FLOPs, memory and time of a training step of a named model",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
-    parser.add_argument("--model", required=True, help=f"one of {', '.join(CONFIGS)}")
-    parser.add_argument("--batch", type=int, required=True)
-    parser.add_argument("--seq", type=int, required=True)
-    parser.add_argument("--device", default="H100 SXM", help='device-table name ("H100 SXM")')
-    parser.add_argument("--dtype", default="bfloat16", choices=list(_DTYPES))
-    parser.add_argument("--optimizer", default="adamw", help="adamw, adam, sgd, momentum...")
-    parser.add_argument("--mfu", type=float, default=0.4, help="MFU for the predicted time")
-    parser.add_argument("--checkpoint", action="store_true", help="recompute each block")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument("--plot", metavar="FILE.png", help="plot memory and time against batch")
-    return parser
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``typedflops plan`` with parsed arguments; 2 for a bad request (the reason on
-    stderr)."""
-    import sys
-
-    try:
-        step = plan(
-            args.model,
-            args.batch,
-            args.seq,
-            args.device,
-            dtype=_DTYPES[args.dtype],
-            optimizer=args.optimizer,
-            mfu=args.mfu,
-            checkpoint=args.checkpoint,
-        )
-    except SpecError as exc:
-        print(f"typedflops plan: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(step.to_dict(), indent=2) if args.json else step.text())
-    if args.plot:
-        plot_plan(step, args.plot)
-        print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
-    return 0
-
-
 def batch_sweep(step: TrainingPlan, batches: list[int]) -> dict[str, list[float]]:
-    """Memory terms (bytes) and step time (s, at the plan's MFU) at each batch size, from
-    the plan's formulas.
+    """Memory terms (bytes), step time (``seconds``, at the plan's MFU) and the roofline
+    bound (``roofline_seconds``: the step's FLOPs at the peak or its least traffic at the
+    bandwidth, whichever is longer) at each batch size, from the plan's formulas.
 
     >>> from typedflops.planning.planner import plan
     >>> sweep = batch_sweep(plan("gpt2", 8, 1024), [8, 16])
     >>> sweep["total"][1] > sweep["total"][0], round(sweep["seconds"][1] / sweep["seconds"][0])
     (True, 2)
+    >>> all(b < s for b, s in zip(sweep["roofline_seconds"], sweep["seconds"]))
+    True
     """
-    memory, timing = step.memory, step.time
-    model_flops = 3 * memory.cost.matmul_formula
-    found: dict[str, list[float]] = {key: [] for key in (*memory.formulas, "seconds")}
+    memory, timing, cost = step.memory, step.time, step.memory.cost
+    model_flops = 3 * cost.matmul_formula
+    step_flops = cost.formula + cost.backward_formula + cost.recompute_formula
+    traffic = (
+        2 * memory.bytes["parameters"] + memory.bytes["gradients"] + 2 * cost.activation_formula
+    )
+    found: dict[str, list[float]] = {
+        key: [] for key in (*memory.formulas, "seconds", "roofline_seconds")
+    }
     for batch in batches:
         values = {sympy.Symbol(n): v for n, v in {**memory.dims, "batch": batch}.items()}
         for key, formula in memory.formulas.items():
             found[key].append(float(sympy.sympify(formula).xreplace(values)))
         flops = float(model_flops.xreplace(values))
         found["seconds"].append(flops / (timing.mfu * timing.peak_flop_per_sec))
+        bound = float(sympy.sympify(step_flops).xreplace(values)) / timing.peak_flop_per_sec
+        if timing.bandwidth:
+            moved = float(sympy.sympify(traffic).xreplace(values))
+            bound = max(bound, moved / timing.bandwidth)
+        found["roofline_seconds"].append(bound)
     return found
 
 
 def plot_plan(step: TrainingPlan, path: str) -> None:
-    """Write a two-panel plot: memory by term (stacked: every term held at once) and the
-    peak (a dry run at five batch sizes), and step time, against the batch size (up to
-    four times the plan's), with the device's memory as a line."""
-    try:
-        import matplotlib
+    """Write a two-panel plot against the batch size (up to four times the plan's): memory
+    by term (stacked: every term held at once), the peak (a dry run at five batch sizes)
+    and the device's memory; step time at the plan's MFU and its roofline bound. The title
+    names the model, the sequence length, the dtype, the optimizer and the device."""
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit(
-            "typedflops: --plot needs matplotlib; install it with pip install 'typedflops[plot]'"
-        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     batches = sorted({max(1, round(step.batch * k / 8)) for k in range(1, 33)})
     sweep = batch_sweep(step, batches)
     # The peak is no formula: one dry run of forward and backward per point.
     marks = sorted({max(1, step.batch * k // 4) for k in (1, 2, 4, 8, 16)})
     with torch.device("meta"):
         lm = TransformerLM(step.config, dtype=step.memory.dtype)
-    with _kernels_of(step.device):
-        peaks = [peak_at(lm, step.memory, batch=b, seq=step.seq) / 1e9 for b in marks]
-    figure, (memory_axes, time_axes) = plt.subplots(1, 2, figsize=(11, 4.5))
+    peaks = [peak_at(lm, step.memory, batch=b, seq=step.seq) / 1e9 for b in marks]
+    figure, (memory_axes, time_axes) = plt.subplots(1, 2, figsize=(11, 5.2))
     bottom = [0.0] * len(batches)
     for key in MEMORY_TERMS:
         top = [b + v / 1e9 for b, v in zip(bottom, sweep[key], strict=True)]
         if any(v for v in sweep[key]):
             memory_axes.fill_between(batches, bottom, top, label=key.replace("_", " "))
         bottom = top
-    memory_axes.plot(marks, peaks, color="black", marker="o", label="peak (dry runs)")
+    memory_axes.plot(marks, peaks, color="black", marker="o", label="peak, steady state (dry runs)")
     if step.capacity is not None:
-        memory_axes.axhline(step.capacity / 1e9, color="black", linestyle="--")
-        memory_axes.annotate(
-            f"{step.device.name} ({step.capacity / 1e9:.0f} GB)",
-            (batches[0], step.capacity / 1e9),
-            textcoords="offset points",
-            xytext=(4, 4),
+        memory_axes.axhline(
+            step.capacity / 1e9,
+            color="black",
+            linestyle="--",
+            label=f"{step.device.name} memory ({step.capacity / 1e9:.0f} GB)",
         )
-    memory_axes.axvline(step.batch, color="grey", linewidth=0.8)
-    memory_axes.set_xlabel("batch")
+    for axes in (memory_axes, time_axes):
+        axes.axvline(step.batch, color="grey", linewidth=0.8, label=f"planned batch {step.batch}")
+        axes.set_xlabel("batch (sequences per step)")
+        axes.set_xlim(0, batches[-1] * 1.02)
+        axes.grid(True, linewidth=0.3)
     memory_axes.set_ylabel("GB")
-    memory_axes.set_title(f"{step.model}, seq {step.seq}: memory of a step")
-    memory_axes.legend(loc="center left")
-    time_axes.plot(batches, [s * 1e3 for s in sweep["seconds"]])
-    time_axes.axvline(step.batch, color="grey", linewidth=0.8)
-    time_axes.set_xlabel("batch")
+    memory_axes.set_title("memory of a step (terms stacked)", fontsize=10)
+    time_axes.plot(
+        batches,
+        [s * 1e3 for s in sweep["seconds"]],
+        color="tab:blue",
+        label=f"at {step.time.mfu:.0%} MFU",
+    )
+    time_axes.plot(
+        batches,
+        [s * 1e3 for s in sweep["roofline_seconds"]],
+        color="tab:blue",
+        linestyle=":",
+        label="roofline bound (at peak FLOP/s or bandwidth)",
+    )
     time_axes.set_ylabel("ms")
-    time_axes.set_title(f"step time at {step.time.mfu:.0%} MFU on {step.device.name}")
+    time_axes.set_title("step time", fontsize=10)
+    for axes in (memory_axes, time_axes):
+        axes.set_ylim(bottom=0)
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8.5)
+    dtype = _dtype(step.memory.dtype)
+    figure.suptitle(
+        f"{step.model}: one training step at seq {step.seq}, {dtype}, "
+        f"{step.memory.optimizer or 'no optimizer'}"
+        f"{', activation checkpointing' if step.config.checkpoint else ''}, on "
+        f"{step.device.name}",
+        fontsize=11,
+    )
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)

@@ -110,12 +110,14 @@ def step_time(
     mfu: float = 0.4,
     parameter_bytes: int = 0,
     gradient_bytes: int = 0,
+    peak: float | None = None,
 ) -> StepTime:
     """The time of a training step whose forward is ``cost`` (a dry run of the step's
     forward with its parameters requiring grad), on ``device`` (a device-table name such as
     ``"H100 SXM"``, a ``DeviceSpec``, or a torch device; default the current one).
     ``parameter_bytes`` and ``gradient_bytes`` (the parameters' and their gradients') count
-    in the step's least traffic, which bounds its time at the memory bandwidth.
+    in the step's least traffic, which bounds its time at the memory bandwidth. ``peak``
+    (FLOP/s) overrides the device's peak at ``dtype``.
 
     >>> from typedflops.nn import Linear
     >>> cost = Linear(8192, 8192, device="meta").estimate(batch=8192)
@@ -126,9 +128,12 @@ def step_time(
     if not 0.0 < mfu <= 1.0:
         raise SpecError.at("step_time()", f"mfu={mfu!r} must be in (0, 1]")
     spec = devices.resolve(device)
-    peak = devices.peak_flops(dtype, spec)
     if peak is None:
-        raise SpecError.at("step_time()", f"{spec.name} has no {dtype} peak ({spec.source})")
+        peak = devices.peak_flops(dtype, spec)
+    if peak is None:
+        raise SpecError.at(
+            "step_time()", f"{spec.name} has no {dtype} peak ({spec.source})", hint="pass peak="
+        )
     flops = cost.flops + cost.backward_flops + cost.recompute_flops
     moved = least_traffic(cost, parameter_bytes, gradient_bytes)
     bound = flops / peak

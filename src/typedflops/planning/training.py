@@ -27,6 +27,7 @@ import sympy
 import torch
 
 from ..cost.engine.fit import Plan, fit_count
+from ..cost.engine.kernels import describe_kernels, kernels_of, meta_target
 from ..cost.engine.module_sizes import module_dims, module_repeats
 from ..cost.types import Cost
 from ..decorator import TypedFunction
@@ -192,7 +193,9 @@ class TrainingMemory:
     dry run of the step's forward (its FLOPs, backward and recomputed FLOPs, and activation
     bytes). ``peak`` is the step's peak allocation by allocation (see the module's doc):
     the held terms plus ``forward_backward`` (the most forward and backward hold at once,
-    gradients included) or the optimizer's step, whichever holds more.
+    gradients included) or the optimizer's step, whichever holds more. It is the steady
+    state: the optimizer's state and master weights exist, as from the second step on.
+    ``kernels`` is the device type whose kernels the dry runs cost (``"cuda"``, ``"cpu"``).
     """
 
     bytes: Mapping[str, int]
@@ -206,6 +209,7 @@ class TrainingMemory:
     peak: int = 0
     forward_backward: int = 0
     optimizer_temporary: int = 0
+    kernels: str | None = None
 
     @property
     def total(self) -> int:
@@ -226,6 +230,7 @@ class TrainingMemory:
             "mixed_precision": self.mixed_precision,
             "peak": self.peak,
             "forward_backward": self.forward_backward,
+            "kernels": self.kernels,
         }
 
     def rows(self, size: Callable[[int], str]) -> list[list[str]]:
@@ -233,8 +238,19 @@ class TrainingMemory:
         total and the peak, as ``[label, size(bytes), note]``."""
         rows = [[key.replace("_", " "), size(self.bytes[key]), ""] for key in self._shown_terms()]
         rows[-1][2] = "every term held at once"
-        rows.append(["peak", size(self.peak), "allocation by allocation"])
+        rows.append(["peak", size(self.peak), "allocation by allocation, steady state"])
         return rows
+
+    def notes(self) -> list[str]:
+        """What the figures assume, in words: the peak's steady state, why it can exceed
+        the total, and the kernels costed."""
+        return [
+            "peak: the most held at once, from the second step on (the optimizer's state "
+            "exists; a first step peaks lower); above total when backward's temporaries "
+            "(the logits' gradient, a product's output before it is added) outweigh the "
+            "activations already freed",
+            f"kernels costed: {describe_kernels(self.kernels)}",
+        ]
 
     def table(self) -> str:
         """The terms as a table of bytes, then each term's formula on a line of its own
@@ -243,6 +259,7 @@ class TrainingMemory:
         return "\n".join(
             [
                 text_table(["memory", "bytes", ""], self.rows(_bytes), right={1}),
+                *(wrap_lines(note, 100) for note in self.notes()),
                 wrap_lines(f"formulas, in {shown}:", 100),
                 *(
                     f"  {key.replace('_', ' ')}: {self.formulas[key]}"
@@ -284,6 +301,7 @@ def training_memory(
     dtype: torch.dtype | None = None,
     *,
     master_weights: bool | None = None,
+    kernels: str | None = None,
     **dims: Any,
 ) -> TrainingMemory:
     """The memory of one training step of ``model`` at ``dims`` (``batch=``, ``seq=``...).
@@ -314,6 +332,26 @@ def training_memory(
     mixed = step_dtype in _SIXTEEN_BIT
     master = mixed if master_weights is None else master_weights
     function = _step_function(model)
+    target = kernels or meta_target() or _device_type(parameters)
+    with kernels_of(target):
+        return _training_memory(model, function, key, step_dtype, master, target, dims)
+
+
+def _device_type(parameters: list[torch.nn.Parameter]) -> str:
+    """The device type a model's kernels are those of: a GPU's for a model on ``meta``."""
+    found = parameters[0].device.type if parameters else "meta"
+    return "cuda" if found == "meta" else found
+
+
+def _training_memory(
+    model: torch.nn.Module,
+    function: TypedFunction[..., Any],
+    key: str | None,
+    step_dtype: torch.dtype,
+    master: bool,
+    kernels: str,
+    dims: dict[str, Any],
+) -> TrainingMemory:
     cost = function.estimate(model, dtype=step_dtype, **dims)
     recomputed = _recomputed(model, step_dtype, dims) if cost.recompute_flops else None
     count = parameter_count(model)
@@ -359,6 +397,7 @@ def training_memory(
         peak=peak,
         forward_backward=forward_backward,
         optimizer_temporary=temporary,
+        kernels=kernels,
     )
 
 
@@ -378,7 +417,9 @@ def peak_at(model: torch.nn.Module, memory: TrainingMemory, **dims: Any) -> int:
     """
     terms = memory.bytes
     held = terms["parameters"] + terms["optimizer"] + terms["master_weights"]
-    forward_backward = forward_backward_peak(_step_function(model), model, memory.dtype, dims)
+    with kernels_of(memory.kernels):
+        function = _step_function(model)
+        forward_backward = forward_backward_peak(function, model, memory.dtype, dims)
     return held + max(forward_backward, terms["gradients"] + memory.optimizer_temporary)
 
 

@@ -284,26 +284,57 @@ class Measurement:
         return attainable(self.intensity, self.peak_flop_per_sec, bandwidth)
 
     def __str__(self) -> str:
+        """One line: the median time, FLOP/s, MFU and bytes/s, where and how it was timed.
+
+        >>> str(measurement_from([2e-3, 2e-3, 2e-3], flops=4 * 10**9, bytes_moved=10**8,
+        ...                      device="cuda:0", dtype=torch.bfloat16, peak=1e13))
+        '2.00 ms (3 runs, IQR 0.00%) on cuda:0 bfloat16: 2.00 TFLOP/s, MFU 20.0%, 50.0 GB/s'
+        """
+        dtype = str(self.dtype).removeprefix("torch.") if self.dtype is not None else "-"
         spread = format_percent(self.iqr / self.median) if self.median else "0%"
-        parts = [
-            f"median {format_si(self.median, 's')} (min {format_si(self.min, 's')}, IQR "
-            f"{spread}, {len(self.times)} runs)",
-            f"{format_si(self.flops, 'FLOP')} -> {format_si(self.flop_per_sec, 'FLOP/s')}",
+        mfu = "MFU n/a" if self.mfu is None else f"MFU {format_percent(self.mfu)}"
+        noisy = " (noisy)" if self.noisy else ""
+        return (
+            f"{format_si(self.median, 's')} ({len(self.times)} runs, IQR {spread}{noisy}) on "
+            f"{self.device} {dtype}: {format_si(self.flop_per_sec, 'FLOP/s')}, {mfu}, "
+            f"{format_si(self.bytes_per_sec, 'B/s')}"
+        )
+
+    def table(self) -> str:
+        """A few labelled lines: time, work, MFU, memory traffic (and why it is noisy).
+
+        >>> print(measurement_from([2e-3, 2e-3, 2e-3], flops=4 * 10**9, bytes_moved=10**8,
+        ...                        device="cuda:0", dtype=torch.bfloat16, peak=1e13).table())
+        median  2.00 ms (min 2.00 ms, IQR 0.00%, 3 runs) on cuda:0, bfloat16
+        work    4.00 GFLOP -> 2.00 TFLOP/s
+        MFU     20.0% of 10.0 TFLOP/s
+        memory  100 MB -> 50.0 GB/s, 40 FLOP/B
+        """
+        spread = format_percent(self.iqr / self.median) if self.median else "0%"
+        dtype = str(self.dtype).removeprefix("torch.") if self.dtype is not None else "-"
+        threads = f", {self.threads} threads" if self.threads is not None else ""
+        lines = [
+            f"median  {format_si(self.median, 's')} (min {format_si(self.min, 's')}, IQR "
+            f"{spread}, {len(self.times)} runs) on {self.device}, {dtype}{threads}",
+            f"work    {format_si(self.flops, 'FLOP')} -> {format_si(self.flop_per_sec, 'FLOP/s')}",
         ]
         if self.mfu is not None and self.peak_flop_per_sec is not None:
-            parts.append(
-                f"MFU {format_percent(self.mfu)} of {format_si(self.peak_flop_per_sec, 'FLOP/s')}"
+            peak = format_si(self.peak_flop_per_sec, "FLOP/s")
+            lines.append(f"MFU     {format_percent(self.mfu)} of {peak}")
+        else:
+            lines.append(
+                f"MFU     n/a: no peak FLOP/s for this device (pass peak= or set "
+                f"{devices.ENV_PEAK_FLOPS})"
             )
-        parts.append(format_si(self.bytes_per_sec, "B/s"))
+        traffic = f"memory  {format_si(self.bytes, 'B')} -> {format_si(self.bytes_per_sec, 'B/s')}"
         if self.intensity is not None:
-            roof = f", ridge {self.ridge:.3g}, {self.bound}-bound" if self.ridge else ""
-            parts.append(f"{self.intensity:.3g} FLOP/B{roof}")
-        dtype = str(self.dtype).removeprefix("torch.") if self.dtype is not None else "-"
-        threads = f" {self.threads} threads" if self.threads is not None else ""
-        parts.append(f"{self.device} {dtype}{threads}")
+            traffic += f", {self.intensity:.3g} FLOP/B"
+            if self.ridge is not None:
+                traffic += f" (ridge {self.ridge:.3g}: {self.bound}-bound)"
+        lines.append(traffic)
         if self.noisy:
-            parts.append(f"NOISY: {self.noise}")
-        return " | ".join(parts)
+            lines.append(f"noisy   {self.noise}")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values (``times`` a list, ``dtype`` e.g. "float32").

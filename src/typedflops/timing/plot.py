@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["plot_title", "roofline_plot"]
 
 
-def plot_title(first: Measurement, device_name: str = "") -> str:
+def plot_title(first: Measurement, device_name: str = "", bandwidth: float | None = None) -> str:
     """The plot's title: device, dtype, peak and bandwidth (the roofs), or what is unknown.
 
     >>> from typedflops.timing.bench import measurement_from
@@ -30,7 +30,12 @@ def plot_title(first: Measurement, device_name: str = "") -> str:
     """
     device = f"{device_name} ({first.device})" if device_name else first.device
     dtype = str(first.dtype).removeprefix("torch.") if first.dtype is not None else "-"
-    if first.peak_flop_per_sec is None:
+    if first.peak_flop_per_sec is None and bandwidth:
+        roofs = (
+            f"memory roof: bandwidth {format_si(bandwidth, 'B/s')} (measured)\n"
+            "compute roof unknown: no peak FLOP/s (set TYPEDFLOPS_PEAK_FLOPS to give one)"
+        )
+    elif first.peak_flop_per_sec is None:
         roofs = "peak unknown, so no roofs (set TYPEDFLOPS_PEAK_FLOPS to give one)"
     elif first.ridge is None:
         roofs = f"peak {format_si(first.peak_flop_per_sec, 'FLOP/s')}, bandwidth unknown"
@@ -49,14 +54,16 @@ def roofline_plot(
     path: str,
     *,
     device_name: str = "",
+    bandwidth: float | None = None,
 ) -> None:
     """Write a log-log roofline (attainable FLOP/s against FLOP/B) with each measurement.
 
     Each point is labelled with its name and MFU; the title names the device
     (``device_name``, e.g. "H100 SXM5 80GB"), the dtype, the peak and the bandwidth; the
-    ridge point is marked. The roofs need a known peak and bandwidth (those of the first
-    measurement); without them only the points are drawn. Raises ``ImportError`` without
-    matplotlib.
+    ridge point is marked. The roofs are those of the first measurement's peak and
+    bandwidth; without a peak, the memory roof of ``bandwidth`` (a CPU's is measured) is
+    drawn alone and the title says the compute roof is unknown. Raises ``ImportError``
+    without matplotlib.
     """
     if len(measurements) != len(labels):
         raise SpecError.at(
@@ -90,6 +97,19 @@ def roofline_plot(
             textcoords="offset points",
             color="dimgrey",
         )
+    elif first is not None and bandwidth and intensities:
+        low, high = min(intensities) / 10, max(intensities) * 10
+        xs = [low * (high / low) ** (i / 200) for i in range(201)]
+        axes.plot(xs, [x * bandwidth for x in xs], color="black", linewidth=1.5)
+        axes.annotate(
+            f"memory roof, {format_si(bandwidth, 'B/s')} (measured)",
+            (xs[150], xs[150] * bandwidth),
+            xytext=(-6, 8),
+            textcoords="offset points",
+            ha="right",
+            color="dimgrey",
+        )
+        roofs = True
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (measurement, label) in enumerate(zip(measurements, labels, strict=True)):
         if not measurement.intensity:
@@ -123,7 +143,7 @@ def roofline_plot(
         axes.set_xlim(min(intensities) / 4, max(intensities) * 4)
         axes.set_ylim(min(rates) / 4, max(rates) * 4)
     if first is not None:
-        axes.set_title(plot_title(first, device_name), fontsize=10)
+        axes.set_title(plot_title(first, device_name, bandwidth), fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -1,8 +1,8 @@
-"""The typedflops command: demo (the lecture's models, costed and timed) and devices.
+"""The typedflops command: demo (the lecture's models, costed and timed), devices, plan.
 
-Bad usage (an unknown or unavailable device, --plot without matplotlib) is one line on
-stderr and exit status 2, found before any work is done. Output fits 100 columns unless
---wide is given.
+The arguments are parsed, and checked, before torch is imported: ``--help``, ``--version``,
+an unknown command or a bad flag answer at once. Bad usage is one line on stderr,
+``typedflops: error: ...``, and exit status 2, found before any work is done.
 """
 
 from __future__ import annotations
@@ -12,25 +12,15 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import torch
-from jaxtyping import Float
-from torch import Tensor
-
-from ..errors import UsageError
-from ..planning.planner import add_parser as add_plan_parser
-from ..planning.planner import run as run_plan
-from ..text import TERMINAL_WIDTH, fit_table, format_percent, format_si, wrap_lines
+from .plot_path import check_plot_path
 
 if TYPE_CHECKING:
-    from ..timing.bench import Measurement
+    from ..errors import UsageError as UsageError
 
-__all__ = ["UsageError", "check_plot_path", "main", "resolve_device"]
+__all__ = ["UsageError", "check_plot_path", "main"]
 
 HELP = """\
 One jaxtyping annotation, three uses: shape checks, FLOP formulas and timings.
@@ -45,312 +35,140 @@ examples:
                                          FLOPs, memory and step time of a training step
 """
 
+PLAN_HELP = """\
+Plan one training step of a named model: its FLOPs, its memory (parameters, gradients,
+optimizer state, master weights, activations, and the peak), whether it fits the device,
+and its time. Nothing is allocated: the step is dry-run on meta tensors, with the kernels
+the device planned for runs.
+"""
 
-@dataclass(frozen=True)
-class DemoSizes:
-    """Batch, width and output size of the demo's models, with the dtype they run in."""
-
-    batch: int
-    d: int
-    k: int
-    dtype: torch.dtype
-
-
-#: CS336 lecture 2's sizes on a GPU; small enough for a laptop CPU otherwise.
-GPU_SIZES = DemoSizes(batch=16384, d=32768, k=8192, dtype=torch.bfloat16)
-CPU_SIZES = DemoSizes(batch=1024, d=256, k=64, dtype=torch.float32)
-QUICK = (64, 32, 16)
+#: The named models of typedflops.nn.CONFIGS (a test holds them equal), for --help and for
+#: checking --model before torch is imported.
+MODEL_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-7b")
+DTYPE_NAMES = ("bfloat16", "float16", "float32")
+#: The optimizers training_memory knows (OPTIMIZER_STATES; a test holds them equal).
+OPTIMIZER_NAMES = ("adamw", "adam", "sgd", "momentum", "adagrad", "rmsprop", "none")
 
 
-def resolve_device(name: str | None) -> torch.device:
-    """The device ``--device name`` names, or ``UsageError`` when it is unknown or absent.
+def __getattr__(name: str) -> Any:
+    # UsageError lives in typedflops.errors, which imports jaxtyping: not needed to parse.
+    if name == "UsageError":
+        from ..errors import UsageError
 
-    >>> resolve_device("cpu")
-    device(type='cpu')
-    >>> resolve_device("tpu")
-    Traceback (most recent call last):
-    ...
-    typedflops.errors.UsageError: --device 'tpu' is not a device torch knows; use cpu, cuda or mps
-    """
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise UsageError(
-            f"--device {name!r} is not a device torch knows; use cpu, cuda or mps"
-        ) from None
-    if device.type == "cpu":
-        return device
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            built = "" if torch.version.cuda or torch.version.hip else ", built without CUDA"
-            raise UsageError(
-                f"--device {name}: CUDA is not available (torch {torch.__version__}{built})"
-            )
-        count = torch.cuda.device_count()
-        if device.index is not None and device.index >= count:
-            raise UsageError(f"--device {name}: this machine has {count} CUDA device(s)")
-        return device
-    if device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise UsageError(
-                f"--device {name}: MPS is not available (it needs an Apple-silicon Mac and a "
-                "torch built with MPS)"
-            )
-        return device
-    raise UsageError(f"--device {name}: the demo runs on cpu, cuda or mps, not {device.type}")
-
-
-def check_plot_path(path: str) -> None:
-    """Raise ``UsageError`` unless matplotlib is installed and can write ``path``."""
-    if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(
-            "--plot needs matplotlib, which is not installed: pip install 'typedflops[plot]'"
-        )
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise UsageError(f"--plot {path}: the directory {str(target.parent)!r} does not exist")
-    from matplotlib.figure import Figure
-
-    formats = Figure().canvas.get_supported_filetypes()
-    suffix = target.suffix.lstrip(".").lower()
-    if suffix not in formats:
-        raise UsageError(
-            f"--plot {path}: matplotlib cannot write {suffix or 'a file without a suffix'!r}; "
-            f"use one of {', '.join(sorted(formats))}"
-        )
-
-
-def _say(message: str) -> None:
-    """A line of progress on stderr, for a person watching a terminal only."""
-    if sys.stderr is not None and sys.stderr.isatty():
-        print(f"typedflops: {message}", file=sys.stderr, flush=True)
-
-
-def _shape_error_demo() -> list[str]:
-    from ..decorator import typed_flops
-    from ..einops.ops import einsum
-    from ..errors import ShapeError
-
-    @typed_flops
-    def linear(
-        x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
-    ) -> Float[Tensor, "batch d_out"]:
-        return einsum(x, w, "batch d_in, d_in d_out -> batch d_out")
-
-    lines = ["A checked call, and a call with a wrong shape (caught before any kernel ran):"]
-    y = linear(torch.ones(8, 784), torch.ones(784, 10))
-    lines.append(f"  linear(x (8, 784), w (784, 10)) -> {tuple(y.shape)}; formula {linear.formula}")
-    try:
-        linear(torch.ones(8, 784), torch.ones(600, 10))
-    except ShapeError as exc:
-        lines += ["  " + line for line in f"ShapeError: {exc}".splitlines()]
-    return lines
-
-
-def demo(
-    device: str | None = None, plot: str | None = None, quick: bool = False, wide: bool = False
-) -> str:
-    """Run the lecture's linear and two-layer models; return the report as text.
-
-    ``device`` and ``plot`` are checked first (``UsageError``), before anything runs.
-    """
-    from .. import devices
-    from ..nn import Linear, TwoLayerMLP
-    from ..timing.bench import benchmark
-
-    target = resolve_device(device)
-    if plot:
-        check_plot_path(plot)
-    sizes = GPU_SIZES if target.type == "cuda" else CPU_SIZES
-    if quick:
-        sizes = DemoSizes(*QUICK, dtype=sizes.dtype)
-    width = None if wide else TERMINAL_WIDTH
-    torch.manual_seed(0)
-    dtype_name = str(sizes.dtype).removeprefix("torch.")
-    lines = [*_shape_error_demo(), ""]
-    lines.append(
-        f"The lecture's models on {target} ({dtype_name}), B={sizes.batch}, D={sizes.d}, "
-        f"K={sizes.k}; the input needs no grad:"
-    )
-    x = torch.randn(sizes.batch, sizes.d, device=target, dtype=sizes.dtype)
-    models = {
-        "Linear(D, K)": Linear(sizes.d, sizes.k, device=target, dtype=sizes.dtype),
-        "TwoLayerMLP(D, D, K)": TwoLayerMLP(
-            sizes.d, sizes.d, sizes.k, device=target, dtype=sizes.dtype
-        ),
-    }
-    cost_rows: list[list[str]] = []
-    timed: list[tuple[str, Measurement]] = []
-    for label, model in models.items():
-        cost = model.estimate(batch=sizes.batch)
-        rule = 6 * sizes.batch * model.param_count
-        total = cost.flops + cost.backward_flops
-        cost_rows.append(
-            [label, "forward", str(cost.formula), format_si(cost.flops, "FLOP"), "", ""]
-        )
-        cost_rows.append(
-            [
-                "",
-                "backward",
-                str(cost.backward_formula),
-                format_si(cost.backward_flops, "FLOP"),
-                format_si(total, "FLOP"),
-                f"{total / rule:.3f}",
-            ]
-        )
-        _say(f"timing {label}")
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # an unknown peak is explained below instead
-            measured = benchmark(
-                model, x, repeat=5 if quick else 20, min_time=0.0 if quick else 0.2
-            )
-        timed.append((label, measured))
-    header = ["model", "pass", "formula", "FLOPs", "fwd+bwd", "/ 6ND"]
-    table, _ = fit_table(header, cost_rows, right={3, 4, 5}, width=width)
-    lines += [table, "(6ND: 6 x tokens x parameters, the usual estimate of a training step)", ""]
-    lines += _timing_report(timed, width)
-    lines += _peak_report(target, sizes.dtype, timed[0][1])
-    if plot:
-        from ..timing.plot import roofline_plot
-
-        spec = devices.device_spec(target)
-        roofline_plot(
-            [m for _, m in timed],
-            [label for label, _ in timed],
-            plot,
-            device_name=spec.name.removeprefix("cpu: ") if spec is not None else "",
-        )
-        lines.append(f"roofline plot written to {plot}")
-    return wrap_lines("\n".join(lines), width)
-
-
-def _timing_report(timed: Sequence[tuple[str, Measurement]], width: int | None) -> list[str]:
-    header = ["model", "median", "FLOP/s", "MFU", "FLOP/B", "bound", "min", "runs", "B/s"]
-    rows: list[list[str]] = []
-    noisy: list[str] = []
-    for label, measured in timed:
-        rows.append(
-            [
-                label,
-                format_si(measured.median, "s"),
-                format_si(measured.flop_per_sec, "FLOP/s"),
-                "n/a" if measured.mfu is None else format_percent(measured.mfu),
-                "n/a" if measured.intensity is None else f"{measured.intensity:.3g}",
-                measured.bound or "n/a",
-                format_si(measured.min, "s"),
-                str(len(measured.times)),
-                format_si(measured.bytes_per_sec, "B/s"),
-            ]
-        )
-        if measured.noisy:
-            noisy.append(f"{label}: noisy timing: {measured.noise}")
-    first = timed[0][1]
-    threads = f", {first.threads} torch threads" if first.threads is not None else ""
-    table, dropped = fit_table(
-        header, rows, right={1, 2, 3, 4, 6, 7, 8}, optional=[8, 7, 6], width=width
-    )
-    title = f"Timed forward passes (torch.no_grad{threads}):"
-    more = [f"(--wide adds {', '.join(dropped)})"] if dropped else []
-    return [title, table, *more, *noisy, ""]
-
-
-def _peak_report(target: torch.device, dtype: torch.dtype, first: Measurement) -> list[str]:
-    from .. import devices as device_module
-
-    dtype_name = str(dtype).removeprefix("torch.")
-    peak, source = device_module.peak_source(dtype, target)
-    if peak is None:
-        return [
-            f"MFU n/a: no peak FLOP/s for {dtype_name} on {target}: {source}",
-            f"Set {device_module.ENV_PEAK_FLOPS}=<FLOP/s> to give one (see `typedflops devices`).",
-        ]
-    lines = [
-        f"MFU = measured FLOP/s / peak {format_si(peak, 'FLOP/s')} ({dtype_name}); {source}",
-    ]
-    if first.ridge is not None:
-        bandwidth = peak / first.ridge
-        measured = " (measured)" if target.type == "cpu" else ""
-        lines.append(
-            f"bound: FLOP/B against the ridge {first.ridge:.3g} FLOP/B = peak / bandwidth "
-            f"{format_si(bandwidth, 'B/s')}{measured}"
-        )
-    return lines
-
-
-def devices_report(wide: bool = False) -> str:
-    """The peak table and what this machine's device is matched to."""
-    from .. import devices
-    from ..devices.gpus import GPU_TABLE
-
-    width = None if wide else TERMINAL_WIDTH
-    rates = ["float64", "float32", "tf32", "bfloat16", "float16", "float8"]
-    header = ["device", *rates, "TB/s", "source"]
-    rows = [
-        [
-            record.sku,
-            *(
-                "-" if record.tflops.get(rate) is None else f"{record.tflops[rate]:g}"
-                for rate in rates
-            ),
-            f"{record.bandwidth_tbs:g}",
-            record.source,
-        ]
-        for record in GPU_TABLE
-    ]
-    table, dropped = fit_table(
-        header, rows, right=set(range(1, len(rates) + 2)), optional=[len(header) - 1], width=width
-    )
-    lines = ["Promised dense peaks (TFLOP/s) and memory bandwidth (TB/s):", table]
-    if dropped:
-        lines.append("(--wide adds the source of each row: a vendor datasheet or whitepaper)")
-    lines.append("")
-    target = resolve_device(None)
-    spec = devices.device_spec(target)
-    if spec is None:
-        _, reason = devices.peak_source(torch.float32, target)
-        lines.append(f"this machine's device: {target}: no peak figures ({reason})")
-        return wrap_lines("\n".join(lines), width)
-    cores = f", {spec.cores} cores in use (torch threads)" if spec.cores is not None else ""
-    lines.append(f"this machine's device: {spec.name}{cores}")
-    if spec.peak_flops:
-        peaks = ", ".join(
-            f"{str(dtype).removeprefix('torch.')} {format_si(value, 'FLOP/s')}"
-            for dtype, value in spec.peak_flops.items()
-        )
-        lines.append(f"  peaks: {peaks}")
-    else:
-        lines.append(
-            f"  peaks: unknown, {spec.missing}; set {devices.ENV_PEAK_FLOPS}=<FLOP/s> to give one"
-        )
-    if spec.bandwidth:
-        measured = " (measured)" if spec.estimate else ""
-        lines.append(f"  bandwidth: {format_si(spec.bandwidth, 'B/s')}{measured}")
-    if spec.source:
-        lines.append(f"  source: {spec.source}")
-    return wrap_lines("\n".join(lines), width)
+        return UsageError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _version() -> str:
+    found = []
+    for name in ("typedflops", "torch"):
+        try:
+            found.append(importlib.metadata.version(name))
+        except importlib.metadata.PackageNotFoundError:
+            found.append("unknown (not installed)")
+    return f"typedflops {found[0]} (torch {found[1]})"
+
+
+def _size(text: str) -> int:
     try:
-        return importlib.metadata.version("typedflops")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size >= 1")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], e.g. 0.4")
+    return value
+
+
+def _flop_per_sec(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of FLOP/s, e.g. 989e12")
+    return value
+
+
+def _add_plan_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "plan",
+        help="FLOPs, memory and time of a training step of a named model",
+        description=PLAN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--model", required=True, choices=MODEL_NAMES, metavar="NAME", help=_one_of(MODEL_NAMES)
+    )
+    parser.add_argument(
+        "--batch", type=_size, required=True, metavar="B", help="sequences per step"
+    )
+    parser.add_argument("--seq", type=_size, required=True, metavar="S", help="tokens per sequence")
+    parser.add_argument(
+        "--device",
+        default="H100 SXM",
+        metavar="NAME",
+        help='a device of the table `typedflops devices` prints (default: "H100 SXM")',
+    )
+    parser.add_argument(
+        "--dtype", default="bfloat16", choices=DTYPE_NAMES, help="default: bfloat16"
+    )
+    parser.add_argument(
+        "--optimizer",
+        default="adamw",
+        choices=OPTIMIZER_NAMES,
+        metavar="NAME",
+        help=f"{_one_of(OPTIMIZER_NAMES)} (default: adamw)",
+    )
+    parser.add_argument(
+        "--mfu",
+        type=_fraction,
+        default=0.4,
+        help="the MFU the predicted step time assumes (default: 0.4)",
+    )
+    parser.add_argument(
+        "--peak",
+        type=_flop_per_sec,
+        metavar="FLOP/S",
+        help="the device's peak FLOP/s at --dtype, instead of the table's",
+    )
+    parser.add_argument(
+        "--checkpoint", action="store_true", help="recompute each block's forward in backward"
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--plot", metavar="FILE", help="also plot memory and step time against the batch size"
+    )
+
+
+def _one_of(names: Sequence[str]) -> str:
+    return f"one of {', '.join(names)}"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose errors are one line with the command's one prefix (no usage)."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"typedflops: error: {message}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="typedflops",
         description=HELP,
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"typedflops {_version()} (torch {torch.__version__})",
-    )
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", title="commands"
     )
@@ -373,37 +191,50 @@ def _parser() -> argparse.ArgumentParser:
         description="The table of promised peaks and bandwidths, and this machine's device.",
     )
     devices_parser.add_argument(
-        "--wide", action="store_true", help="every column (with sources), no wrapping"
+        "--wide", action="store_true", help="also the source of each row, below the table"
     )
-    add_plan_parser(commands)
+    _add_plan_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``typedflops`` console script; returns the exit status."""
     try:
-        return _run(_parser().parse_args(argv))
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, --version, or a bad argument (said on stderr)
+        return exit_.code if isinstance(exit_.code, int) else 2
+    try:
+        if getattr(args, "plot", None):
+            check_plot_path(args.plot)
+        return _run(args)
+    except KeyboardInterrupt:
+        print("typedflops: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader went away (``typedflops plan ... | head``): no traceback, and no
         # second error when Python flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Exception as error:
+        from ..errors import UsageError
+
+        if not isinstance(error, UsageError):
+            raise
+        print(f"typedflops: error: {error}", file=sys.stderr)
+        return 2
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "plan":
+        from .plan_cli import run_plan
+
         return run_plan(args)
-    try:
-        if args.command == "demo":
-            report = demo(device=args.device, plot=args.plot, quick=args.quick, wide=args.wide)
-        else:
-            report = devices_report(wide=args.wide)
-    except UsageError as error:
-        print(f"typedflops: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("typedflops: interrupted", file=sys.stderr)
-        return 130
+    from .demo import demo, devices_report
+
+    if args.command == "demo":
+        report = demo(device=args.device, plot=args.plot, quick=args.quick, wide=args.wide)
+    else:
+        report = devices_report(wide=args.wide)
     print(report)
     return 0
 

@@ -3,26 +3,40 @@
 While the hook is installed, a module imported from one of the named packages is compiled
 from an edited syntax tree: every function and method whose signature has an annotation
 gets the decorator ``@typed_flops``, placed *innermost* (last in its decorator list, so
-applied first, to the plain function). At definition time that decorator keeps only the
-functions whose resolved hints contain a jaxtyping tensor annotation (``Float[Tensor,
-"..."]``, also inside ``list[...]``, ``X | None`` or a type alias); it returns the others
-unchanged.
+applied first, to the plain function). By default every such function is checked, as
+jaxtyping's hook does: jaxtyping annotations as typedflops checks them, plain hints
+(``int``, ``tuple[A, B]``, a class) with beartype's semantics, through checks compiled once.
+``functions="tensors"`` keeps only the functions whose resolved hints contain a jaxtyping
+array annotation (``Float[Tensor, "..."]``, also inside ``list[...]``, ``X | None`` or a type
+alias) and returns the others unchanged.
+
+Functions the hook decorates are never refused: an annotation of another array type
+(``Int[np.ndarray, "pos"]``, ``Float[LinearOperator, "*batch N N"]``) is checked by
+jaxtyping's ``isinstance`` with the call's dims, and a hint that cannot be checked at all
+is left out and noted once (:meth:`ImportHook.unchecked`; the pytest plugin prints the
+notes), with the function and its file:line.
 
 Innermost placement is what makes the hook order-safe: ``@property``, ``@staticmethod``,
 ``@classmethod``, ``@torch.no_grad()`` and ``functools.wraps``-based decorators all receive
-the checked function and wrap it as they would wrap the plain one. The hook never
-evaluates generated source: the decorator is inserted as syntax-tree nodes and the tree
-is compiled with ``compile`` (as jaxtyping's and typeguard's import hooks do).
+the checked function and wrap it as they would wrap the plain one (``__new__``,
+``__init_subclass__`` and ``__class_getitem__``, which Python makes static or class methods
+by themselves, are made so). The hook never evaluates generated source: the decorator is
+inserted as syntax-tree nodes and the tree is compiled with ``compile`` (as jaxtyping's and
+typeguard's import hooks do).
 
-A ``@dataclass`` gets the decorator *outermost*: when one of its fields has a tensor
-annotation, its ``__init__`` checks the fields (see
+A ``@dataclass`` gets the decorator *outermost*: its ``__init__`` checks the fields (with
+``functions="tensors"``, only when one of them has a tensor annotation; see
 :func:`typedflops.contract.classes.typed_class`).
 
 What is left alone:
 
 - functions (and classes) decorated with ``@typing.no_type_check``;
-- functions already decorated with ``@typed_flops`` (their options, such as ``flops=``, stay);
+- functions already decorated with ``@typed_flops`` (their options, such as ``flops=``, stay),
+  or checked by the user's own ``@jaxtyped``, ``@beartype`` or ``@typechecked``;
 - ``@typing.overload`` stubs;
+- functions that a compiler needs plain: ``@torch.jit.script`` (and scripted classes),
+  ``torch.library.custom_op`` and its kin, ``@jit``/``@njit``; functions without any
+  annotation, such as most ``@torch.jit.script`` helpers, are never touched;
 - functions defined inside other functions (checking them would compile a contract on
   every call of the enclosing function) and the methods of classes defined there;
 - modules imported before the hook was installed: they are not re-imported. Install the
@@ -39,6 +53,7 @@ import ast
 import dataclasses
 import importlib.abc
 import importlib.machinery
+import inspect
 import sys
 import types
 import typing
@@ -47,10 +62,9 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib.util import decode_source
 from typing import Any, TypeVar
 
-import torch
-
 from ..contract.annotation import is_tensor_annotation
 from ..contract.classes import has_tensor_fields, typed_class
+from ..contract.unchecked import check_leniently, decorating, note, notes, place
 from ..decorator import TypedFunction, typed_flops
 from ..errors import SpecError
 
@@ -61,28 +75,86 @@ F = TypeVar("F", bound=Callable[..., Any])
 # The name the edited module binds the instrumenting decorator to (a dunder, so it is
 # neither exported by `from module import *` nor likely to clash with a user's name).
 _DECORATOR_NAME = "__typedflops_instrument__"
-_SKIP_DECORATORS = {"no_type_check", "typed_flops", "overload"}
+_SKIP_DECORATORS = {
+    "no_type_check",
+    "typed_flops",
+    "overload",
+    # Checked already, by the user's own choice of checker.
+    "jaxtyped",
+    "beartype",
+    "typechecked",
+    # Compilers that need the plain function (its source, its code object).
+    "script",
+    "script_method",
+    "script_if_tracing",
+    "custom_op",
+    "triton_op",
+    "register_fake",
+    "impl_abstract",
+    "jit",
+    "njit",
+}
+# Classes whose own decorators need their methods plain.
+_SKIP_CLASS_DECORATORS = {"no_type_check", "script"}
 
 
-def _contains_tensor_annotation(hint: Any) -> bool:
-    """Whether ``hint`` is, or contains, a jaxtyping annotation of torch tensors.
+#: What the hook checks: every function with a hint (``"all"``, as jaxtyping's hook does),
+#: or only those with a jaxtyping array annotation (``"tensors"``).
+FUNCTIONS = ("all", "tensors")
 
-    Annotations of other array types (``Float[np.ndarray, "n"]``) are not ours to check.
-    """
+# Methods that Python makes class- or static methods when they are plain functions: the
+# checked function takes their place as one.
+_IMPLICIT = {"__init_subclass__": classmethod, "__class_getitem__": classmethod}
+_IMPLICIT_STATIC = {"__new__"}
+
+
+def _contains_array_annotation(hint: Any) -> bool:
+    """Whether ``hint`` is, or contains, a jaxtyping array annotation (of any array type)."""
     if is_tensor_annotation(hint):
-        array_type = hint.array_type
-        return array_type is Any or (
-            isinstance(array_type, type) and issubclass(array_type, torch.Tensor)
-        )
-    return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))
+        return True
+    return any(_contains_array_annotation(arg) for arg in typing.get_args(hint))
 
 
-def instrument(fn: F, *, jaxtyping_syntax: bool) -> F:
-    """Decorate ``fn`` with ``@typed_flops`` if one of its hints is a jaxtyping annotation.
+def _has_array_hint(fn: Callable[..., Any], jaxtyping_syntax: bool) -> bool:
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except NameError:
+        # A forward reference (e.g. to the class being defined): decided by the source.
+        return jaxtyping_syntax
+    except Exception:  # an annotation that does not evaluate: decided by the source
+        return jaxtyping_syntax
+    return any(_contains_array_annotation(hint) for hint in hints.values())
 
-    The import hook inserts this decorator; ``jaxtyping_syntax`` says whether the
-    annotations name jaxtyping in the source, and decides when a hint cannot be resolved
-    yet (a forward reference to a class defined later).
+
+def _checked_class(cls: type, *, jaxtyping_syntax: bool, functions: str) -> type:
+    if not dataclasses.is_dataclass(cls):
+        return cls
+    if functions == "tensors":
+        found = has_tensor_fields(cls)
+        if not (found or (found is None and jaxtyping_syntax)):
+            return cls
+    init = vars(cls).get("__init__")
+    if init is None or not inspect.isfunction(init):
+        return cls
+    check_leniently(init)
+    with decorating():
+        return typed_class(cls)
+
+
+def instrument(
+    fn: F, *, jaxtyping_syntax: bool, functions: str = "all", in_class: bool = False
+) -> F:
+    """Decorate ``fn`` with ``@typed_flops``, checking what its hints allow.
+
+    The import hook inserts this decorator. With ``functions="all"`` every function that
+    reaches it (it has a hint) is checked; with ``"tensors"`` only those with a jaxtyping
+    array annotation. ``jaxtyping_syntax`` says whether the annotations name jaxtyping in
+    the source, and decides when a hint cannot be resolved yet (a forward reference to a
+    class defined later). The function is *lenient* (see
+    :mod:`typedflops.contract.unchecked`): a hint typedflops cannot compile is left
+    unchecked and noted, never a reason to refuse the module. ``in_class``: defined in a
+    class body, where ``__new__``, ``__init_subclass__`` and ``__class_getitem__`` are
+    static or class methods without saying so.
 
     >>> import torch
     >>> from torch import Tensor
@@ -93,41 +165,43 @@ def instrument(fn: F, *, jaxtyping_syntax: bool) -> F:
     ...     return a + b
     >>> type(instrument(double, jaxtyping_syntax=True)).__name__
     'TypedFunction'
-    >>> instrument(add, jaxtyping_syntax=False) is add
+    >>> type(instrument(add, jaxtyping_syntax=False)).__name__
+    'TypedFunction'
+    >>> instrument(add, jaxtyping_syntax=False, functions="tensors") is add
     True
     """
     if isinstance(fn, TypedFunction) or getattr(fn, "__no_type_check__", False):
         return fn
     if isinstance(fn, type):
-        if not dataclasses.is_dataclass(fn):
-            return fn
-        found = has_tensor_fields(fn)
-        checked = found or (found is None and jaxtyping_syntax)
-        return typing.cast(F, typed_class(fn)) if checked else fn
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except NameError:
-        # A forward reference (e.g. to the class being defined): the contract is compiled
-        # at the first call, when the name exists.
-        if not jaxtyping_syntax:
-            return fn
-        try:
-            return typing.cast(F, typed_flops(fn))
-        except SpecError as exc:
-            warnings.warn(f"typedflops import hook: {exc}; it is not checked", stacklevel=3)
-            return fn
-    except Exception:  # an annotation that does not evaluate: not ours to judge
+        checked_class = _checked_class(fn, jaxtyping_syntax=jaxtyping_syntax, functions=functions)
+        return typing.cast(F, checked_class)
+    if not inspect.isfunction(fn):
         return fn
-    if any(_contains_tensor_annotation(hint) for hint in hints.values()):
-        return typing.cast(F, typed_flops(fn))
-    return fn
+    if functions == "tensors" and not _has_array_hint(fn, jaxtyping_syntax):
+        return fn
+    check_leniently(fn)
+    try:
+        with decorating():
+            checked: Any = typed_flops(fn)
+    except SpecError as exc:  # (a lenient contract notes its own; this is what is left)
+        note(f"{fn.__qualname__}() ({place(fn)}) is not checked: {exc}")
+        return fn
+    if in_class and fn.__name__ in _IMPLICIT:
+        return typing.cast(F, _IMPLICIT[fn.__name__](checked))
+    if in_class and fn.__name__ in _IMPLICIT_STATIC:
+        return typing.cast(F, staticmethod(checked))
+    return typing.cast(F, checked)
 
 
-def instrumenting(*, jaxtyping_syntax: bool) -> Callable[[F], F]:
-    """The decorator that the import hook inserts: :func:`instrument` with its flag bound."""
+def instrumenting(
+    *, jaxtyping_syntax: bool, functions: str = "all", in_class: bool = False
+) -> Callable[[F], F]:
+    """The decorator that the import hook inserts: :func:`instrument` with its flags bound."""
 
     def decorate(fn: F) -> F:
-        return instrument(fn, jaxtyping_syntax=jaxtyping_syntax)
+        return instrument(
+            fn, jaxtyping_syntax=jaxtyping_syntax, functions=functions, in_class=in_class
+        )
 
     return decorate
 
@@ -179,30 +253,44 @@ def _annotations(node: FunctionNode) -> Iterable[ast.expr]:
     return [*found, node.returns] if node.returns is not None else found
 
 
-def _instrumenting_call(jaxtyping_syntax: bool) -> ast.expr:
+def _instrumenting_call(jaxtyping_syntax: bool, functions: str, in_class: bool) -> ast.expr:
     """``__typedflops_instrument__(jaxtyping_syntax=...)``, as syntax."""
-    flag = ast.keyword(arg="jaxtyping_syntax", value=ast.Constant(value=jaxtyping_syntax))
-    return ast.Call(func=ast.Name(id=_DECORATOR_NAME, ctx=ast.Load()), args=[], keywords=[flag])
+    flags = [ast.keyword(arg="jaxtyping_syntax", value=ast.Constant(value=jaxtyping_syntax))]
+    if functions != "all":
+        flags.append(ast.keyword(arg="functions", value=ast.Constant(value=functions)))
+    if in_class:
+        flags.append(ast.keyword(arg="in_class", value=ast.Constant(value=True)))
+    return ast.Call(func=ast.Name(id=_DECORATOR_NAME, ctx=ast.Load()), args=[], keywords=flags)
 
 
 class _Instrumenter(ast.NodeTransformer):
     """Adds the instrumenting decorator, innermost, to module-level and class-level defs."""
 
-    def __init__(self, jaxtyping_names: set[str]) -> None:
+    def __init__(self, jaxtyping_names: set[str], functions: str) -> None:
         self.jaxtyping_names = jaxtyping_names
+        self.functions = functions
         self.count = 0
+        self.class_depth = 0
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
-        if any(_decorator_name(d) in _SKIP_DECORATORS for d in node.decorator_list):
+        if any(
+            _decorator_name(d) in _SKIP_DECORATORS | _SKIP_CLASS_DECORATORS
+            for d in node.decorator_list
+        ):
             return node
-        self.generic_visit(node)
+        self.class_depth += 1
+        try:
+            self.generic_visit(node)
+        finally:
+            self.class_depth -= 1
         if not any(_decorator_name(d) == "dataclass" for d in node.decorator_list):
             return node
-        # Outermost, so that it sees the class @dataclass made: a dataclass with tensor
-        # fields gets its fields checked at __init__.
+        # Outermost, so that it sees the class @dataclass made: a dataclass gets its
+        # fields checked at __init__.
         fields = [s.annotation for s in node.body if isinstance(s, ast.AnnAssign)]
         syntax = any(_mentions(a, self.jaxtyping_names) for a in fields)
-        node.decorator_list.insert(0, ast.copy_location(_instrumenting_call(syntax), node))
+        call = _instrumenting_call(syntax, self.functions, in_class=False)
+        node.decorator_list.insert(0, ast.copy_location(call, node))
         self.count += 1
         return node
 
@@ -215,12 +303,17 @@ class _Instrumenter(ast.NodeTransformer):
     def _instrument(self, node: FunctionNode) -> ast.AST:
         # No generic_visit: functions nested in this one are left alone.
         annotations = list(_annotations(node))
-        if not annotations or any(
-            _decorator_name(d) in _SKIP_DECORATORS for d in node.decorator_list
-        ):
-            return node
+        names = {_decorator_name(d) for d in node.decorator_list}
+        if not annotations or names & _SKIP_DECORATORS or node.name.startswith("typedflops_"):
+            return node  # (typedflops_dims() and kin are what checks call: never checked)
         syntax = any(_mentions(a, self.jaxtyping_names) for a in annotations)
-        node.decorator_list.append(ast.copy_location(_instrumenting_call(syntax), node))
+        implicit = (
+            self.class_depth > 0
+            and node.name in ("__new__", "__init_subclass__", "__class_getitem__")
+            and not names & {"classmethod", "staticmethod"}
+        )
+        call = _instrumenting_call(syntax, self.functions, in_class=implicit)
+        node.decorator_list.append(ast.copy_location(call, node))
         self.count += 1
         return node
 
@@ -243,8 +336,9 @@ def _import_position(body: Sequence[ast.stmt]) -> int:
     return position
 
 
-def instrument_tree(tree: ast.Module) -> ast.Module:
-    """Edit a module's syntax tree in place so that its annotated functions are checked.
+def instrument_tree(tree: ast.Module, functions: str = "all") -> ast.Module:
+    """Edit a module's syntax tree in place so that its annotated functions are checked
+    (``functions``: see :func:`install_import_hook`).
 
     >>> tree = ast.parse(
     ...     "from jaxtyping import Float\\n"
@@ -266,7 +360,7 @@ def instrument_tree(tree: ast.Module) -> ast.Module:
     def g(x):
         ...
     """
-    instrumenter = _Instrumenter(_jaxtyping_names(tree))
+    instrumenter = _Instrumenter(_jaxtyping_names(tree), functions)
     instrumenter.visit(tree)
     if instrumenter.count:
         binding = ast.ImportFrom(
@@ -286,11 +380,15 @@ def instrument_tree(tree: ast.Module) -> ast.Module:
 class _InstrumentingLoader(importlib.machinery.SourceFileLoader):
     """Loads a module from its source, through :func:`instrument_tree`, without bytecode."""
 
+    def __init__(self, fullname: str, path: str, functions: str) -> None:
+        super().__init__(fullname, path)
+        self.functions = functions
+
     def get_code(self, fullname: str) -> types.CodeType:
         path = self.get_filename(fullname)
         source = decode_source(self.get_data(path))
         tree = ast.parse(source, filename=path)
-        return compile(instrument_tree(tree), path, "exec", dont_inherit=True)
+        return compile(instrument_tree(tree, self.functions), path, "exec", dont_inherit=True)
 
 
 class ImportHook(importlib.abc.MetaPathFinder):
@@ -300,8 +398,9 @@ class ImportHook(importlib.abc.MetaPathFinder):
     block) removes it. Modules imported meanwhile stay instrumented.
     """
 
-    def __init__(self, packages: Sequence[str]) -> None:
+    def __init__(self, packages: Sequence[str], functions: str = "all") -> None:
         self.packages = tuple(packages)
+        self.functions = functions
 
     def covers(self, fullname: str) -> bool:
         """Whether ``fullname`` is one of the packages or a module inside one."""
@@ -329,7 +428,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
                 continue
             loader = spec.loader
             if type(loader) is importlib.machinery.SourceFileLoader and spec.origin:
-                spec.loader = _InstrumentingLoader(fullname, spec.origin)
+                spec.loader = _InstrumentingLoader(fullname, spec.origin, self.functions)
                 return spec
             return None
         return None
@@ -345,12 +444,24 @@ class ImportHook(importlib.abc.MetaPathFinder):
     def __exit__(self, *exc_info: object) -> None:
         self.uninstall()
 
+    @staticmethod
+    def unchecked() -> list[str]:
+        """What was left unchecked so far and why, one line each, with the function and its
+        file:line (a hint naming a class that never becomes defined, an annotation jaxtyping
+        itself could not check)."""
+        return notes()
+
     def __repr__(self) -> str:
-        return f"ImportHook({', '.join(map(repr, self.packages))})"
+        shown = ", ".join(map(repr, self.packages))
+        return (
+            f"ImportHook({shown})"
+            if self.functions == "all"
+            else (f"ImportHook({shown}, functions={self.functions!r})")
+        )
 
 
-def install_import_hook(*packages: str) -> ImportHook:
-    """Check every jaxtyping-annotated function of ``packages`` imported from now on.
+def install_import_hook(*packages: str, functions: str = "all") -> ImportHook:
+    """Check every annotated function of ``packages`` imported from now on.
 
     Each name is a top-level package or a dotted subpackage/module (``"mypkg"``,
     ``"mypkg.models"``); the hook covers it and every module inside it. Returns the
@@ -359,12 +470,23 @@ def install_import_hook(*packages: str) -> ImportHook:
         with install_import_hook("mypkg"):
             import mypkg          # mypkg's annotated functions are now @typed_flops
 
+    ``functions="all"`` (the default, as jaxtyping's hook) checks every function and
+    method with a hint, plain hints with beartype's semantics; ``functions="tensors"``
+    only those with a jaxtyping array annotation. A hint typedflops cannot check is left
+    unchecked and listed by :meth:`ImportHook.unchecked`, never a reason to refuse the
+    module.
+
     A module of ``packages`` that is already imported is not re-imported (a warning says
     which); import the package after installing the hook.
     """
     if not packages or not all(isinstance(p, str) and p for p in packages):
         raise TypeError("install_import_hook() takes one or more package names as strings")
-    hook = ImportHook(packages)
+    if functions not in FUNCTIONS:
+        raise TypeError(
+            f"install_import_hook(functions={functions!r}): expected one of "
+            + ", ".join(map(repr, FUNCTIONS))
+        )
+    hook = ImportHook(packages, functions)
     already = sorted(name for name in sys.modules if hook.covers(name))
     if already:
         warnings.warn(

@@ -2,13 +2,17 @@
 
 ``pytest --typedflops=mypkg,other``
     installs :func:`typedflops.tools.import_hook.install_import_hook` for the named packages
-    before conftest files and tests are imported, so every jaxtyping-annotated function in
-    them is checked during the run. The option can be repeated.
+    before conftest files and tests are imported, so every annotated function in them is
+    checked during the run (``--typedflops-only-tensors``: only those with a jaxtyping array
+    annotation). The option can be repeated. Hints that could not be checked are listed
+    once at the end, with each function's file:line.
 ``pytest --typedflops-report``
-    prints, at the end of the session, one row per ``@typed_flops`` function that ran
-    (with checks on), per set of dims it was called with (``...`` included): calls, the
-    dims, its FLOP formula, FLOPs per call and over those calls (a caller's FLOPs include
-    its nested decorated calls); uncounted ops by name, and why a "?" could not be costed.
+    prints, at the end of the session, one row per ``@typed_flops`` function with an array
+    annotation that ran (with checks on), per set of dims it was called with (``...``
+    included): calls, the dims, its FLOP formula, FLOPs per call and over those calls (a
+    caller's FLOPs include its nested decorated calls); uncounted ops by name, and why a
+    "?" could not be costed. Under pytest-xdist (``-n 2``) each worker sends its rows to the
+    controller, which prints one report.
 
 With either option a test that fails with a :class:`~typedflops.errors.ContractError`
 is reported compactly: the test's line, the line that made the bad call, and the error's
@@ -22,19 +26,15 @@ does not use the options pays nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+import typing
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..text import text_table
-
 if TYPE_CHECKING:
-    from ..contract.function import CheckedFunction
-    from ..contract.scope import CallState
-    from ..cost.engine.dryrun import Probe
-    from ..cost.types import Cost
+    from .call_report import CallTally
     from .import_hook import ImportHook
 
 __all__ = [
@@ -43,16 +43,13 @@ __all__ = [
     "pytest_load_initial_conftests",
     "pytest_runtest_makereport",
     "pytest_runtest_teardown",
+    "pytest_sessionfinish",
     "pytest_terminal_summary",
+    "pytest_testnodedown",
     "pytest_unconfigure",
 ]
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
-_MAX_DIMS_SHOWN = 5
-_MAX_DIMS_WIDTH = 60
-
-Size = int | tuple[int, ...]
-Binding = tuple[tuple[str, Size], ...]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,8 +59,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="PKG[,PKG...]",
-        help="check every jaxtyping-annotated function of these packages with @typed_flops "
+        help="check every annotated function of these packages with @typed_flops "
         "(an import hook installed before tests are imported; repeatable)",
+    )
+    group.addoption(
+        "--typedflops-only-tensors",
+        action="store_true",
+        default=False,
+        help="with --typedflops, check only the functions with a jaxtyping array annotation "
+        "(by default every annotated function is checked, plain hints with beartype's "
+        "semantics)",
     )
     group.addoption(
         "--typedflops-report",
@@ -92,29 +97,42 @@ def packages_from_option(values: Sequence[str]) -> list[str]:
 _hook_key: pytest.StashKey[ImportHook] = pytest.StashKey()
 _tally_key: pytest.StashKey[CallTally] = pytest.StashKey()
 _active_key: pytest.StashKey[bool] = pytest.StashKey()
+# What pytest-xdist workers sent the controller: their records and notes.
+_sent_key: pytest.StashKey[list[dict[str, Any]]] = pytest.StashKey()
 
 
-def _install_hook(config: pytest.Config, values: Sequence[str]) -> None:
+def _install_hook(config: pytest.Config, values: Sequence[str], only_tensors: bool) -> None:
     packages = packages_from_option(values)
     if packages and _hook_key not in config.stash:
+        from ..contract.unchecked import take_notes
         from .import_hook import install_import_hook
 
-        config.stash[_hook_key] = install_import_hook(*packages)
+        functions = "tensors" if only_tensors else "all"
+        config.stash[_hook_key] = install_import_hook(*packages, functions=functions)
+        take_notes()  # (what an earlier run in this process noted is not this run's)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # Before conftest files are imported: a conftest that imports the package must
     # already get the checked version.
-    _install_hook(early_config, getattr(early_config.known_args_namespace, "typedflops", []))
+    known = early_config.known_args_namespace
+    _install_hook(
+        early_config,
+        getattr(known, "typedflops", []),
+        getattr(known, "typedflops_only_tensors", False),
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     values: list[str] = config.getoption("typedflops")
     report: bool = config.getoption("typedflops_report")
     config.stash[_active_key] = bool(packages_from_option(values)) or report
-    _install_hook(config, values)  # when the plugin was registered after that hook ran
+    # (when the plugin was registered after that hook ran)
+    _install_hook(config, values, config.getoption("typedflops_only_tensors"))
     if report:
+        from .call_report import CallTally
+
         tally = CallTally()
         tally.start()
         config.stash[_tally_key] = tally
@@ -179,177 +197,6 @@ def pytest_runtest_makereport(
 # -- the report -------------------------------------------------------------------------
 
 
-class _Entry:
-    """What the tally knows of one function: its calls and costs, per binding of its dims."""
-
-    __slots__ = ("calls", "costs", "function", "name", "pending")
-
-    def __init__(self, function: CheckedFunction[..., Any]) -> None:
-        self.function = function
-        self.name = function.name
-        self.calls: dict[Binding, int] = {}
-        # A Cost, or why none could be had (shown after the table).
-        self.costs: dict[Binding, Cost | str] = {}
-        # Bindings not costed yet, with the probe that rebuilds the call (shapes, not
-        # tensors; a module it was called on): held until the test ends, no longer.
-        self.pending: dict[Binding, Probe] = {}
-
-
-class CallTally:
-    """Counts the checked calls of every ``@typed_flops`` function and the dims they bound.
-
-    Cheap per call (a dict update). Each distinct binding of a function's dims (``...``
-    included) is costed once, by dry runs, when the test that made it ends
-    (:meth:`settle`). Calls made by dry runs are not counted. It observes calls through
-    ``typedflops.contract.function.add_call_observer``: every call whose arguments and return
-    passed.
-    """
-
-    def __init__(self) -> None:
-        # One entry per function definition: a function decorated anew in each test (or
-        # each iteration of a loop) is one row.
-        self.entries: dict[tuple[str, str, int], _Entry] = {}
-        self._remove: Callable[[], None] | None = None
-
-    def start(self) -> None:
-        """Begin observing calls."""
-        from ..contract.function import add_call_observer
-
-        self._remove = add_call_observer(self.observe)
-
-    def stop(self) -> None:
-        """Stop observing calls (what was counted stays)."""
-        if self._remove is not None:
-            self._remove()
-            self._remove = None
-
-    def observe(
-        self,
-        function: CheckedFunction[..., Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        state: CallState,
-    ) -> None:
-        """Count one call whose arguments passed the check, with the dims they bound."""
-        from ..cost.engine.probes import call_dims, call_probe
-
-        key = (function.__module__, function.name, _first_line(function))
-        entry = self.entries.get(key)
-        if entry is None:
-            entry = self.entries[key] = _Entry(function)
-        dims = call_dims(function, args, kwargs, state.sizes)
-        binding = tuple(dims.items())
-        count = entry.calls.get(binding, 0)
-        entry.calls[binding] = count + 1
-        if not count:
-            entry.pending[binding] = call_probe(function, args, kwargs, state.sizes)
-
-    def settle(self) -> None:
-        """Cost the bindings seen since the last call (dry runs), then let go."""
-        from ..cost.engine.dryrun import measure
-
-        observing = self._remove is not None
-        self.stop()
-        try:
-            for entry in self.entries.values():
-                for binding, probe in entry.pending.items():
-                    try:
-                        entry.costs[binding] = measure(probe)
-                    except Exception as exc:  # a body that cannot dry-run: "?", and why
-                        reason = str(exc).splitlines()[0] if str(exc) else ""
-                        entry.costs[binding] = f"{type(exc).__name__}: {reason}"[:160]
-                entry.pending.clear()
-        finally:
-            if observing:
-                self.start()
-
-    def rows(self) -> tuple[list[list[str]], list[str]]:
-        """One row per function and binding (functions sorted by name): name, calls, dims,
-        formula, FLOPs per call, FLOPs over the calls; and the notes under the table."""
-        from ..text import format_count
-
-        self.settle()
-        entries = sorted(self.entries.values(), key=lambda entry: entry.name)
-        names = [entry.name for entry in entries]
-        qualified = [_qualified_name(entry) for entry in entries]
-        rows: list[list[str]] = []
-        notes: list[str] = []
-        uncounted: list[str] = []
-        inexact = False
-        for entry in entries:
-            name = entry.name
-            if names.count(name) > 1:  # same name, other modules (or other definitions)
-                name = _qualified_name(entry)
-                if qualified.count(name) > 1:
-                    name += f":{_first_line(entry.function)}"
-            bindings = list(entry.calls)
-            shown = bindings[:_MAX_DIMS_SHOWN]
-            for index, binding in enumerate(shown):
-                cost = entry.costs.get(binding, "not costed")
-                calls = entry.calls[binding]
-                label = name if index == 0 else ""
-                dims = _shortened(_binding_text(binding), _MAX_DIMS_WIDTH)
-                if isinstance(cost, str):
-                    rows.append([label, str(calls), dims, "?", "?", "?"])
-                    notes.append(f"? {entry.name}({_binding_text(binding)}): {cost}")
-                    continue
-                mark = "" if cost.exact else "~ "
-                inexact |= not cost.exact
-                uncounted.extend(cost.uncounted)
-                rows.append(
-                    [
-                        label,
-                        str(calls),
-                        dims,
-                        mark + str(cost.formula),
-                        format_count(cost.flops),
-                        format_count(calls * cost.flops),
-                    ]
-                )
-            if len(bindings) > len(shown):
-                more = bindings[len(shown) :]
-                count = sum(entry.calls[b] for b in more)
-                rows.append(["", str(count), f"+{len(more)} more dims", "", "", ""])
-        if uncounted:
-            ops = ", ".join(dict.fromkeys(uncounted))
-            notes.append(f"uncounted ops (ran, no FLOP rule): {ops}")
-        if inexact:
-            notes.append("~ formula holds at these sizes only (not checked at other sizes)")
-        return rows, notes
-
-    def table(self) -> list[str]:
-        """The report as lines of text."""
-        rows, notes = self.rows()
-        if not rows:
-            return ["no @typed_flops function ran with checks on"]
-        header = ["function", "calls", "dims", "formula", "FLOPs/call", "FLOPs"]
-        return [*text_table(header, rows, right={1, 4, 5}).splitlines(), *notes]
-
-
-def _qualified_name(entry: _Entry) -> str:
-    return f"{entry.function.__module__}.{entry.name}"
-
-
-def _first_line(function: CheckedFunction[..., Any]) -> int:
-    code = getattr(function.__wrapped__, "__code__", None)
-    return code.co_firstlineno if code is not None else 0
-
-
-def _shortened(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters, with ``...`` saying so.
-
-    >>> _shortened("batch=8, d_in=4, d_out=3", 16)
-    'batch=8, d_in...'
-    """
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _binding_text(binding: Binding) -> str:
-    from ..contract.scope import size_text  # here, not at import: the plugin must not import torch
-
-    return ", ".join(f"{n}={size_text(s)}" for n, s in binding) or "-"
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     try:
@@ -360,10 +207,57 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
             tally.settle()
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    tally = config.stash.get(_tally_key, None)
-    if tally is None:
+def _is_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker (its controller prints the summary)."""
+    return hasattr(config, "workerinput")
+
+
+def _unchecked() -> list[str]:
+    import sys
+
+    if "typedflops.contract.unchecked" not in sys.modules:
+        return []  # nothing was decorated, so nothing was left unchecked
+    from ..contract.unchecked import notes
+
+    return notes()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if not _is_worker(config) or not config.stash.get(_active_key, False):
         return
-    terminalreporter.write_sep("=", "typedflops report")
-    for line in tally.table():
-        terminalreporter.write_line(line)
+    # A pytest-xdist worker hands what it counted to the controller (plain data).
+    tally = config.stash.get(_tally_key, None)
+    output: dict[str, Any] = typing.cast(Any, config).workeroutput
+    output["typedflops"] = {
+        "records": tally.records() if tally is not None else [],
+        "unchecked": _unchecked(),
+    }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's hook on the controller: a worker finished; keep what it sent."""
+    sent = getattr(node, "workeroutput", {}).get("typedflops")
+    if sent is not None:
+        node.config.stash.setdefault(_sent_key, []).append(sent)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if not config.stash.get(_active_key, False):
+        return
+    from .call_report import merge, table
+
+    sent = config.stash.get(_sent_key, [])
+    unchecked = list(dict.fromkeys([*_unchecked(), *(n for s in sent for n in s["unchecked"])]))
+    tally = config.stash.get(_tally_key, None)
+    if tally is not None:
+        records = merge([tally.records(), *(s["records"] for s in sent)])
+        terminalreporter.write_sep("=", "typedflops report")
+        for line in table(records):
+            terminalreporter.write_line(line)
+    if unchecked:
+        terminalreporter.write_sep("-", f"typedflops: {len(unchecked)} hints not checked")
+        for line in unchecked:
+            terminalreporter.write_line(line)

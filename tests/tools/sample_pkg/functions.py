@@ -74,12 +74,13 @@ def already_decorated(v: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
 
 
 def add(a: int, b: int) -> int:
-    """Annotated, but with no jaxtyping annotation: left undecorated."""
+    """Annotated, but with no jaxtyping annotation: checked with beartype's semantics
+    (left alone with ``functions="tensors"``)."""
     return a + b
 
 
 def make_inner() -> Callable[[Tensor], Tensor]:
-    """A function defined inside a function is left undecorated."""
+    """A function defined inside a function is left undecorated (this one is checked)."""
 
     def inner(x: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
         return x

@@ -34,7 +34,15 @@ from torch.overrides import TorchFunctionMode
 from . import stand_ins  # noqa: F401  (defines torch.ops.typedflops._fused_rms_norm)
 from .frames import no_frame
 
-__all__ = ["SDPA", "TargetKernels", "attention_on_meta", "kernels_of", "meta_target", "on_target"]
+__all__ = [
+    "SDPA",
+    "TargetKernels",
+    "attention_on_meta",
+    "describe_kernels",
+    "kernels_of",
+    "meta_target",
+    "on_target",
+]
 
 SDPA = F.scaled_dot_product_attention
 RMS_NORM = F.rms_norm
@@ -62,6 +70,22 @@ def kernels_of(device_type: str | None) -> Iterator[None]:
         yield
     finally:
         _meta_target.reset(token)
+
+
+def describe_kernels(device_type: str | None) -> str:
+    """In words, the kernels a dry run costs for ``device_type`` (as reports name them).
+
+    >>> describe_kernels("cuda")
+    "a GPU's (attention as torch picks it there: flash for 16-bit inputs; CUDA's fused RMS norm)"
+    """
+    if device_type == "cuda":
+        return (
+            "a GPU's (attention as torch picks it there: flash for 16-bit inputs; "
+            "CUDA's fused RMS norm)"
+        )
+    if device_type == "cpu":
+        return "a CPU's (attention as torch picks it there: its fused flash kernel)"
+    return "meta's own (math attention, which keeps the s x s scores)"
 
 
 def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -56,7 +56,8 @@ class Recorder:
 
     def table(self) -> str:
         """A text table: function, calls, dims, formula, FLOPs and bytes per call, intensity
-        (and time, FLOP/s, MFU where measured); the total; uncounted ops by name."""
+        (and time, FLOP/s, MFU where measured); the ops run outside any decorated call (such
+        as making the inputs), when there are any; the total; uncounted ops by name."""
         header = ["function", "calls", "dims", "formula", "FLOPs", "bytes", "FLOP/B"]
         rows = self.rows()
         timed = any("measurement" in row for row in rows)
@@ -84,6 +85,15 @@ class Recorder:
                     f"{measured['mfu']:.1%}" if measured.get("mfu") is not None else "",
                 ]
             body.append(cells)
+        forward, _, read, written = self.session.root.own_counts()
+        if forward or read or written:
+            # Ops run outside any decorated call (making the inputs, a loss): in the total.
+            moved = read + written
+            body.append(
+                ["(outside calls)", "", "", "", format_count(forward), format_count(moved)]
+                + [f"{forward / moved:.3g}" if moved else "-"]
+                + [""] * (len(header) - 7)
+            )
         total = self.total
         inexact |= not total.exact
         body.append(

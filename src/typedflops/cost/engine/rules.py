@@ -1,6 +1,6 @@
 """The FLOP rules, one registered function per op family, and the conventions they follow.
 
-Conventions (the only place they are written; the README quotes them):
+Conventions (the only place they are written; the documentation quotes them):
 
 - One FLOP per scalar multiply, add, compare or divide; accumulators start at zero. Only
   floating-point (and complex) values count: ops on integer or boolean tensors (masks,
