@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from jaxtyping import Float, Int
@@ -73,7 +74,8 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True)
         else:
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            mask: Tensor = self.get_buffer("bias")
+            att = att.masked_fill(mask[:, :, :T, :T] == 0, float("-inf"))
             att = self.attn_dropout(F.softmax(att, dim=-1))
             y = att @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -124,7 +126,7 @@ class GPT(nn.Module):
             }
         )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # tied
+        cast(nn.Embedding, self.transformer["wte"]).weight = self.lm_head.weight  # tied
         for name, parameter in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(parameter, std=0.02 / math.sqrt(2 * config.n_layer))
@@ -137,10 +139,11 @@ class GPT(nn.Module):
         t = idx.size(1)
         assert t <= self.config.block_size, f"sequence of {t} past block size"
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for block in self.transformer.h:
+        parts: Any = self.transformer
+        x = parts.drop(parts.wte(idx) + parts.wpe(pos))
+        for block in parts.h:
             x = block(x)
-        x = self.transformer.ln_f(x)
+        x = parts.ln_f(x)
         if targets is None:
             return self.lm_head(x[:, [-1], :]), None
         logits = self.lm_head(x)

@@ -15,7 +15,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
-from nanogpt import GPT, Block, GPTConfig
+from nanogpt import GPT, MLP, Block, GPTConfig
 from torch import Tensor, nn
 
 from typedflops import Cost, typed_flops
@@ -182,7 +182,8 @@ NANO = GPTConfig(block_size=64, vocab_size=96, n_layer=2, n_head=4, n_embd=128)
 
 def _gpt_cost(base: GPTConfig, **dims: int) -> Callable[[Mapping[str, int]], Cost]:
     def cost_at(changes: Mapping[str, int]) -> Cost:
-        fields = {k: v for k, v in changes.items() if k in ("vocab_size", "n_layer", "n_embd")}
+        wanted = ("vocab_size", "n_layer", "n_embd")
+        fields: dict[str, Any] = {k: v for k, v in changes.items() if k in wanted}
         sizes = {**dims, **{k: v for k, v in changes.items() if k in dims}}
         model = GPT(dataclasses.replace(base, **fields))
         cost: Cost = GPT.forward.estimate(model, **sizes, targets=True)
@@ -259,6 +260,20 @@ def test_typed_transformer_lm_at_several_configs(
     # than at batch 2 and up, so the saved bytes hold at batch 1 only.
     assert cost.forward.exact and cost.backward.exact and cost.matmul.exact
     assert cost.activation.exact == (batch > 1)
+    assert cost.fixed == {}  # every size of the model was changed by building it again
     other = {"vocab": 24, "context": 40, "d_model": 24, "n_layers": 4, "n_heads": 3}
     other.update({"d_head": 6, "d_ff": 20, "batch": 3, "seq": 6})
     assert_holds_where_rebuilt(cost, cost_at, other, alone=False)
+
+
+def test_nanogpt_mlp_at_a_width_whose_hidden_size_is_block_size() -> None:
+    # n_embd=64: the hidden width 4 * 64 = 256 = block_size; the MLP keeps no config.
+    config = GPTConfig(block_size=256, vocab_size=96, n_layer=1, n_head=4, n_embd=64)
+    cost = MLP.forward.estimate(MLP(config), b=2, t=8, n_embd=64)
+    assert cost.exact and symbols(cost) <= {"b", "t", "n_embd"}
+    b, t, n_embd = sympy.symbols("b t n_embd")
+    assert sympy.expand(cost.matmul_formula - 16 * b * t * n_embd**2) == 0
+    wider = GPTConfig(block_size=256, vocab_size=96, n_layer=1, n_head=4, n_embd=96)
+    again = MLP.forward.estimate(MLP(wider), b=3, t=5, n_embd=96)
+    for name, term in cost.terms.items():
+        assert term.at({"b": 3, "t": 5, "n_embd": 96}) == again.terms[name].count, name

@@ -31,7 +31,8 @@ def assert_exact_where_marked(
 ) -> Cost:
     """Every term of ``cost`` marked exact gives, at ``other`` sizes, the count of a dry
     run there; returns that run's Cost."""
-    again: Cost = function.estimate(**other, **options)
+    sizes: dict[str, Any] = {**other, **options}
+    again: Cost = function.estimate(**sizes)
     assert_true_at_own_sizes(again)
     values = {**cost.dims, **other}
     for name, term in cost.terms.items():
@@ -135,7 +136,8 @@ def test_steps_that_are_no_polynomial_are_never_exact_and_wrong(base: int, other
         (halved, {"n": base}, {"n": other}),
         (on_parity, {"n": base, "d": 2}, {"n": other, "d": 2}),
     ):
-        cost = function.estimate(**sizes)
+        given: dict[str, Any] = dict(sizes)
+        cost = function.estimate(**given)
         assert_true_at_own_sizes(cost)
         assert_exact_where_marked(function, cost, others)
 

@@ -347,7 +347,9 @@ def _cost(
     used = {str(symbol) for term in terms.values() for symbol in term.formula.free_symbols}
     dims.update({name: values[name] for name in sorted(used - dims.keys()) if name in values})
     fixed = {name: size for name, size in dims.items() if name not in changed}
-    for name, size in probe.names.items():
+    # A module that cannot be built again holds its sizes (``self.d_ff``) at their values;
+    # one that can was changed in each (its submodules' names are no sizes of its own).
+    for name, size in probe.names.items() if probe.rebuild is None else ():
         if name not in changed and name not in fixed and name not in bound:
             fixed[name] = size
     events = base.events
