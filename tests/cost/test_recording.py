@@ -126,6 +126,49 @@ def test_a_registered_python_function_replaces_what_it_runs() -> None:
     assert str(body.estimate(n=10).formula) == "6*n"
 
 
+def test_a_record_fills_every_field_an_estimate_does() -> None:
+    from typedflops.nn import TwoLayerMLP
+    from typedflops.planning import step_mfu
+
+    model = TwoLayerMLP(16, 32, 8)
+    x = torch.randn(4, 16)
+    with record() as rec:
+        model(x)
+    cost, estimated = rec.total, model.estimate(batch=4)
+    assert (cost.flops, cost.backward_flops) == (estimated.flops, estimated.backward_flops)
+    assert cost.matmul_flops == estimated.matmul_flops == 2 * 4 * 32 * (16 + 8)
+    assert cost.activation_bytes == estimated.activation_bytes > 0
+    (row,) = rec.calls
+    assert row.cost().matmul_formula == estimated.matmul_formula
+    assert step_mfu(cost, 1e-3, peak=1e12) == 3 * cost.matmul_flops / 1e-3 / 1e12
+
+
+@pytest.mark.parametrize("target", [None, "cpu", "cuda"])
+def test_a_record_on_meta_counts_what_an_estimate_does(target: str | None) -> None:
+    """GPT-2's attention (d_model 768, 12 heads) on meta tensors: record() and estimate()
+    cost the same kernels, those kernels_of() names (meta's own without it)."""
+    from typedflops.nn.attention import Attention
+    from typedflops.planning import kernels_of
+
+    on_meta = Attention(768, 12, bias=True, device="meta")
+    x = torch.empty(2, 128, 768, device="meta")
+    with kernels_of(target):
+        with record() as rec:
+            on_meta(x)
+        estimated = on_meta.estimate(batch=2, seq=128)
+    assert (rec.total.flops, rec.total.backward_flops) == (
+        estimated.flops,
+        estimated.backward_flops,
+    )
+    assert rec.total.matmul_flops == estimated.matmul_flops
+    if target == "cpu":  # and the kernels of a call that runs on a CPU
+        on_cpu = Attention(768, 12, bias=True).estimate(batch=2, seq=128)
+        assert (rec.total.flops, rec.total.backward_flops) == (
+            on_cpu.flops,
+            on_cpu.backward_flops,
+        )
+
+
 def test_the_table_shows_the_ops_outside_calls_so_that_its_bytes_add_up() -> None:
     """Making the inputs inside the block writes their bytes: the total counts them, and
     the table says where they went (a row of their own) instead of leaving a gap."""

@@ -30,9 +30,10 @@ from .. import devices
 from ..config import disabled
 from ..contract.scope import display_name
 from ..cost.engine.counter import suspended
-from ..cost.engine.frames import current_frame, no_frame
+from ..cost.engine.frames import no_frame
 from ..cost.engine.probes import call_cost
-from ..cost.engine.recorder import RecordSession
+from ..cost.engine.recording import current_mode
+from ..cost.engine.works import note_measured
 from ..devices.cpu import last_level_cache_bytes
 from ..errors import SpecError
 from ..roofline import Bound, attainable, bound, ridge_point
@@ -553,11 +554,9 @@ def benchmark(
     clock = _clock_for(device, flush_l2)
     # The contract was checked above: the timed runs are the body alone (checks off), and
     # they are not recorded as calls of their own.
-    frame = current_frame()
-    session = frame.session if frame is not None else None
     with (
         disabled(),
-        suspended(getattr(session, "mode", None)),
+        suspended(current_mode()),
         no_frame(),
         _progress_bar(display_name(fn), progress) as bar,
     ):
@@ -581,7 +580,5 @@ def benchmark(
         bandwidth=None if spec is None else spec.bandwidth,
         peak_source=source,
     )
-    if isinstance(session, RecordSession):
-        name = getattr(cost, "function", None) or display_name(fn)
-        session.add_measured(name, cost, measurement)
+    note_measured(getattr(cost, "function", None) or display_name(fn), cost, measurement)
     return measurement

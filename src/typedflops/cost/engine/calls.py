@@ -1,6 +1,6 @@
-"""A decorated call while a session counts: which frame its ops go to, or, for a call whose
-cost is already known (a ``record()`` row seen before, a block repeated in a dry run), run
-with counting out of the way and its known events or counts reused."""
+"""A decorated call while a dry run counts: which frame its ops go to, or, for a block
+repeated in the run, run with counting out of the way and its first call's events reused.
+(``record()`` counts every call as it ran: see :mod:`.recorder`.)"""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from .fit import Size, evaluate, size_value
 from .frames import Frame, in_frame, owned_by
 from .kernels import TargetKernels
 from .probes import call_dims
-from .recorder import RecordSession, Row
-from .session import RunSession, Session, declared_event
+from .session import RunSession, declared_event
 from .shortcut import Shortcut, shortcut_of, stand_in
 from .signature import structural_signature
 
@@ -24,13 +23,12 @@ __all__ = ["CallHandle", "begin_call", "counted_call"]
 
 
 class CallHandle:
-    """One decorated call while a session counts.
+    """One decorated call while a dry run counts.
 
     ``kind`` is ``"count"`` (its ops go to ``frame``), ``"inline"`` (part of a declared
-    call's body: its ops go to the enclosing frame), ``"cached"`` (a ``record()`` row seen
-    before) or ``"replay"`` (a block repeated in a dry run: its first call's events are
-    copied); the last two run the body with counting out of the way, and a replay whose
-    first call returned a fresh tensor does not run it (see :mod:`.shortcut`).
+    call's body: its ops go to the enclosing frame) or ``"replay"`` (a block repeated in
+    the run: its first call's events are copied, the body runs with counting out of the
+    way, or not at all where its first call returned a fresh tensor: see :mod:`.shortcut`).
     """
 
     __slots__ = (
@@ -41,19 +39,17 @@ class CallHandle:
         "kwargs",
         "mark",
         "replay",
-        "row",
         "session",
         "start",
     )
 
     def __init__(
         self,
-        session: Session,
-        frame: Frame | None,
+        session: RunSession,
+        frame: Frame,
         fn: CheckedFunction[..., Any],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
-        row: Row | None,
         kind: str,
     ) -> None:
         self.session = session
@@ -61,7 +57,6 @@ class CallHandle:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
-        self.row = row
         self.kind = kind
         self.start = 0
         self.mark = 0
@@ -78,23 +73,18 @@ class CallHandle:
     def stand_in(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         """The result of a repeated block without running its body (inside :meth:`scope`)."""
         shortcut = self.shortcut
-        assert shortcut is not None and isinstance(self.session, RunSession)
-        assert self.session.saved is not None
+        assert shortcut is not None and self.session.saved is not None
         return stand_in(shortcut, self.frame, args, kwargs, self.session.saved)
 
     def scope(self) -> contextlib.AbstractContextManager[Any]:
-        """The context the body runs in: its frame, or counting out of the way. In a dry
-        run the call also owns what autograd saves while it runs (repeated or not)."""
-        dry_run = isinstance(self.session, RunSession)
-        if self.kind not in ("cached", "replay") and not dry_run:
-            return in_frame(self.frame)
+        """The context the body runs in: its frame, or counting out of the way; the call
+        owns what autograd saves while it runs (repeated or not)."""
         stack = contextlib.ExitStack()
-        if dry_run:
-            stack.enter_context(owned_by(self.frame))
-        if self.kind in ("cached", "replay"):
+        stack.enter_context(owned_by(self.frame))
+        if self.kind == "replay":
             stack.enter_context(suspended(self.session.mode))
             stack.enter_context(in_frame(None))
-            target = self.session.target if isinstance(self.session, RunSession) else None
+            target = self.session.target
             if target is not None:
                 stack.enter_context(TargetKernels(target))
         else:
@@ -104,10 +94,6 @@ class CallHandle:
     def finish(self, bound: Mapping[str, Size], result: Any = None) -> None:
         """Close the call after its body returned ``result`` and it passed the checks."""
         session = self.session
-        if isinstance(session, RecordSession):
-            session.finish(self.kind, self.row, self.frame, self.fn, self.args, self.kwargs, bound)
-            return
-        assert isinstance(session, RunSession) and self.frame is not None
         if self.kind == "replay":
             assert self.replay is not None
             _, first, events, _ = self.replay
@@ -158,20 +144,17 @@ def begin_call(
     *,
     cached: bool = True,
 ) -> CallHandle:
-    """Open a decorated call while a session (a dry run or ``record()``) is counting.
+    """Open a decorated call while a dry run is counting.
 
     ``cached=False`` counts the call even when its cost is known (an async body, whose
     awaits let other tasks run in the meantime, is never run with counting paused).
     """
     session = frame.session
-    if isinstance(session, RecordSession):
-        kind, child, row = session.begin(frame, fn, args, kwargs, fresh=not cached)
-        return CallHandle(session, child, fn, args, kwargs, row, kind)
     assert isinstance(session, RunSession)
     child = session.child(fn.name, fn.declared is not None)
     if child is frame:
-        return CallHandle(session, child, fn, args, kwargs, None, "inline")
-    handle = CallHandle(session, child, fn, args, kwargs, None, "count")
+        return CallHandle(session, child, fn, args, kwargs, "inline")
+    handle = CallHandle(session, child, fn, args, kwargs, "count")
     if cached and fn.declared is None:
         try:
             # Inside a checkpoint region the same block saves nothing: not alike.
@@ -199,7 +182,7 @@ def counted_call(
     bound: Callable[[], Mapping[str, Size]],
     body: Callable[[], Any],
 ) -> Any:
-    """Run a decorated call while a session is counting."""
+    """Run a decorated call while a dry run is counting."""
     handle = begin_call(frame, fn, args, kwargs)
     with handle.scope():
         result = body()

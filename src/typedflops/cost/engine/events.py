@@ -34,9 +34,13 @@ class Group:
     serial: int
 
 
-@dataclass
+@dataclass(eq=False)
 class Event:
-    """One ``aten`` op as it ran: what it saw (no tensors, only their metadata) and costs."""
+    """One ``aten`` op as it ran: what it saw (no tensors, only their metadata) and costs.
+
+    Events are compared and hashed by identity (``record()`` keys calls on the events
+    they ran, each kept once per distinct op).
+    """
 
     op: str
     func: Any

@@ -1,377 +1,474 @@
-"""``record()``: the decorated calls and ops a block ran, as a tree of rows.
+"""``record()``'s rows and their costs, computed when asked for.
 
-Each row is one decorated function called with one signature (shapes, dtypes, which
-tensors require grad, the module, non-tensor arguments) under one parent row. Its first
-call is counted op by op; later calls with the same signature run with counting paused and
-only add to the row's call count, so a recording costs memory per distinct row, not per
-call, and a repeated call costs little more than an unrecorded one. Nothing keeps a user's
-tensor: events hold shapes, and a row keeps a weak reference to its module.
-
-Costs are computed when asked for: counts from what ran, formulas fitted by dry runs of
-the row's function at its dims (see :mod:`.dryrun`), reused for rows of the same function
-that differ only in sizes when the formula gives their counts.
+A :class:`Row` is one work (see :mod:`.works`: a decorated function that did the same work
+on every call it counts) under one parent row, with its number of calls. Its counts are
+the sums of what its calls ran. Its formulas come from dry runs of the function at the
+row's dims (see :mod:`.dryrun`), taken only where they give the row's own counts: one fit
+serves every row of a function called alike (same non-tensor arguments, modules built
+alike) whose counts it gives; a row whose counts no fit gives keeps its counts as numbers,
+marked not exact. The total adds every row and every op outside a decorated call.
 """
 
 from __future__ import annotations
 
-import contextlib
-import weakref
+import dataclasses
+import functools
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from fractions import Fraction
+from typing import Any, cast
 
 import sympy
-import torch
 
-from ...contract.function import CheckedFunction
 from ..types import Cost, OpCost, Term
 from .backward import backward_of
-from .counter import counting
-from .dryrun import Probe, measure
+from .dryrun import measure
 from .events import Event
-from .fit import Size, evaluate, size_value, total
-from .frames import Frame, current_frame, in_frame
-from .probes import call_dims, call_probe, stub
-from .session import Session, declared_event
-from .signature import signature, signature_without_sizes
+from .fit import evaluate, size_value, total
+from .works import RecordSession, Work
 
-__all__ = ["RecordSession", "Row", "merged_total", "torch_counts"]
+__all__ = [
+    "Counts",
+    "Row",
+    "counts_of",
+    "loose_counts",
+    "merged_total",
+    "torch_counts",
+    "work_cost",
+]
+
+# At most this many fits per function called alike; rows beyond keep numbers.
+_FITS_PER_KEY = 4
+# A call of more ops than this is not fitted: its dry runs would take as long as an
+# estimate of it, several times over (a forward through 10,000 blocks); its counts stay
+# numbers, marked not exact.
+FIT_LIMIT = 20_000
+# A total with more distinct (formula, dims) terms than this is given as a number.
+_TERMS = 24
+
+
+class Counts:
+    """What one call of a work ran: FLOPs (forward, backward, of matrix products, run
+    again in backward), bytes, the FLOPs FlopCounterMode has formulas for, and the names
+    of ops without a rule."""
+
+    __slots__ = (
+        "backward",
+        "events",
+        "forward",
+        "matmul",
+        "read",
+        "recompute",
+        "torch_backward",
+        "torch_forward",
+        "uncounted",
+        "written",
+    )
+
+    def __init__(self) -> None:
+        self.forward = self.backward = self.read = self.written = self.events = 0
+        self.matmul = self.recompute = self.torch_forward = self.torch_backward = 0
+        self.uncounted: dict[str, None] = {}
+
+    def add_event(self, event: Event, times: int = 1) -> None:
+        """Add an op that ran ``times`` times."""
+        flops = event.flops * times
+        self.events += times
+        self.forward += flops
+        self.read += event.bytes_read * times
+        self.written += event.bytes_written * times
+        if event.entry is not None and event.entry.matmul:
+            self.matmul += flops
+        if event.recomputed:
+            self.recompute += flops
+        if event.torch_counted:
+            self.torch_forward += flops
+        if not event.counted:
+            self.uncounted[event.op] = None
+        if event.needs_grad:
+            found = backward_of(event)
+            self.backward += found.flops * times
+            self.torch_backward += times * sum(e.flops for e in found.events if e.torch_counted)
+            self.uncounted.update(dict.fromkeys(found.uncounted))
+
+    def add(self, other: Counts, times: int = 1) -> None:
+        """Add another work's counts, ``times`` calls of it."""
+        for name in _NUMBERS:
+            setattr(self, name, getattr(self, name) + times * getattr(other, name))
+        self.uncounted.update(other.uncounted)
+
+
+_NUMBERS = tuple(name for name in Counts.__slots__ if name != "uncounted")
+
+
+def counts_of(work: Work) -> Counts:
+    """The counts of one call of ``work`` (kept on it: a work does not change)."""
+    if work._counts is not None:
+        return cast(Counts, work._counts)
+    # Depth-first without recursion: a recursive function makes works nested as deep.
+    pending: list[tuple[Work, bool]] = [(work, False)]
+    while pending:
+        current, ready = pending.pop()
+        if current._counts is not None:
+            continue
+        children = current.children()
+        if not ready:
+            pending.append((current, True))
+            pending.extend((child, False) for child, _ in children if child._counts is None)
+            continue
+        counts = Counts()
+        if current.fixed is not None:
+            cost = current.fixed
+            counts.forward, counts.backward = cost.flops, cost.backward_flops
+            counts.read, counts.written = cost.bytes_read, cost.bytes_written
+            counts.matmul, counts.recompute = cost.matmul_flops, cost.recompute_flops
+            counts.uncounted.update(dict.fromkeys(cost.uncounted))
+        for item in current.items:
+            if type(item) is tuple:
+                for event in item[2]:
+                    counts.add_event(event)
+        for child, times in children:
+            counts.add(child._counts, times)
+        current._counts = counts
+    return cast(Counts, work._counts)
+
+
+def _op_costs(work: Work, path: tuple[str, ...], times: int = 1) -> Iterator[OpCost]:
+    """The work's op groups (its own, then its calls'), ``times`` calls of it."""
+    for item in work.items:
+        if type(item) is tuple:
+            yield _op_cost(item, path, times)
+    for child, count in work.children():
+        yield from _op_costs(child, (*path, child.function), times * count)
+
+
+def _op_cost(
+    group: tuple[str, str | None, tuple[Event, ...]], path: tuple[str, ...], times: int
+) -> OpCost:
+    name, pattern, events = group
+    counts = Counts()
+    for event in events:
+        counts.add_event(event, times)
+    free = all(e.entry is None and e.counted for e in events)
+    return OpCost(
+        op=name,
+        pattern=pattern,
+        forward=Term.of_count(counts.forward),
+        backward=Term.of_count(counts.backward),
+        bytes_read=counts.read,
+        bytes_written=counts.written,
+        view=all(e.view for e in events) if free else None,
+        path=path,
+    )
+
+
+# Fits by what a row's call was besides its sizes (the function, its non-tensor arguments,
+# its module's structure), across records: the oldest go first past the bound.
+_FITS: OrderedDict[Any, list[Cost]] = OrderedDict()
+_FITS_KEYS = 1024
+
+
+def _fits(key: Any) -> list[Cost]:
+    if key is None:
+        return []
+    found = _FITS.get(key)
+    if found is None:
+        found = _FITS[key] = []
+        if len(_FITS) > _FITS_KEYS:
+            _FITS.popitem(last=False)
+    else:
+        _FITS.move_to_end(key)
+    return found
+
+
+def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:
+    """A fitted cost whose formulas give this work's counts at its dims, and the values
+    of its symbols (the work's dims and the fit's own names)."""
+    if work.probe is None or counts.events > FIT_LIMIT:
+        return None
+    dims = {name: size_value(size) for name, size in work.dims.items()}
+    known = _fits(work.fitting)
+    for candidate in known:
+        found = _reproduces(candidate, dims, counts)
+        if found is not None:
+            return candidate, found
+    if len(known) >= _FITS_PER_KEY:
+        return None
+    fitted: Cost | None
+    try:
+        fitted = measure(work.probe())
+    except Exception:
+        fitted = None
+    if work.fitting is not None:
+        known.append(fitted if fitted is not None else _FAILED)
+    if fitted is None:
+        return None
+    found = _reproduces(fitted, dims, counts)
+    return None if found is None else (fitted, found)
+
+
+# A fit that could not be made: counts against the bound, gives no row's counts.
+_FAILED = Cost(
+    forward=Term.of_count(-1),
+    backward=Term.of_count(-1),
+    dims={},
+    bytes_read=0,
+    bytes_written=0,
+)
+
+
+def _reproduces(fitted: Cost, dims: dict[str, int], counts: Counts) -> dict[str, int] | None:
+    values = {**fitted.dims, **dims}
+    if _value(fitted.formula, values) != counts.forward:
+        return None
+    if _value(fitted.backward_formula, values) != counts.backward:
+        return None
+    return values
+
+
+def _value(formula: sympy.Expr, values: Mapping[str, int]) -> Any:
+    """``formula`` at ``values``, exactly (None where a symbol has no value): a formula
+    compiled once to integer arithmetic, so that checking it on a thousand rows is quick."""
+    try:
+        return _compiled(formula)(values)
+    except KeyError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(formula: sympy.Expr) -> Callable[[Mapping[str, int]], Any]:
+    if formula.is_Integer:
+        number = int(formula)
+        return lambda values: number
+    if formula.is_Rational:
+        fraction = Fraction(int(formula.p), int(formula.q))
+        return lambda values: fraction
+    if formula.is_Symbol:
+        name = str(formula)
+        return lambda values: values[name]
+    parts = [_compiled(arg) for arg in formula.args]
+    if formula.is_Add:
+        return lambda values: sum(part(values) for part in parts)
+    if formula.is_Mul:
+
+        def product(values: Mapping[str, int]) -> Any:
+            found: Any = 1
+            for part in parts:
+                found = found * part(values)
+            return found
+
+        return product
+    if formula.is_Pow and formula.args[1].is_Integer and int(formula.args[1]) >= 0:
+        base, exponent = parts[0], int(formula.args[1])
+        return lambda values: base(values) ** exponent
+    slow = formula  # anything else (floor, a negative power): sympy itself
+
+    def substituted(values: Mapping[str, int]) -> Any:
+        found = evaluate(slow, values)
+        if found.free_symbols:
+            raise KeyError(str(found))
+        return found
+
+    return substituted
+
+
+def work_cost(work: Work) -> Cost:
+    """The cost of one call of ``work``: its counts, with fitted formulas where one gives
+    them (see the module), else its counts as numbers (not exact where it has dims)."""
+    if work._cost is not None:
+        return work._cost
+    if work.fixed is not None:
+        work._cost = work.fixed
+        return work.fixed
+    counts = counts_of(work)
+    dims = {name: size_value(size) for name, size in work.dims.items()}
+    ops = tuple(_op_costs(work, (work.function,)))
+    found = _fit_for(work, counts)
+    if found is None:
+        cost = _numbers(counts, dims, ops, work.function, exact=not dims)
+    else:
+        fitted, values = found
+        matmul = _formula_or_count(fitted.matmul_formula, values, counts.matmul)
+        recompute = _formula_or_count(fitted.recompute_formula, values, counts.recompute)
+        activation = _value(fitted.activation_formula, values)
+        known = activation is not None and activation == int(activation)
+        activation_bytes = int(activation) if known else 0
+        formulas = (fitted.formula, fitted.backward_formula, matmul, recompute)
+        used = {str(s) for f in formulas for s in f.free_symbols}
+        if known:
+            used |= {str(s) for s in fitted.activation_formula.free_symbols}
+        shown = {**dims, **{name: values[name] for name in sorted(used - set(dims))}}
+        activation_term = (
+            Term(activation_bytes, fitted.activation_formula, fitted.activation.exact)
+            if known
+            else Term(0, sympy.Integer(0))
+        )
+        cost = Cost(
+            forward=Term(counts.forward, fitted.formula, fitted.forward.exact),
+            backward=Term(counts.backward, fitted.backward_formula, fitted.backward.exact),
+            dims=shown,
+            bytes_read=counts.read,
+            bytes_written=counts.written,
+            ops=ops,
+            uncounted=tuple(counts.uncounted),
+            function=work.function,
+            matmul=_term(matmul, counts.matmul, fitted.matmul),
+            recompute=_term(recompute, counts.recompute, fitted.recompute),
+            activation=activation_term,
+            fixed={name: size for name, size in fitted.fixed.items() if name not in used},
+        )
+    work._cost = cost
+    return cost
+
+
+def _formula_or_count(formula: sympy.Expr, values: dict[str, int], count: int) -> sympy.Expr:
+    return formula if _value(formula, values) == count else sympy.Integer(count)
+
+
+def _term(formula: sympy.Expr, count: int, fitted: Term) -> Term:
+    """``count`` with ``formula`` (the fit's, or the count where the fit's gave another),
+    exact where it is the fit's formula and the fit's was."""
+    return Term(count, formula, fitted.exact and formula == fitted.formula)
+
+
+def _numbers(
+    counts: Counts, dims: dict[str, int], ops: tuple[OpCost, ...], function: str | None, exact: bool
+) -> Cost:
+    return Cost(
+        forward=Term.of_count(counts.forward, exact=exact),
+        backward=Term.of_count(counts.backward, exact=exact),
+        dims=dims,
+        bytes_read=counts.read,
+        bytes_written=counts.written,
+        ops=ops,
+        uncounted=tuple(counts.uncounted),
+        function=function,
+        matmul=Term.of_count(counts.matmul, exact=exact),
+        recompute=Term.of_count(counts.recompute, exact=exact),
+    )
 
 
 class Row:
-    """One decorated function with one signature under one parent: its calls and costs."""
+    """One work under one parent row: its calls, dims and cost per call."""
 
-    def __init__(self, function: str, parent: Row | None, key: Any = None) -> None:
-        self.function = function
+    def __init__(self, work: Work, calls: int, parent: Row | None = None) -> None:
+        self.work = work
+        self.calls = calls
         self.parent = parent
-        self.key = key
-        self.children: dict[Any, Row] = {}
-        self.calls = 0
-        self.events: list[Event] = []
-        self.dims: dict[str, Size] = {}
-        self.complete = False
-        # Its descendants' calls per call of it: taken at its second call (after one call
-        # each descendant's count is its count per call).
-        self.per_call: list[tuple[Row, int]] | None = None
-        # One clock per session: any change ticks it, and a cost computed earlier is stale.
-        self.clock: list[int] = parent.clock if parent is not None else [0]
-        self._cost_at = -1
-        self.probe: Callable[[], Probe] | None = None
-        self.fitting_key: Any = None
-        self.measurement: Any = None
-        self.fixed: Cost | None = None
-        self._cost: Cost | None = None
+        self._children: list[Row] | None = None
+
+    @property
+    def function(self) -> str:
+        """The function's name."""
+        return self.work.function
+
+    @property
+    def dims(self) -> dict[str, Any]:
+        """The dims its calls bound."""
+        return self.work.dims
+
+    @property
+    def measurement(self) -> Any:
+        """A benchmarked call's measurement (None for others)."""
+        return self.work.measurement
 
     @property
     def path(self) -> tuple[str, ...]:
         """The functions this row's calls ran in, outermost first, ending with its own."""
         found: list[str] = []
         row: Row | None = self
-        while row is not None and row.parent is not None:
+        while row is not None:
             found.append(row.function)
             row = row.parent
         return tuple(reversed(found))
 
+    def visible_children(self) -> list[Row]:
+        """The rows of the calls its calls made, in the order of their first call."""
+        if self._children is None:
+            self._children = [
+                Row(child, self.calls * times, self) for child, times in self.work.children()
+            ]
+        return self._children
+
     def descendants(self) -> Iterator[Row]:
         """Every row below this one."""
-        for child in self.children.values():
+        for child in self.visible_children():
             yield child
             yield from child.descendants()
 
-    def visible_children(self) -> list[Row]:
-        """Children that completed at least one call."""
-        return [child for child in self.children.values() if child.calls]
-
-    def add_cached_call(self) -> None:
-        """One more call with the same signature: this row and its subtree, once more."""
-        if self.per_call is None:
-            self.per_call = [(desc, desc.calls) for desc in self.descendants()]
-        self.calls += 1
-        for row, count in self.per_call:
-            row.calls += count
-        self._invalidate()
-
-    def _invalidate(self) -> None:
-        self.clock[0] += 1
-
-    def own_counts(self) -> tuple[int, int, int, int]:
-        """Forward, backward, bytes read and written of the row's own ops, per call."""
-        forward = sum(event.flops for event in self.events)
-        backward = sum(_backward_flops(event) for event in self.events)
-        read = sum(event.bytes_read for event in self.events)
-        written = sum(event.bytes_written for event in self.events)
-        return forward, backward, read, written
-
-    def counts(self) -> tuple[int, int, int, int]:
-        """Forward, backward, bytes read and written over all calls, children included."""
-        if self.fixed is not None:
-            cost = self.fixed
-            values = (cost.flops, cost.backward_flops, cost.bytes_read, cost.bytes_written)
-            return tuple(self.calls * v for v in values)  # type: ignore[return-value]
-        own = self.own_counts()
-        found = [self.calls * value for value in own]
-        for child in self.visible_children():
-            for index, value in enumerate(child.counts()):
-                found[index] += value
-        return found[0], found[1], found[2], found[3]
-
-    def uncounted(self) -> tuple[str, ...]:
-        """Ops of this row and its subtree that ran without a rule."""
-        found: list[str] = []
-        if self.fixed is not None:
-            found.extend(self.fixed.uncounted)
-        for event in self.events:
-            if not event.counted:
-                found.append(event.op)
-            if event.needs_grad:
-                found.extend(backward_of(event).uncounted)
-        for child in self.visible_children():
-            found.extend(child.uncounted())
-        return tuple(dict.fromkeys(found))
-
     def cost(self) -> Cost:
-        """The cost of one call, in the row's own dim names (fitted formulas when they give
-        this row's counts, else the counts, marked not exact)."""
-        if self._cost is None or self._cost_at != self.clock[0]:
-            self._cost = self._compute_cost()
-            self._cost_at = self.clock[0]
-        return self._cost
-
-    def _compute_cost(self) -> Cost:
-        if self.fixed is not None:
-            return self.fixed
-        calls = max(self.calls, 1)
-        forward, backward, read, written = (value // calls for value in self.counts())
-        fitted = _fitted_cost(self)
-        if fitted is not None:
-            values = {name: size_value(size) for name, size in fitted.dims.items()}
-            if (
-                evaluate(fitted.formula, values) == forward
-                and evaluate(fitted.backward_formula, values) == backward
-            ):
-                return Cost(
-                    forward=Term(forward, fitted.formula, fitted.forward.exact),
-                    backward=Term(backward, fitted.backward_formula, fitted.backward.exact),
-                    dims=fitted.dims,
-                    bytes_read=read,
-                    bytes_written=written,
-                    ops=fitted.ops,
-                    uncounted=self.uncounted(),
-                    function=self.function,
-                    fixed=fitted.fixed,
-                )
-        return Cost(
-            forward=Term.of_count(forward, exact=not self.dims),
-            backward=Term.of_count(backward, exact=not self.dims),
-            dims={name: size_value(size) for name, size in self.dims.items()},
-            bytes_read=read,
-            bytes_written=written,
-            ops=tuple(_op_costs(self)),
-            uncounted=self.uncounted(),
-            function=self.function,
-        )
+        """The cost of one of its calls, in the function's own dim names."""
+        cost = work_cost(self.work)
+        if self.parent is None or not cost.ops:
+            return cost
+        prefix = self.path[:-1]
+        ops = tuple(dataclasses.replace(op, path=(*prefix, *op.path)) for op in cost.ops)
+        return dataclasses.replace(cost, ops=ops)
 
 
-def _backward_flops(event: Event) -> int:
-    return backward_of(event).flops if event.needs_grad else 0
-
-
-def _op_costs(row: Row) -> Iterator[OpCost]:
-    """The row's ops (its own, then its children's), grouped by the call that ran them."""
-    events = row.events
-    start = 0
-    while start < len(events):
-        end = start + 1
-        while end < len(events) and events[end].group.serial == events[start].group.serial:
-            end += 1
-        chunk = events[start:end]
-        flops = sum(e.flops for e in chunk)
-        backward = sum(_backward_flops(e) for e in chunk)
-        free = all(e.entry is None and e.counted for e in chunk)
-        yield OpCost(
-            op=chunk[0].group.name,
-            pattern=chunk[0].group.pattern,
-            forward=Term.of_count(flops),
-            backward=Term.of_count(backward),
-            bytes_read=sum(e.bytes_read for e in chunk),
-            bytes_written=sum(e.bytes_written for e in chunk),
-            view=all(e.view for e in chunk) if free else None,
-            path=chunk[0].path,
-        )
-        start = end
-    for child in row.visible_children():
-        yield from child.cost().ops
-
-
-# Fitted costs by (function, what the row's call was besides its sizes): rows of one
-# function that differ only in sizes reuse one fit when its formula gives their counts.
-_FITS: dict[Any, list[Cost]] = {}
-
-
-def _fitted_cost(row: Row) -> Cost | None:
-    if row.probe is None:
-        return None
-    key = row.fitting_key
-    dims = {name: size_value(size) for name, size in row.dims.items()}
-    for fitted in _FITS.get(key, []) if key is not None else []:
-        if fitted.exact and set(fitted.dims) >= set(dims):
-            values = {**fitted.dims, **dims}
-            return Cost(
-                forward=Term(int(fitted.forward.at(values)), fitted.formula),
-                backward=Term(int(fitted.backward.at(values)), fitted.backward_formula),
-                dims=values,
-                bytes_read=fitted.bytes_read,
-                bytes_written=fitted.bytes_written,
-                ops=(),
-                uncounted=fitted.uncounted,
-                function=fitted.function,
-                fixed=fitted.fixed,
+def merged_total(rows: list[Row], session: RecordSession) -> Cost:
+    """The cost of a record: every top-level row times its calls, and the ops run outside
+    any decorated call; dims that mean different sizes in different rows are renamed apart
+    (``d_in``, ``d_in_2``). With many distinct rows the formula is the count."""
+    counts = Counts()
+    ops: list[OpCost] = []
+    for row in rows:
+        counts.add(counts_of(row.work), row.calls)
+        ops.extend(_op_costs(row.work, (row.function,), row.calls))
+    for group, times in session.loose.items():
+        ops.append(_op_cost(group, (), times))
+    counts.add(loose_counts(session))
+    terms: dict[tuple[Any, ...], int] = {}
+    costs = [(row, work_cost(row.work)) for row in rows]
+    for row, cost in costs:
+        key = (cost.formula, cost.backward_formula, tuple(cost.dims.items()))
+        terms[key] = terms.get(key, 0) + row.calls
+    exact = all(cost.exact for _, cost in costs)
+    fields = _summed(costs, counts)
+    dims: dict[str, int] = {}
+    if len(terms) > _TERMS:
+        formula, backward_formula = sympy.Integer(counts.forward), sympy.Integer(counts.backward)
+    else:
+        formula, backward_formula, dims = _renamed_sum(costs, counts)
+        if (
+            evaluate(formula, dims) != counts.forward
+            or evaluate(backward_formula, dims) != counts.backward
+        ):
+            formula, backward_formula = (
+                sympy.Integer(counts.forward),
+                sympy.Integer(counts.backward),
             )
-    try:
-        fitted = measure(row.probe())
-    except Exception:
-        return None
-    if key is not None:
-        _FITS.setdefault(key, []).append(fitted)
-    return fitted
+            exact = False
+        used = {str(s) for s in formula.free_symbols | backward_formula.free_symbols}
+        dims = {name: value for name, value in dims.items() if name in used}
+    return Cost(
+        forward=Term(counts.forward, formula, exact),
+        backward=Term(counts.backward, backward_formula, exact),
+        dims=dims,
+        bytes_read=counts.read,
+        bytes_written=counts.written,
+        ops=tuple(ops),
+        uncounted=tuple(counts.uncounted),
+        function=None,
+        matmul=Term.of_count(counts.matmul, exact=exact and not dims),
+        recompute=Term.of_count(counts.recompute, exact=exact and not dims),
+        activation=Term.of_count(fields, exact=exact and not dims),
+    )
 
 
-class RecordSession(Session):
-    """The session of one ``record()`` block."""
-
-    def __init__(self) -> None:
-        self.root = Row("<record>", None)
-        self.root.calls = 1
-        self.root.complete = True
-        self.frame = Frame(self, (), None, self.root.events)
-        self.frame.row = self.root
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        """Count the ops run inside the block into this session."""
-        with counting(self) as mode, in_frame(self.frame):
-            self.mode = mode
-            try:
-                yield
-            finally:
-                self.mode = None
-
-    def begin(
-        self,
-        frame: Frame,
-        fn: CheckedFunction[..., Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        *,
-        fresh: bool = False,
-    ) -> tuple[str, Frame | None, Row | None]:
-        """Open a decorated call inside ``frame``: ``("count", frame, row)`` to count it into
-        its row, ``("cached", None, row)`` for a row whose count is known (the body then runs
-        with counting out of the way), ``("inline", frame, None)`` inside a declared call.
-
-        ``fresh``: count into a row of its own, merged at :meth:`finish` (an async call,
-        which other calls of the same row may overlap).
-        """
-        if frame.declared or frame.inside_declared():
-            return "inline", frame, None
-        parent: Row = frame.row
-        key = (id(fn), signature(args, kwargs))
-        row = parent.children.get(key)
-        if fresh:
-            row = Row(fn.name, parent, key)
-        elif row is not None and row.complete:
-            return "cached", None, row
-        elif row is None:
-            row = Row(fn.name, parent, key)
-            parent.children[key] = row
-        row.events.clear()
-        child = Frame(self, (*frame.path, fn.name), frame, row.events, fn.declared is not None)
-        child.row = row
-        return "count", child, row
-
-    def finish(
-        self,
-        kind: str,
-        row: Row | None,
-        frame: Frame | None,
-        fn: CheckedFunction[..., Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        bound: Mapping[str, Size],
-    ) -> None:
-        """Close a call that returned: its row's dims, probe and call count."""
-        if kind == "inline" or row is None:
-            return
-        if kind == "cached":
-            row.add_cached_call()
-            return
-        sizes = dict(bound)
-        row.dims = call_dims(fn, args, kwargs, sizes)
-        declared = fn.declared
-        if declared is not None:
-            value = int(evaluate(declared, {k: size_value(v) for k, v in row.dims.items()}))
-            assert frame is not None
-            row.events.append(declared_event(fn.name, value, frame))
-        row.probe = _probe_factory(fn, args, kwargs, sizes)
-        row.fitting_key = (id(fn), signature_without_sizes(args, kwargs))
-        row.calls = 1
-        row.complete = True
-        parent = row.parent
-        assert parent is not None
-        if parent.children.get(row.key) is not row:  # a fresh row: merge it or keep it apart
-            known = parent.children.get(row.key)
-            if known is not None and known.complete and known.counts() == row.counts():
-                known.add_cached_call()
-            else:
-                parent.children[row.key if known is None else (row.key, id(row))] = row
-        row._invalidate()
-
-    def add_measured(self, name: str, cost: Cost, measurement: Any) -> None:
-        """A benchmarked call: one row with its dry-run cost and its measurement."""
-        frame = current_frame()
-        parent = frame.row if frame is not None and frame.session is self else self.root
-        row = Row(name, parent)
-        row.fixed = cost
-        row.dims = dict(cost.dims)
-        row.measurement = measurement
-        row.calls = 1
-        row.complete = True
-        parent.children[(name, id(row))] = row
-        row._invalidate()
+def _summed(costs: list[tuple[Row, Cost]], counts: Counts) -> int:
+    """Activation bytes of the rows' dry runs, times their calls."""
+    return sum(row.calls * cost.activation_bytes for row, cost in costs)
 
 
-def _probe_factory(
-    fn: CheckedFunction[..., Any],
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    bound: Mapping[str, Size],
-) -> Callable[[], Probe]:
-    """Build the row's probe now (it keeps shapes, not tensors) and hand it out later."""
-    module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
-    reference = weakref.ref(module) if module is not None else None
-    rest = args[1:] if module is not None else args
-    shapes = tuple(stub(a) for a in rest)
-    named = {k: stub(v) for k, v in kwargs.items()}
-
-    def make() -> Probe:
-        owner = reference() if reference is not None else None
-        if reference is not None and owner is None:
-            raise RuntimeError(f"{fn.name}: its module no longer exists")
-        positional = (owner, *shapes) if reference is not None else shapes
-        return call_probe(fn, positional, named, bound)
-
-    return make
-
-
-def merged_total(rows: list[Row], loose: Row) -> Cost:
-    """The cost of a session: every top-level row times its calls, loose ops added; dims
-    that mean different sizes in different rows are renamed apart (``d_in``, ``d_in_2``)."""
+def _renamed_sum(
+    costs: list[tuple[Row, Cost]], counts: Counts
+) -> tuple[sympy.Expr, sympy.Expr, dict[str, int]]:
     dims: dict[str, int] = {}
     formulas: list[sympy.Expr] = []
     backwards: list[sympy.Expr] = []
-    ops: list[OpCost] = []
-    exact = True
-    for row in rows:
-        cost = row.cost()
+    forward = backward = 0
+    for row, cost in costs:
         renaming: dict[sympy.Symbol, sympy.Symbol] = {}
         for name, value in cost.dims.items():
             target = name
@@ -384,66 +481,30 @@ def merged_total(rows: list[Row], loose: Row) -> Cost:
                 renaming[sympy.Symbol(name)] = sympy.Symbol(target)
         formulas.append(row.calls * cost.formula.xreplace(renaming))
         backwards.append(row.calls * cost.backward_formula.xreplace(renaming))
-        ops.extend(cost.ops)
-        exact &= cost.exact
-    forward, backward, read, written = loose.own_counts()
-    formulas.append(sympy.Integer(forward))
-    backwards.append(sympy.Integer(backward))
-    ops.extend(_op_costs(_without_children(loose)))
-    flops = forward + sum(r.calls * r.cost().flops for r in rows)
-    backward_flops = backward + sum(r.calls * r.cost().backward_flops for r in rows)
-    formula, backward_formula = total(formulas), total(backwards)
-    if evaluate(formula, dims) != flops or evaluate(backward_formula, dims) != backward_flops:
-        formula, backward_formula, exact = (
-            sympy.Integer(flops),
-            sympy.Integer(backward_flops),
-            False,
-        )
-    used = {str(s) for s in formula.free_symbols | backward_formula.free_symbols}
-    uncounted = [*loose.uncounted()] if not loose.children else list(_own_uncounted(loose))
-    for row in rows:
-        uncounted.extend(row.cost().uncounted)
-    return Cost(
-        forward=Term(flops, formula, exact),
-        backward=Term(backward_flops, backward_formula, exact),
-        dims={name: value for name, value in dims.items() if name in used or not used},
-        bytes_read=read + sum(r.calls * r.cost().bytes_read for r in rows),
-        bytes_written=written + sum(r.calls * r.cost().bytes_written for r in rows),
-        ops=tuple(ops),
-        uncounted=tuple(dict.fromkeys(uncounted)),
-        function=None,
-    )
+        forward += row.calls * cost.flops
+        backward += row.calls * cost.backward_flops
+    formulas.append(sympy.Integer(counts.forward - forward))
+    backwards.append(sympy.Integer(counts.backward - backward))
+    return total(formulas), total(backwards), dims
 
 
-def _own_uncounted(row: Row) -> Iterator[str]:
-    for event in row.events:
-        if not event.counted:
-            yield event.op
-        if event.needs_grad:
-            yield from backward_of(event).uncounted
+def loose_counts(session: RecordSession) -> Counts:
+    """What a record's ops outside any decorated call ran (making the inputs, a loss)."""
+    counts = Counts()
+    for group, times in session.loose.items():
+        for event in group[2]:
+            counts.add_event(event, times)
+    return counts
 
 
-def _without_children(row: Row) -> Row:
-    bare = Row(row.function, None)
-    bare.events = row.events
-    return bare
-
-
-def torch_counts(root: Row) -> tuple[int, int]:
+def torch_counts(root: Any) -> tuple[int, int]:
     """Forward and backward FLOPs of the kernels ``FlopCounterMode`` has formulas for, over
-    every call recorded under ``root`` (a parity check compares exactly these)."""
-    forward = backward = 0
-
-    def visit(row: Row, calls: int) -> None:
-        nonlocal forward, backward
-        for event in row.events:
-            if event.torch_counted:
-                forward += calls * event.flops
-            if event.needs_grad:
-                found = backward_of(event).events
-                backward += calls * sum(e.flops for e in found if e.torch_counted)
-        for child in row.visible_children():
-            visit(child, child.calls)
-
-    visit(root, 1)
-    return forward, backward
+    everything a record saw (``root``: its session's root call; a parity check compares
+    exactly these)."""
+    session: RecordSession = root.session
+    session.fold(final=True)
+    counts = Counts()
+    for work, calls in session.top.items():
+        counts.add(counts_of(work), calls)
+    counts.add(loose_counts(session))
+    return counts.torch_forward, counts.torch_backward

@@ -66,7 +66,7 @@ class RunSession(Session):
         return Frame(self, (*parent.path, function), parent, self.events, declared)
 
 
-def declared_event(function: str, flops: int, frame: Frame) -> Event:
+def declared_event(function: str, flops: int, frame: Frame | None = None) -> Event:
     """The event standing for a ``flops=`` declaration: its count, no rule, no tensors."""
     event = Event(
         op="declared",
@@ -83,7 +83,7 @@ def declared_event(function: str, flops: int, frame: Frame) -> Event:
         view=False,
         needs_grad=False,
         torch_counted=False,
-        path=frame.path,
-        calls=frame.calls,
+        path=frame.path if frame is not None else (),
+        calls=frame.calls if frame is not None else (),
     )
     return event

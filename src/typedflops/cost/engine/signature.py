@@ -1,8 +1,10 @@
 """What a decorated call's cost depends on besides its code: its arguments' metadata.
 
-``signature`` keys ``record()`` rows (a module by identity: its calls are its rows);
-``structure`` keys what is shared between modules built alike (a fitted formula, the events
-of a block repeated in a dry run): class, weights' shapes, settings, training mode.
+``signature_without_sizes`` keys what ``record()`` rows of one function share (a fitted
+formula); ``structural_signature`` keys a block repeated in a dry run (its first call's
+events stand for the others); ``structure`` is a module as both see it: class, weights'
+shapes, settings, training mode. A plain object (a config) is described by its settings,
+so that calls with different configs are never taken for one another.
 """
 
 from __future__ import annotations
@@ -12,17 +14,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["signature", "signature_without_sizes", "structural_signature", "structure"]
+__all__ = ["describe", "signature_without_sizes", "structural_signature", "structure"]
 
-
-def signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """A call's arguments as a hashable key: tensors by shape, dtype, device and
-    ``requires_grad``, modules by identity, plain values as they are."""
-    return (
-        tuple(describe(a) for a in args),
-        tuple(sorted((k, describe(v)) for k, v in kwargs.items())),
-        torch.is_grad_enabled(),
-    )
+_SIMPLE = (int, float, str, bool, type(None), torch.dtype)
 
 
 def signature_without_sizes(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -60,19 +54,46 @@ def structure(module: torch.nn.Module) -> Any:
     return ("module", type(module).__qualname__, tuple(tensors), tuple(settings))
 
 
-def describe(value: Any) -> Any:
-    """One argument as a hashable key (see :func:`signature`)."""
+def describe(value: Any, depth: int = 0) -> Any:
+    """One argument as a hashable key: tensors by shape, dtype, device and
+    ``requires_grad``, modules by identity, plain values as they are, other objects by
+    their type and settings (see :func:`settings`)."""
     if isinstance(value, torch.Tensor):
         return (tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
     if isinstance(value, torch.nn.Module):
         return ("module", id(value), value.training)
-    if value is None or isinstance(value, int | float | str | bool | torch.dtype):
+    if value is None or isinstance(value, _SIMPLE):
         return value
+    if depth > 4:
+        return ("object", type(value).__qualname__)
     if isinstance(value, list | tuple):
-        return tuple(describe(v) for v in value)
+        return tuple(describe(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        return tuple(sorted((str(k), describe(v)) for k, v in value.items()))
-    return ("object", type(value).__qualname__)
+        return tuple(sorted((str(k), describe(v, depth + 1)) for k, v in value.items()))
+    return ("object", type(value).__qualname__, settings(value, depth))
+
+
+def settings(value: Any, depth: int = 0) -> Any:
+    """What an object is set to: its attributes (a dataclass's fields, a config's
+    ``__dict__``), or the object itself when it is compared by value (an enum, a
+    ``torch.device``); None when neither can be told."""
+    fields = getattr(value, "__dict__", None)
+    if isinstance(fields, dict):
+        if len(fields) > 64:  # not a config: its simple settings only
+            return tuple(sorted((k, v) for k, v in fields.items() if type(v) in _SIMPLE))
+        return tuple(
+            sorted(
+                (name, describe(item, depth + 1))
+                for name, item in fields.items()
+                if not name.startswith("__")
+            )
+        )
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    compared_by_value = getattr(type(value), "__eq__", None) is not object.__eq__
+    return value if compared_by_value else None
 
 
 def structural_signature(
