@@ -7,7 +7,7 @@ Plain data: the conventions behind the numbers are written once, in
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,14 +248,17 @@ class Cost:
         """Arithmetic intensity: forward FLOPs per byte moved (0.0 when nothing moved)."""
         return self.flops / self.bytes if self.bytes else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (formulas as strings)."""
-        return {
+    def to_dict(
+        self, *, ops: bool = True, text: Callable[[sympy.Expr], str] = str
+    ) -> dict[str, Any]:
+        """A JSON-ready dict (formulas as strings, written by ``text``; without the per-op
+        breakdown where ``ops`` is False)."""
+        found: dict[str, Any] = {
             "function": self.function,
             "flops": self.flops,
             "backward_flops": self.backward_flops,
-            "formula": str(self.formula),
-            "backward_formula": str(self.backward_formula),
+            "formula": text(self.formula),
+            "backward_formula": text(self.backward_formula),
             "dims": {name: int(size) for name, size in self.dims.items()},
             "bytes_read": self.bytes_read,
             "bytes_written": self.bytes_written,
@@ -266,12 +269,15 @@ class Cost:
             "inexact": [name for name, term in self.terms.items() if not term.exact],
             "fixed": {name: int(size) for name, size in self.fixed.items()},
             "activation_bytes": self.activation_bytes,
-            "activation_formula": str(self.activation_formula),
+            "activation_formula": text(self.activation_formula),
             "matmul_flops": self.matmul_flops,
-            "matmul_formula": str(self.matmul_formula),
+            "matmul_formula": text(self.matmul_formula),
             "recompute_flops": self.recompute_flops,
-            "recompute_formula": str(self.recompute_formula),
+            "recompute_formula": text(self.recompute_formula),
         }
+        if not ops:
+            del found["ops"]
+        return found
 
     def to_json(self) -> str:
         """The cost as a JSON string."""
