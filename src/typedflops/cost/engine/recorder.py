@@ -441,6 +441,17 @@ def merged_total(rows: list[Row], session: RecordSession) -> Cost:
             exact = False
         used = {str(s) for s in formula.free_symbols | backward_formula.free_symbols}
         dims = {name: value for name, value in dims.items() if name in used}
+    others = {
+        name: _summed_term(costs, name, count, exact and len(terms) <= _TERMS)
+        for name, count in (
+            ("matmul", counts.matmul),
+            ("recompute", counts.recompute),
+            ("activation", fields),
+        )
+    }
+    for term in others.values():
+        for symbol in term.formula.free_symbols:
+            dims.setdefault(str(symbol), _agreed(costs)[str(symbol)])
     return Cost(
         forward=Term(counts.forward, formula, exact),
         backward=Term(counts.backward, backward_formula, exact),
@@ -450,10 +461,33 @@ def merged_total(rows: list[Row], session: RecordSession) -> Cost:
         ops=tuple(ops),
         uncounted=tuple(counts.uncounted),
         function=None,
-        matmul=Term.of_count(counts.matmul, exact=exact and not dims),
-        recompute=Term.of_count(counts.recompute, exact=exact and not dims),
-        activation=Term.of_count(fields, exact=exact and not dims),
+        matmul=others["matmul"],
+        recompute=others["recompute"],
+        activation=others["activation"],
     )
+
+
+def _agreed(costs: list[tuple[Row, Cost]]) -> dict[str, int]:
+    """The rows' dims, where every row that names a dim gives it one size ({} otherwise)."""
+    found: dict[str, int] = {}
+    for _, cost in costs:
+        for name, size in cost.dims.items():
+            if found.setdefault(name, size) != size:
+                return {}
+    return found
+
+
+def _summed_term(costs: list[tuple[Row, Cost]], name: str, count: int, exact: bool) -> Term:
+    """The record's ``name`` term: the rows' formulas times their calls where the rows
+    agree on their dims' sizes and the sum gives ``count`` (exact where each row's is),
+    else the count, exact only where no row has a dim."""
+    agreed = _agreed(costs)
+    if not agreed:
+        no_dims = all(not cost.dims for _, cost in costs)
+        return Term.of_count(count, exact=exact and no_dims)
+    formula = sympy.Add(*(row.calls * cost.terms[name].formula for row, cost in costs))
+    verified = exact and all(cost.terms[name].exact for _, cost in costs)
+    return Term(count, formula, verified).checked_at(agreed)
 
 
 def _summed(costs: list[tuple[Row, Cost]], counts: Counts) -> int:
