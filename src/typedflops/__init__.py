@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .cost.engine.rules import register_rule as register_rule
     from .cost.types import Cost as Cost
     from .cost.types import OpCost as OpCost
+    from .cost.types import Term as Term
     from .cost.untyped import estimate as estimate
     from .decorator import TypedFunction as TypedFunction
     from .decorator import typed_flops as typed_flops
@@ -53,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "Recorder": "cost.engine.report",
     "ShapeError": "errors",
     "SpecError": "errors",
+    "Term": "cost.types",
     "TypedFunction": "decorator",
     "benchmark": "timing.bench",
     "devices": "",

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import sympy
@@ -161,21 +160,7 @@ class Recorder:
 def _fields(cost: Cost) -> dict[str, Any]:
     """``cost.to_dict()`` without its ops, formulas printed once each (a thousand rows of
     one function share their formulas)."""
-    found: dict[str, Any] = {"function": cost.function}
-    for field in dataclasses.fields(cost):
-        value = getattr(cost, field.name)
-        if field.name in ("ops", "function"):
-            continue
-        if isinstance(value, sympy.Expr):
-            found[field.name] = _text(value)
-        elif isinstance(value, Mapping):
-            found[field.name] = {name: int(size) for name, size in value.items()}
-        elif isinstance(value, tuple):
-            found[field.name] = list(value)
-        else:
-            found[field.name] = value
-    found["intensity"] = cost.intensity
-    return found
+    return cost.to_dict(ops=False, text=_text)
 
 
 @functools.lru_cache(maxsize=4096)
