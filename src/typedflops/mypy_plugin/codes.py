@@ -27,3 +27,9 @@ DIM_ALIAS: Final = ErrorCode(
 FLOPS_EXPR: Final = ErrorCode(
     "flops-expr", "flops= formula of @typed_flops: grammar and dim names (typedflops)", CATEGORY
 )
+UNREAD_ANNOTATION: Final = ErrorCode(
+    "unread-annotation",
+    "A note: annotations written with an object standing in for a jaxtyping dtype are not"
+    " checked (typedflops)",
+    CATEGORY,
+)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from mypy.nodes import TypeInfo
+from mypy.nodes import TypeInfo, Var
 from mypy.options import Options
 from mypy.plugin import (
     AnalyzeTypeContext,
@@ -24,7 +25,8 @@ from mypy.plugin import (
 )
 from mypy.types import FunctionLike, Type
 
-from . import annotation_dims, calls, einops_ops, flops
+from . import annotation_dims, calls, einops_ops, flops, torch_einsum
+from .guard import debugging, guarded
 from .settings import read_settings
 
 TRANSFORMS = ("rearrange", "reduce", "repeat")
@@ -32,6 +34,7 @@ TRANSFORMS = ("rearrange", "reduce", "repeat")
 OP_MODULES = ("einops", "einops.einops", "einops.packing", "typedflops", "typedflops._ops")
 DECORATORS = frozenset({"typedflops.typed_flops", "typedflops._typed_flops.typed_flops"})
 TYPED_FUNCTION_CALL = "typedflops._decorator.TypedFunction.__call__"
+TORCH_EINSUM = frozenset({"torch.functional.einsum", "torch.einsum"})
 # Libraries whose functions never carry the user's dims: no look-up needed.
 SKIPPED_PREFIXES = (
     "builtins.",
@@ -97,17 +100,34 @@ class TypedFlopsPlugin(Plugin):
             return None
         return symbol.node, member
 
-    def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
-        if fullname in ("typing.Annotated", "typing_extensions.Annotated"):
+    def _find_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
+        if fullname in annotation_dims.ANNOTATED:
             return annotation_dims.analyze_annotated
+        if fullname in annotation_dims.ARRAY_TYPES and not annotation_dims.delegating(fullname):
+            return annotation_dims.array_in_alias(fullname)
+        if fullname.startswith(SKIPPED_PREFIXES) or annotation_dims.delegating(fullname):
+            return None
+        # The user's names: an alias of a jaxtyping annotation, or a stand-in for a dtype.
+        symbol = self.lookup_fully_qualified(fullname)
+        node = symbol.node if symbol is not None else None
+        payload = annotation_dims.alias_payload(node)
+        if payload is not None:
+            return annotation_dims.alias_use(fullname, payload)
+        if (
+            isinstance(node, Var)
+            and fullname.rpartition(".")[2] in annotation_dims.JAXTYPING_DTYPES
+        ):
+            return annotation_dims.unreadable_alias(fullname)
         return None
 
-    def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+    def _find_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
         op_hook = _op_hook(fullname)
         if op_hook is not None:
             return op_hook
         if fullname in DECORATORS:
             return flops.typed_flops_hook
+        if fullname in TORCH_EINSUM:
+            return torch_einsum.torch_einsum_hook
         if fullname.startswith(SKIPPED_PREFIXES):
             return None
         if "." not in fullname:
@@ -119,7 +139,7 @@ class TypedFlopsPlugin(Plugin):
             return calls.user_function_hook
         return None
 
-    def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+    def _find_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
         if fullname == TYPED_FUNCTION_CALL:
             return calls.method_hook("__call__")
         if fullname.startswith(SKIPPED_PREFIXES):
@@ -129,7 +149,7 @@ class TypedFlopsPlugin(Plugin):
             return calls.method_hook(found[1])
         return None
 
-    def get_method_signature_hook(
+    def _find_method_signature_hook(
         self, fullname: str
     ) -> Callable[[MethodSigContext], FunctionLike] | None:
         if not self.settings.typed_module_calls or not fullname.endswith(".__call__"):
@@ -140,3 +160,43 @@ class TypedFlopsPlugin(Plugin):
         if found is not None and calls.forward_of(found[0]) is not None:
             return calls.module_call_signature
         return None
+
+    # -- what mypy calls: each hook guarded, a failing look-up is no hook -----------------
+
+    def get_type_analyze_hook(self, fullname: str) -> Callable[[AnalyzeTypeContext], Type] | None:
+        hook = _lookup(self._find_type_analyze_hook, fullname)
+        return guarded(hook, annotation_dims.mypy_analysis(fullname)) if hook else None
+
+    def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        hook = _lookup(self._find_function_hook, fullname)
+        return guarded(hook, _default_return) if hook else None
+
+    def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        hook = _lookup(self._find_method_hook, fullname)
+        return guarded(hook, _default_return) if hook else None
+
+    def get_method_signature_hook(
+        self, fullname: str
+    ) -> Callable[[MethodSigContext], FunctionLike] | None:
+        hook = _lookup(self._find_method_signature_hook, fullname)
+        return guarded(hook, _default_signature) if hook else None
+
+
+Found = TypeVar("Found")
+
+
+def _lookup(find: Callable[[str], Found | None], fullname: str) -> Found | None:
+    try:
+        return find(fullname)
+    except Exception:
+        if debugging():
+            raise
+        return None
+
+
+def _default_return(ctx: FunctionContext | MethodContext) -> Type:
+    return ctx.default_return_type
+
+
+def _default_signature(ctx: MethodSigContext) -> FunctionLike:
+    return ctx.default_signature

@@ -16,6 +16,7 @@ from .._syntax.patterns import ELLIPSIS, Entry, Group
 from .static import UNKNOWN, Axis, Dim, Dims, Unknown, Variadic, format_dims
 
 Severity = Literal["shape", "alias"]
+ONE = Axis((), 1)
 T = TypeVar("T")
 
 
@@ -168,6 +169,8 @@ class Bindings:
         self.name_to_dim: dict[str, tuple[Dim, str]] = {}
         self.facts: list[Fact] = list(facts)
         self.new_facts: list[Fact] = []
+        # einsum broadcasts an axis of size 1 against any size (torch.einsum does).
+        self.broadcast_ones = False
 
     def bind(self, axis: str, dim: Dim, origin: str, *, noun: str = "axis") -> Finding | None:
         """Bind ``axis`` to ``dim``; a :class:`Finding` when it was bound to another dim."""
@@ -177,6 +180,10 @@ class Bindings:
             self.name_to_dim[axis] = (dim, origin)
             return None
         previous, previous_origin = self.name_to_dim[axis]
+        if self.broadcast_ones and ONE in (previous, dim):
+            if previous == ONE:
+                self.name_to_dim[axis] = (dim, origin)  # the result takes the other size
+            return None
         severity = compare(previous, dim, self.facts)
         if severity is None:
             return None
