@@ -58,7 +58,7 @@ from mypy.types import (
 from mypy.util import correct_relative_import
 
 from . import codes
-from .flow import Parameter, flow_of
+from .flow import Assigned, Binding, Flow, Parameter, flow_of
 from .shapes import check_produced
 from .static import Dims, bindable_names, format_dims, parse_static
 from .tensors import ANNOTATED as ANNOTATED_ATTRIBUTE
@@ -70,6 +70,7 @@ __all__ = [
     "JAXTYPING_DTYPES",
     "alias_payload",
     "alias_use",
+    "aliases_a_tensor",
     "analyze_annotated",
     "array_in_alias",
     "delegating",
@@ -239,20 +240,35 @@ def _check_returned_parameters(
             parameters[index] = dims
     bound = frozenset(name for dims in parameters.values() for name in _names(dims))
     free = without_free_names(returned_dims, bound)
-    for statement, binding in flow_of(function).returned_names:
+    flow = flow_of(function)
+    for statement, returned_binding in flow.returned_names:
+        binding = _through_names(flow, returned_binding)
         if not isinstance(binding, Parameter) or binding.index not in parameters:
             continue
         dims = parameters[binding.index]
         finding = check_produced(dims, free)
         if finding is None:
             continue
-        name = function.arguments[binding.index].variable.name
+        value = statement.expr
+        name = value.name if isinstance(value, NameExpr) else "a parameter"
         message = (
             f'{function.name}() returns {name}, "{format_dims(dims)}", but is annotated'
             f' "{dim_str}": {finding.message}'
         )
         code = codes.SHAPE if finding.severity == "shape" else codes.DIM_ALIAS
         api.fail(message, statement, code=code)
+
+
+def _through_names(flow: Flow, binding: Binding | None) -> Binding | None:
+    """The binding ``y`` stands for after ``y = x`` (followed a few names deep)."""
+    for _ in range(8):
+        if not isinstance(binding, Assigned) or binding.item is not None:
+            return binding
+        value = binding.statement.rvalue
+        if not isinstance(value, NameExpr):
+            return binding
+        binding = flow.binding(value)
+    return None
 
 
 def _parameter_dims(typ: Type, array: str, semantic: SemanticAnalyzer) -> Dims | None:
@@ -354,6 +370,14 @@ def alias_use(fullname: str, payload: Type) -> Callable[[AnalyzeTypeContext], Ty
         return analyzed
 
     return hook
+
+
+def aliases_a_tensor(node: object) -> bool:
+    """Whether ``node`` is an alias of the tensor type itself (``Tensor = torch.Tensor``)."""
+    if not isinstance(node, TypeAlias):
+        return False
+    target = get_proper_type(node.target)
+    return isinstance(target, Instance) and target.extra_attrs is None and is_tensor(target)
 
 
 def alias_payload(node: object) -> Type | None:

@@ -170,7 +170,7 @@ def _signature_of(node: object) -> CallableType | None:
 def _has_dims(signature: CallableType | None) -> bool:
     if signature is None:
         return False
-    return any(annotation_text(t) is not None for t in (*signature.arg_types, signature.ret_type))
+    return any(alternatives(t) for t in (*signature.arg_types, signature.ret_type))
 
 
 def _member(info: TypeInfo, name: str) -> tuple[TypeInfo, SymbolNode | None] | None:
@@ -290,10 +290,10 @@ def _carry(
         variadic = next((d for d in formal_dims if isinstance(d, Variadic) and d.name), None)
         if isinstance(variadic, Variadic) and variadic.name and alignment.ellipsis is not None:
             variadics.setdefault(variadic.name, alignment.ellipsis)
+    if reported:
+        return keep(ctx, None)  # the result's dims would be a guess
     returned = annotated_dims(signature.ret_type)
     produced = _rename(returned, bindings, variadics) if returned is not None else None
-    if reported:
-        return keep(ctx, produced)
     return finish(ctx, where, produced, [])
 
 

@@ -98,7 +98,7 @@ def contract(
     bindings = _bindings(ctx)
     bindings.broadcast_ones = True
     ellipses: list[Dims | None] = []
-    conflicted = False  # then the result's dims are a guess: no return check
+    conflicted = False  # then the result's dims are a guess: unknown
     for index, (axes, expr) in enumerate(zip(operands, exprs, strict=False)):
         dims = dims_of(expr, ctx.api)
         if dims is None:
@@ -117,9 +117,9 @@ def contract(
     known = [ellipsis for ellipsis in ellipses if ellipsis is not None]
     same = len(known) == len(ellipses) and all(e == known[0] for e in known)
     entries = tuple(ELLIPSIS if axis == ELLIPSIS else Group((axis,)) for axis in output)
-    produced = produce(entries, bindings, known[0] if same and known else None, {})
     if conflicted:
-        return keep(ctx, produced)
+        return keep(ctx, None)
+    produced = produce(entries, bindings, known[0] if same and known else None, {})
     return finish(ctx, what, produced, bindings.new_facts)
 
 

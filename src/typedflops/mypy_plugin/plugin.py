@@ -107,12 +107,16 @@ class TypedFlopsPlugin(Plugin):
             return annotation_dims.array_in_alias(fullname)
         if fullname.startswith(SKIPPED_PREFIXES) or annotation_dims.delegating(fullname):
             return None
-        # The user's names: an alias of a jaxtyping annotation, or a stand-in for a dtype.
+        # The user's names: an alias of a jaxtyping annotation, an alias of the tensor type
+        # (`Tensor = torch.Tensor`, which an alias of an annotation may name), or a stand-in
+        # for a dtype.
         symbol = self.lookup_fully_qualified(fullname)
         node = symbol.node if symbol is not None else None
         payload = annotation_dims.alias_payload(node)
         if payload is not None:
             return annotation_dims.alias_use(fullname, payload)
+        if annotation_dims.aliases_a_tensor(node):
+            return annotation_dims.array_in_alias(fullname)
         if (
             isinstance(node, Var)
             and fullname.rpartition(".")[2] in annotation_dims.JAXTYPING_DTYPES

@@ -297,8 +297,26 @@ def _product(
     return axis
 
 
+def _same_named_variadic(first: Dims, second: Dims) -> str | None:
+    """``*name`` when each side has exactly that one variadic dim."""
+    mine = [dim for dim in first if isinstance(dim, Variadic)]
+    theirs = [dim for dim in second if isinstance(dim, Variadic)]
+    if len(mine) == len(theirs) == 1 and mine[0].name and mine[0] == theirs[0]:
+        return str(mine[0])
+    return None
+
+
 def check_produced(produced: Dims, annotated: Dims, facts: Sequence[Fact] = ()) -> Finding | None:
     """Compare the dims a call produces with the dims its result is annotated with."""
+    same_variadic = _same_named_variadic(produced, annotated)
+    if same_variadic is not None:
+        # One binding of *name on both sides: the axes around it must count the same.
+        fixed, expected = len(produced) - 1, len(annotated) - 1
+        if fixed != expected:
+            return Finding(
+                "shape",
+                f"has {_axes(fixed)} besides {same_variadic} where the annotation has {expected}",
+            )
     alignment = align(produced, annotated, items_are_dims=True)
     if isinstance(alignment, str):
         return Finding("shape", alignment)
