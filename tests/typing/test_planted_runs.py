@@ -8,8 +8,8 @@ returns (jaxtyping). A bug that only a static reading calls a bug is not in the 
 from __future__ import annotations
 
 import ast
-import inspect
 import importlib
+import inspect
 import re
 import sys
 import traceback

@@ -62,17 +62,13 @@ def einops_signatures() -> list[Signature]:
         overloads = typing.get_overloads(function) or [function]
         for index, overload in enumerate(overloads):
             name = f"{label}#{index}" if len(overloads) > 1 else label
-            found.append(
-                Signature(name, inspect.signature(overload), stub_file, stub_name, label)
-            )
+            found.append(Signature(name, inspect.signature(overload), stub_file, stub_name, label))
     for layer in LAYERS:
         cls = getattr(einops.layers.torch, layer)
         for method in ("__init__", "forward"):
             signature = inspect.signature(getattr(cls, method))
             found.append(
-                Signature(
-                    f"{layer}.{method}", signature, "layers", f"{layer}.{method}", layer
-                )
+                Signature(f"{layer}.{method}", signature, "layers", f"{layer}.{method}", layer)
             )
     return found
 
@@ -81,7 +77,9 @@ def _stub_functions(stub_file: str, name: str) -> list[ast.FunctionDef]:
     """The stub's definitions of ``name`` (a function, or ``Class.method`` looked up in the
     class and, for layers, in the mixins it derives from)."""
     if stub_file == "layers":
-        trees = [ast.parse((STUBS / "layers" / f).read_text()) for f in ("torch.pyi", "__init__.pyi")]
+        trees = [
+            ast.parse((STUBS / "layers" / f).read_text()) for f in ("torch.pyi", "__init__.pyi")
+        ]
     else:
         trees = [ast.parse((STUBS / stub_file).read_text())]
     owner, _, member = name.rpartition(".")

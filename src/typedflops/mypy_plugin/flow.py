@@ -101,10 +101,10 @@ class Flow:
         """The binding that certainly reaches ``expr``, or None."""
         return self.uses.get(id(expr))
 
-    def returns(self, call: CallExpr) -> bool:
-        """Whether the value of ``call`` is what the function returns there:
+    def returns(self, value: Expression) -> bool:
+        """Whether ``value`` (a call, an operation) is what the function returns there:
         ``return call(...)``, or ``name = call(...)`` reaching a ``return name``."""
-        return id(call) in self.returned_calls
+        return id(value) in self.returned_calls
 
 
 class _Poisoned(Exception):
@@ -261,16 +261,18 @@ class _Pass:
 
     def returned(self, statement: ReturnStmt, state: State) -> None:
         value = statement.expr
-        if isinstance(value, CallExpr):
+        if value is None:
+            return
+        if not isinstance(value, NameExpr):
             self.flow.returned_calls.add(id(value))
-        elif isinstance(value, NameExpr):
+        else:
             binding = self.flow.uses.get(id(value))
             if binding is None:
                 return
             self.flow.returned_names.append((statement, binding))
             if isinstance(binding, Assigned) and binding.item is None:
                 rvalue = binding.statement.rvalue
-                if isinstance(rvalue, CallExpr):
+                if not isinstance(rvalue, NameExpr):
                     self.flow.returned_calls.add(id(rvalue))
 
     def bound(self, statements: list[Statement]) -> set[str]:

@@ -4,7 +4,7 @@ return annotation of the function it is returned from."""
 from __future__ import annotations
 
 from mypy.errorcodes import ErrorCode
-from mypy.nodes import CallExpr, Context, Expression, StrExpr
+from mypy.nodes import Context, Expression, StrExpr
 from mypy.plugin import CheckerPluginInterface, FunctionContext, MethodContext
 from mypy.types import CallableType, Type
 
@@ -54,13 +54,13 @@ def finish(
     ctx: FunctionContext | MethodContext, what: str, produced: Dims | None, facts: list[Fact]
 ) -> Type:
     """Check ``produced`` against the enclosing function's return, then keep it."""
-    if produced is not None and isinstance(ctx.context, CallExpr):
+    if produced is not None and isinstance(ctx.context, Expression):
         _check_return(ctx.api, ctx.context, what, produced, facts)
     return keep(ctx, produced)
 
 
 def _check_return(
-    api: CheckerPluginInterface, call: CallExpr, what: str, produced: Dims, facts: list[Fact]
+    api: CheckerPluginInterface, call: Expression, what: str, produced: Dims, facts: list[Fact]
 ) -> None:
     function = current_function(api)
     if function is None or not isinstance(function.type, CallableType):

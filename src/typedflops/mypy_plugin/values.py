@@ -14,12 +14,15 @@ of false positives):
 - ``self.attr`` in a method, when the class annotates the attribute with dims (in the
   class body or in ``__init__``) and the method never assigns it.
 
-Annotated locals and attributes name dims in their own words: a name that no parameter
-binds matches anything in a local, as it does at runtime.
+Annotated locals and attributes name dims in their own words: in a local, a name that no
+parameter binds matches anything, as at runtime; in an attribute that shares no name with
+the method's own annotations, every name matches anything (a class may call
+``n_features`` what its method calls ``features``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mypy.nodes import (
@@ -47,7 +50,7 @@ from mypy.types import CallableType, Type
 
 from .flow import Assigned, Binding, Parameter, flow_of
 from .scopes import iter_statements
-from .static import Dims, Variadic
+from .static import Axis, Dims, Variadic
 from .tensors import (
     alternatives,
     annotated_dims,
@@ -153,15 +156,28 @@ def declared_label(expr: Expression, api: CheckerPluginInterface) -> str | None:
 
 _NOTHING = Result()
 
+# Tensor methods whose result's dims follow from the receiver's and the positional
+# arguments (name -> (receiver's dims, arguments) -> dims or None). A receiver mypy types
+# as Any (``k`` of ``q, k, v = qkv``: iterating a tensor) gets no method hook, so its
+# calls are read here.
+DERIVED: dict[str, Callable[[Dims, list[Expression]], Dims | None]] = {}
+
 
 def _value(function: FuncItem, expr: Expression, depth: int) -> Result:
     if depth > 8:
         return _NOTHING
-    if isinstance(expr, CallExpr):
-        return result_of(function, expr) or _NOTHING
     if isinstance(expr, NameExpr):
         binding = flow_of(function).binding(expr)
         return _bound(function, binding, depth) if binding is not None else _NOTHING
+    produced = result_of(function, expr)  # a call, an operation, x.T
+    if produced is not None:
+        return produced
+    if isinstance(expr, CallExpr) and isinstance(expr.callee, MemberExpr):
+        derive = DERIVED.get(expr.callee.name)
+        if derive is not None and all(kind == ARG_POS for kind in expr.arg_kinds):
+            receiver = _value(function, expr.callee.expr, depth + 1).dims
+            if receiver is not None:
+                return Result(dims=derive(receiver, list(expr.args)))
     if isinstance(expr, MemberExpr):
         return Result(dims=_attribute(function, expr))
     return _NOTHING
@@ -209,11 +225,37 @@ def _attribute(function: FuncItem, expr: MemberExpr) -> Dims | None:
         return None
     for info in function.info.mro:
         declared = _annotated_attributes(info).get(expr.name)
+        dims = annotated_dims(declared) if declared is not None else None
+        if dims is not None:
+            # A class may name its axes otherwise than the method does (n_features there,
+            # features here): then only the names the method's own annotations use are
+            # kept. An annotation that shares a name with the method's speaks its words.
+            own = _own_names(function)
+            if own & {name for dim in dims for name in _dim_names(dim)}:
+                return dims
+            return without_free_names(dims, own)
         if declared is not None:
-            return annotated_dims(declared)
+            return None
         if expr.name in info.names:
             return None  # defined here without an annotation we can read
     return None
+
+
+def _own_names(function: FuncItem) -> frozenset[str]:
+    """The dim names a function's annotations use: its parameters' and its return's."""
+    signature = function.type
+    returned = signature.ret_type if isinstance(signature, CallableType) else None
+    dims = annotated_dims(returned)
+    named = {name for dim in dims or () for name in _dim_names(dim)}
+    return bound_names(function) | named
+
+
+def _dim_names(dim: object) -> tuple[str, ...]:
+    if isinstance(dim, Axis):
+        return dim.factors
+    if isinstance(dim, Variadic) and dim.name:
+        return (dim.name,)
+    return ()
 
 
 _ANNOTATED: dict[int, tuple[Block, dict[str, Type]]] = {}

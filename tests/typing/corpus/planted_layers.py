@@ -92,7 +92,7 @@ def bug_feature_density(acts: Float[Tensor, "batch pos d_sae"]) -> Float[Tensor,
 def bug_reconstruction_loss(
     x: Float[Tensor, "batch pos d_in"], sae_out: Float[Tensor, "batch pos d_in"]
 ) -> Float[Tensor, "batch"]:
-    per_token = reduce((x - sae_out) ** 2, "batch pos d_in -> batch pos", "sum")  # PLANTED: shape reduce returns "_ _" but bug_reconstruction_loss() is annotated "batch": has 2 axes where the annotation has 1
+    per_token = reduce((x - sae_out) ** 2, "batch pos d_in -> batch pos", "sum")  # PLANTED: shape bug_reconstruction_loss() is annotated "batch": has 2 axes where the annotation has 1
     return per_token
 
 
