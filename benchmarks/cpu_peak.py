@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from typedflops import _cpu as cpu
 from typedflops import devices
+from typedflops.devices import cpu
 from typedflops.text import format_percent, format_si, text_table
 
 

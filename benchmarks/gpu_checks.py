@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import ShapeError, record
-from typedflops._engine.recorder import torch_counts
+from typedflops.cost.engine.recorder import torch_counts
 from typedflops.memory import training_memory
 from typedflops.nn import TransformerConfig, TransformerLM
 
@@ -139,7 +139,7 @@ def compiled() -> None:
 
 
 def kernel_choice() -> None:
-    from typedflops._engine import kernels
+    from typedflops.cost.engine import kernels
 
     flags = kernels._flags()
     cases = agree = 0

@@ -4,8 +4,9 @@ Prints, for a small two-matmul function (8x16 @ 16x16 @ 16x4, float32, CPU):
 
 - time per call unchecked, checked, and checked inside ``record()`` (interleaved rounds, so
   the ratio recorded / checked is measured under the same load);
-- the growth of resident memory over 1e5 checked calls and over 1e4 recorded calls (a
-  recording keeps one row per distinct call signature, not one per call);
+- the growth of resident memory over 1e5 checked calls and over 1e4 recorded calls (every
+  call is counted as it ran; calls that did the same work share a row, so a recording keeps
+  memory per distinct work, not per call);
 - the same with 8 threads calling at once, each in its own ``record()``.
 
 Run: ``python benchmarks/soak.py`` (``--quick`` for 10x fewer calls).
@@ -71,7 +72,7 @@ def main() -> None:
     times: dict[str, list[float]] = {"plain": [], "checked": [], "recorded": []}
     calls = 500 // scale or 1
     with record() as rec:
-        run_checked()  # the first call of a signature is counted; later ones reuse its row
+        run_checked()  # the first record loads what counting needs: not part of a figure
     for _ in range(rounds):
         times["plain"].append(per_call(run_plain, calls))
         times["checked"].append(per_call(run_checked, calls))

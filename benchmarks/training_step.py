@@ -29,11 +29,11 @@ from collections.abc import Callable
 import torch
 
 from typedflops import devices
-from typedflops._config import disabled
-from typedflops._engine.kernels import kernels_of
-from typedflops._steptime import step_mfu
-from typedflops._training import measure_peak, training_memory
+from typedflops.config import disabled
+from typedflops.cost.engine.kernels import kernels_of
 from typedflops.nn import CONFIGS, TransformerConfig, TransformerLM
+from typedflops.planning.steptime import step_mfu
+from typedflops.planning.training import measure_peak, training_memory
 from typedflops.text import text_table
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

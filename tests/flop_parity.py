@@ -12,7 +12,7 @@ from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import record
-from typedflops._engine.recorder import torch_counts
+from typedflops.cost.engine.recorder import torch_counts
 
 aten = torch.ops.aten
 Body = Callable[[], Any]

@@ -110,5 +110,74 @@ def test_the_mypy_plugin_imports_no_runtime_module() -> None:
             if target not in reached:
                 reached.add(target)
                 pending.append(target)
-    allowed = {"typedflops", "typedflops._syntax"}
+    allowed = {"typedflops", "typedflops.syntax"}
     assert {name for name in reached & runtime if not name.startswith(tuple(allowed))} == set()
+
+
+#: The layers, lowest first: a module may import its own layer's modules and lower
+#: layers', never a higher layer's. The docs' "Where things live" lists the same rows
+#: (a test below holds them equal).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "text", "config", "syntax"),
+    ("contract",),
+    ("devices", "roofline"),
+    ("cost",),
+    ("einops",),
+    ("timing",),
+    ("decorator",),
+    ("nn", "testing"),
+    ("planning", "memory"),
+    ("tools", "mypy_plugin"),
+    ("__init__", "__main__"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The layer of a typedflops module (its first component below the package)."""
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "__init__"
+    for number, names in enumerate(LAYERS):
+        if top in names:
+            return number
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def test_every_import_goes_down_the_layers() -> None:
+    upward = sorted(
+        f"{source} -> {target}"
+        for source, targets in graph().items()
+        for target in targets
+        if layer_of(target) > layer_of(source)
+    )
+    assert upward == []
+
+
+def test_packages_of_one_layer_import_one_way() -> None:
+    """Two packages of one layer never import each other both ways (a cycle between them
+    would hide behind the cycle test's module granularity otherwise)."""
+    edges = graph()
+    between = {
+        (source.split(".")[1], target.split(".")[1])
+        for source, targets in edges.items()
+        for target in targets
+        if "." in source and "." in target and source.split(".")[1] != target.split(".")[1]
+    }
+    assert sorted((a, b) for a, b in between if (b, a) in between) == []
+
+
+def test_the_docs_name_the_layers_in_order() -> None:
+    section = (PACKAGE.parents[1] / "docs" / "layout.md").read_text()
+    layer_table = section.split("| layer |", 1)[1].split("\n\n", 1)[0]
+    rows = [
+        line.split("|")[1].strip() for line in layer_table.splitlines() if line.startswith("| ")
+    ]
+    listed = [tuple(name.strip("` /") for name in row.split(",")) for row in rows]
+    expected = [tuple(n for n in names if not n.startswith("__")) for names in LAYERS]
+    assert [names for names in listed if names] == [names for names in expected if names]
+
+
+def test_every_package_is_in_a_layer() -> None:
+    for path in PACKAGE.iterdir():
+        if path.name.startswith((".", "__pycache__")) or path.name == "py.typed":
+            continue
+        layer_of(f"typedflops.{path.name.removesuffix('.py')}")

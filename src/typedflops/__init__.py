@@ -15,60 +15,60 @@ if TYPE_CHECKING:
     from . import nn as nn
     from . import planning as planning
     from . import testing as testing
-    from ._bench import Measurement as Measurement
-    from ._bench import benchmark as benchmark
-    from ._config import disabled as disabled
-    from ._cost import Cost as Cost
-    from ._cost import OpCost as OpCost
-    from ._decorator import TypedFunction as TypedFunction
-    from ._engine.report import Recorder as Recorder
-    from ._engine.report import record as record
-    from ._engine.rules import register_rule as register_rule
-    from ._import_hook import install_import_hook as install_import_hook
-    from ._memo import print_bindings as print_bindings
-    from ._ops import einsum as einsum
-    from ._ops import rearrange as rearrange
-    from ._ops import reduce as reduce
-    from ._ops import repeat as repeat
-    from ._typed_flops import typed_flops as typed_flops
+    from .config import disabled as disabled
+    from .contract.memo import print_bindings as print_bindings
+    from .cost.engine.report import Recorder as Recorder
+    from .cost.engine.report import record as record
+    from .cost.engine.rules import register_rule as register_rule
+    from .cost.types import Cost as Cost
+    from .cost.types import OpCost as OpCost
+    from .decorator import TypedFunction as TypedFunction
+    from .decorator import typed_flops as typed_flops
+    from .einops.ops import einsum as einsum
+    from .einops.ops import rearrange as rearrange
+    from .einops.ops import reduce as reduce
+    from .einops.ops import repeat as repeat
     from .errors import ContractError as ContractError
     from .errors import DeviceError as DeviceError
     from .errors import DtypeError as DtypeError
     from .errors import PatternError as PatternError
     from .errors import ShapeError as ShapeError
     from .errors import SpecError as SpecError
+    from .timing.bench import Measurement as Measurement
+    from .timing.bench import benchmark as benchmark
+    from .tools.import_hook import install_import_hook as install_import_hook
 
 #: The public names and the module each lives in ("" for the public submodules): the one
 #: table that ``__all__``, ``dir(typedflops)`` and the lazy lookup below are made from. The
 #: imports above are for type checkers, which cannot read it; a test holds them equal.
 _EXPORTS: dict[str, str] = {
     "ContractError": "errors",
-    "Cost": "_cost",
+    "Cost": "cost.types",
     "DeviceError": "errors",
     "DtypeError": "errors",
-    "Measurement": "_bench",
-    "OpCost": "_cost",
+    "Measurement": "timing.bench",
+    "OpCost": "cost.types",
     "PatternError": "errors",
-    "Recorder": "_engine.report",
+    "Recorder": "cost.engine.report",
     "ShapeError": "errors",
     "SpecError": "errors",
-    "TypedFunction": "_decorator",
-    "benchmark": "_bench",
+    "TypedFunction": "decorator",
+    "benchmark": "timing.bench",
     "devices": "",
-    "disabled": "_config",
-    "einsum": "_ops",
-    "install_import_hook": "_import_hook",
+    "disabled": "config",
+    "einsum": "einops.ops",
+    "install_import_hook": "tools.import_hook",
     "memory": "",
     "nn": "",
     "planning": "",
-    "print_bindings": "_memo",
-    "rearrange": "_ops",
-    "record": "_engine.report",
-    "reduce": "_ops",
-    "register_rule": "_engine.rules",
-    "repeat": "_ops",
+    "print_bindings": "contract.memo",
+    "rearrange": "einops.ops",
+    "record": "cost.engine.report",
+    "reduce": "einops.ops",
+    "register_rule": "cost.engine.rules",
+    "repeat": "einops.ops",
     "testing": "",
-    "typed_flops": "_typed_flops",
+    "typed_flops": "decorator",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,6 +1,6 @@
 """``python -m typedflops demo``: the same as the ``typedflops`` command."""
 
-from ._cli import main
+from .tools.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ._storage import nbytes, same_storage
-from ._training import OPTIMIZER_STATES, TrainingMemory, optimizer_key, training_memory
+from .cost.storage import nbytes, same_storage
+from .planning.training import OPTIMIZER_STATES, TrainingMemory, optimizer_key, training_memory
 
 __all__ = [
     "OPTIMIZER_STATES",

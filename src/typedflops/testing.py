@@ -22,13 +22,14 @@ import sympy
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ._config import enabled
-from ._cost import Cost
-from ._decorator import TypedFunction, TypedMethod
-from ._engine.recorder import torch_counts
-from ._engine.report import record
-from ._expr import parse_expression
+from .config import enabled
+from .contract.bound import TypedMethod
+from .cost.engine.recorder import torch_counts
+from .cost.engine.report import record
+from .cost.types import Cost
+from .decorator import TypedFunction
 from .errors import ContractError, SpecError
+from .syntax.expr import parse_expression
 
 __all__ = [
     "FlopComparison",
@@ -122,7 +123,7 @@ def assert_flops(
 
     >>> from torch import Tensor
     >>> from jaxtyping import Float
-    >>> from typedflops._typed_flops import typed_flops
+    >>> from typedflops import typed_flops
     >>> @typed_flops(flops="2*batch*d_in*d_out")
     ... def linear(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
     ...            ) -> Float[Tensor, "batch d_out"]:
@@ -201,7 +202,7 @@ def assert_contract_error(
     >>> import torch
     >>> from torch import Tensor
     >>> from jaxtyping import Float
-    >>> from typedflops._typed_flops import typed_flops
+    >>> from typedflops import typed_flops
     >>> from typedflops.errors import ShapeError
     >>> @typed_flops
     ... def add(x: Float[Tensor, "n"], y: Float[Tensor, "n"]) -> Float[Tensor, "n"]:
@@ -292,7 +293,7 @@ def assert_matches_flop_counter(
     costs N in typedflops and 0 in FlopCounterMode: do not compare those.
 
     >>> import torch
-    >>> from typedflops._typed_flops import typed_flops
+    >>> from typedflops import typed_flops
     >>> from torch import Tensor
     >>> from jaxtyping import Float
     >>> @typed_flops

@@ -70,7 +70,7 @@ MODULE = "torch.nn.modules.module.Module"
 SIGNATURE_KEEPING = frozenset(
     {
         "typedflops.typed_flops",
-        "typedflops._typed_flops.typed_flops",
+        "typedflops.decorator.typed_flops",
         "jaxtyping.jaxtyped",
         "jaxtyping._decorator.jaxtyped",
         "beartype.beartype",

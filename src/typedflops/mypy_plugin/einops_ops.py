@@ -26,8 +26,8 @@ from mypy.nodes import (
 from mypy.plugin import FunctionContext
 from mypy.types import Type
 
-from .._syntax import Problem
-from .._syntax.patterns import (
+from ..syntax import Problem
+from ..syntax.patterns import (
     ELLIPSIS,
     Entry,
     Group,

@@ -13,8 +13,8 @@ from mypy.nodes import FUNC_NO_INFO, CallExpr
 from mypy.plugin import CheckerPluginInterface, FunctionContext
 from mypy.types import CallableType, Type, get_proper_type
 
-from .._syntax import Problem
-from .._syntax.formula import parse_formula, shorten
+from ..syntax import Problem
+from ..syntax.formula import parse_formula, shorten
 from . import codes
 from .report import literal_str, report
 from .scopes import find_decorated

@@ -32,9 +32,9 @@ from .settings import read_settings
 
 TRANSFORMS = ("rearrange", "reduce", "repeat")
 # Where the wrapped ops live: einops itself (with or without typedflops' stubs) and typedflops.
-OP_MODULES = ("einops", "einops.einops", "einops.packing", "typedflops", "typedflops._ops")
-DECORATORS = frozenset({"typedflops.typed_flops", "typedflops._typed_flops.typed_flops"})
-TYPED_FUNCTION_CALL = "typedflops._decorator.TypedFunction.__call__"
+OP_MODULES = ("einops", "einops.einops", "einops.packing", "typedflops", "typedflops.einops.ops")
+DECORATORS = frozenset({"typedflops.typed_flops", "typedflops.decorator.typed_flops"})
+TYPED_FUNCTION_CALL = "typedflops.decorator.TypedFunction.__call__"
 TORCH_EINSUM = frozenset({"torch.functional.einsum", "torch.einsum"})
 # Libraries whose functions never carry the user's dims: no look-up needed.
 SKIPPED_PREFIXES = (
@@ -56,7 +56,7 @@ def _source_digest() -> str:
     when they change."""
     digest = hashlib.sha256()
     here = Path(__file__).parent
-    for path in sorted([*here.glob("*.py"), *(here.parent / "_syntax").glob("*.py")]):
+    for path in sorted([*here.glob("*.py"), *(here.parent / "syntax").glob("*.py")]):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from .._syntax.patterns import ELLIPSIS, Entry, Group
+from ..syntax.patterns import ELLIPSIS, Entry, Group
 from .static import UNKNOWN, Axis, Dim, Dims, Unknown, Variadic, format_dims
 
 Severity = Literal["shape", "alias"]

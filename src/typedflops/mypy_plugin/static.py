@@ -18,10 +18,10 @@ import functools
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from .._syntax import Problem
-from .._syntax.dims import Dim as CoreDim
-from .._syntax.dims import DimKind, parse_dims
-from .._syntax.formula import Integer, Name, Node, Operation
+from ..syntax import Problem
+from ..syntax.dims import Dim as CoreDim
+from ..syntax.dims import DimKind, parse_dims
+from ..syntax.formula import Integer, Name, Node, Operation
 
 __all__ = [
     "UNKNOWN",

@@ -13,8 +13,8 @@ from mypy.nodes import ARG_POS, CallExpr, Expression, ListExpr, StarExpr, TupleE
 from mypy.plugin import FunctionContext
 from mypy.types import Type
 
-from .._syntax import Problem
-from .._syntax.equations import check_equation_operands, torch_equation
+from ..syntax import Problem
+from ..syntax.equations import check_equation_operands, torch_equation
 from . import codes
 from .einops_ops import contract
 from .report import keep, literal_str, report

@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from .._ops import einsum, rearrange
-from .._typed_flops import typed_flops
+from ..decorator import typed_flops
+from ..einops.ops import einsum, rearrange
 from ..errors import SpecError
 from .layers import Device, TypedLayer
 from .lecture import Linear

@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .._cost import Cost
-from .._decorator import TypedFunction
-from .._typed_flops import typed_flops
+from ..cost.types import Cost
+from ..decorator import TypedFunction, typed_flops
 from ..errors import SpecError
 from .lecture import Linear, TypedModule
 

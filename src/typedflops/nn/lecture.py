@@ -15,10 +15,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .._cost import Cost
-from .._decorator import TypedFunction
-from .._ops import einsum
-from .._typed_flops import typed_flops
+from ..cost.types import Cost
+from ..decorator import TypedFunction, typed_flops
+from ..einops.ops import einsum
 
 __all__ = ["Linear", "TwoLayerMLP", "TypedModule"]
 

@@ -25,10 +25,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .._cost import Cost
-from .._decorator import TypedFunction
-from .._ops import einsum
-from .._typed_flops import typed_flops
+from ..cost.types import Cost
+from ..decorator import TypedFunction, typed_flops
+from ..einops.ops import einsum
 from ..errors import ShapeError, SpecError
 from .attention import Attention, Kernel
 from .layers import MLP, Device, Dropout, Embedding, LayerNorm, RMSNorm, SwiGLU, TypedLayer

@@ -1,0 +1,434 @@
+"""The torch modes that turn the ops a body runs into events.
+
+:class:`CountingMode` is a ``TorchDispatchMode``: it sees every ``aten`` kernel call as it
+ran (after autograd, composite ops already decomposed), the level at which
+``FlopCounterMode`` counts, and mirrors its handling (metadata ops passed on, ops without a
+rule decomposed when they can be). :class:`GroupingMode` is a ``TorchFunctionMode`` that only
+names what the user called (``matmul``, ``linear``, ``softmax``): the events of one such call
+form one row of a cost breakdown. Neither is active outside ``record()``, ``estimate()`` and
+formula fitting, and typedflops' own contract checks run with both out of the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch._library.autograd as torch_autograd_impl
+from torch.autograd.function import BackwardCFunction
+from torch.nested._internal.nested_tensor import NestedTensor
+from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..storage import nbytes
+from .events import Event, Sink, current_group, group, named_event, new_group
+from .functions import inside_rule, watching
+from .kernels import on_target
+from .rules import OpCall, RuleEntry, find_rule, is_torch_counted, op_name
+from .saved import in_checkpoint
+from .tensors import describe, flat_tensors, is_float, nbytes_of
+
+__all__ = ["CountingMode", "GroupingMode", "counting", "make_event", "paused", "suspended"]
+
+
+def _words(text: str) -> frozenset[str]:
+    """A set of op names written as words (easier to read and extend than a list)."""
+    return frozenset(text.split())
+
+
+_METADATA = {
+    torch.ops.aten.sym_is_contiguous.default,
+    torch.ops.aten.is_contiguous.default,
+    torch.ops.aten.is_contiguous.memory_format,
+    torch.ops.aten.is_strides_like_format.default,
+    torch.ops.aten.is_non_overlapping_and_dense.default,
+    torch.ops.aten.size.default,
+    torch.ops.aten.sym_size.default,
+    torch.ops.aten.stride.default,
+    torch.ops.aten.sym_stride.default,
+    torch.ops.aten.storage_offset.default,
+    torch.ops.aten.sym_storage_offset.default,
+    torch.ops.aten.numel.default,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.dim.default,
+    torch.ops.prim.layout.default,
+}
+_PASS_ON = {torch.ops.prim.device.default}
+
+
+class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts every ``aten`` op into ``sink``.
+
+    In the ``"forward"`` phase, ops that autograd runs during a backward pass are passed on
+    uncounted: backward is accounted per forward op (see :mod:`.backward`), so a user's
+    ``loss.backward()`` inside ``record()`` is not counted twice.
+    """
+
+    def __init__(self, sink: Sink, phase: str = "forward") -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.sink = sink
+        self.phase = phase
+        self.paused = False
+        self.grouping: GroupingMode | None = None
+        # A dry run on meta tensors for a call that would run on this device type: its
+        # attention takes the kernel that device would pick (see .attention).
+        self.target: str | None = None
+        # Custom autograd Functions already listed as uncounted.
+        self.custom: set[type] = set()
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _METADATA:
+            return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
+        if self.paused or func in _PASS_ON or not isinstance(func, torch._ops.OpOverload):
+            return func(*args, **kwargs)
+        if self.phase == "forward" and torch._C._current_autograd_node() is not None:
+            return func(*args, **kwargs)
+        if _JAGGED in types:
+            # A jagged tensor runs each op on its dense values: count those. Its backward
+            # runs on jagged tensors, which no replay builds: named, not predicted.
+            if _needs_grad(args, kwargs) and find_rule(func) != "free":
+                self.sink.add(named_event(f"{op_name(func)} (backward, jagged)"))
+            with self, torch.no_grad():
+                return _JAGGED.__torch_dispatch__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+        found = find_rule(func)
+        if found is None:
+            key = _nested_key(args, kwargs)
+            if key is not None and func.has_kernel_for_dispatch_key(key):
+                # torch's Python decompositions do not know nested tensors (a nested
+                # matmul pads its rows): run the nested kernel, counting the ops it runs
+                with self:
+                    return func._op_dk(key, *args, **kwargs)
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
+        out = func(*args, **kwargs)
+        event = make_event(func, found, args, kwargs, out)
+        if inside_rule():
+            event.flops = 0  # a registered Python function's rule gives its count
+        self.sink.add(event)
+        if event.needs_grad:
+            self._custom_backwards(args, kwargs)
+        return out
+
+    def _custom_backwards(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Name, once, the ``torch.autograd.Function`` whose output an op takes: its backward
+        is Python code that no op replay shows, so it is listed as uncounted."""
+        for tensor in _tensors((args, tuple(kwargs.values()))):
+            node = tensor.grad_fn
+            if not isinstance(node, BackwardCFunction) or _generated_for_custom_op(
+                node._forward_cls
+            ):
+                continue
+            if node._forward_cls not in self.custom:
+                self.custom.add(node._forward_cls)
+                self.sink.add(named_event(f"{node._forward_cls.__name__} (backward)"))
+
+
+_JAGGED = NestedTensor
+
+_NESTED_KEYS = {
+    "cpu": torch._C.DispatchKey.NestedTensorCPU,
+    "cuda": torch._C.DispatchKey.NestedTensorCUDA,
+    "meta": torch._C.DispatchKey.NestedTensorMeta,
+}
+
+
+def _nested_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The dispatch key of the nested-tensor kernels for these arguments, if any is nested."""
+    for tensor in _tensors((args, tuple(kwargs.values()))):
+        if tensor.is_nested and type(tensor) is torch.Tensor:
+            return _NESTED_KEYS.get(tensor.device.type)
+    return None
+
+
+def make_event(
+    func: Any,
+    found: RuleEntry | str | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: Any,
+) -> Event:
+    """The event of one op that ran: its costs by its rule (``found``), its metadata."""
+    if found == "free" and not _needs_grad(args, kwargs):
+        return _free_event(func, args, kwargs, out)
+    described_args = describe(args)
+    described_kwargs = tuple((key, describe(value)) for key, value in kwargs.items())
+    described_out = describe(out)
+    name = op_name(func)
+    inputs = flat_tensors((described_args, described_kwargs))
+    outputs = flat_tensors(described_out)
+    entry = found if isinstance(found, RuleEntry) else None
+    flops = 0
+    counted = found is not None
+    if entry is not None:
+        call = OpCall(name, described_args, dict(described_kwargs), described_out)
+        flops = entry.count(call, args, kwargs, out)
+    elif found is None and not any(is_float(t) for t in (*inputs, *outputs)):
+        counted = True  # no floating-point values: 0 FLOPs by convention, nothing missed
+    view = found == "free" and _is_view(func)
+    read = 0 if view else _unique_bytes(args, kwargs)
+    written = 0 if view else sum(nbytes_of(t) for t in outputs)
+    recorded = torch.is_grad_enabled() or _in_custom_op_autograd(func)
+    needs_grad = recorded and any(t.requires_grad and is_float(t) for t in inputs)
+    return Event(
+        op=name,
+        func=func,
+        group=current_group() or new_group(name),
+        args=described_args,
+        kwargs=described_kwargs,
+        out=described_out,
+        flops=flops,
+        entry=entry,
+        counted=counted,
+        bytes_read=read,
+        bytes_written=written,
+        view=view,
+        needs_grad=needs_grad,
+        torch_counted=is_torch_counted(func._overloadpacket),
+        recomputed=in_checkpoint(),
+    )
+
+
+def _custom_op_forward() -> Any:
+    """The code of the forward that ``torch.library`` makes for a custom op's autograd."""
+    make = getattr(torch_autograd_impl, "make_autograd_impl", None)
+    consts = make.__code__.co_consts if make is not None else ()
+    found = [c for c in consts if isinstance(c, types.CodeType) and c.co_name == "forward"]
+    return found[0] if len(found) == 1 else None
+
+
+_CUSTOM_OP_FORWARD = _custom_op_forward()
+
+
+def _in_custom_op_autograd(func: Any) -> bool:
+    """Whether ``func`` (not an ``aten`` op) runs inside the autograd forward of a
+    ``torch.library`` custom op: grad mode is off there, but autograd differentiates it (the
+    op's registered backward), so its backward is replayed like an ``aten`` op's."""
+    if _CUSTOM_OP_FORWARD is None or func.namespace == "aten" or torch.is_grad_enabled():
+        return False
+    frame: types.FrameType | None = sys._getframe(1)
+    for _ in range(16):  # the dispatch mode's frames, then the custom op's forward
+        if frame is None:
+            return False
+        if frame.f_code is _CUSTOM_OP_FORWARD:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _generated_for_custom_op(cls: type) -> bool:
+    """Whether an autograd.Function class is the one ``torch.library`` makes for a custom
+    op (whose backward its event's replay counts)."""
+    return cls.__module__ == torch_autograd_impl.__name__
+
+
+def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    return any(
+        t.requires_grad and t.is_floating_point() for t in _tensors((args, tuple(kwargs.values())))
+    )
+
+
+def _free_event(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Event:
+    """A zero-FLOP op that needs no backward: its bytes, not its arguments' description."""
+    name = op_name(func)
+    view = _is_view(func)
+    return Event(
+        op=name,
+        func=func,
+        group=current_group() or new_group(name),
+        args=(),
+        kwargs=(),
+        out=None,
+        flops=0,
+        entry=None,
+        counted=True,
+        bytes_read=0 if view else _unique_bytes(args, kwargs),
+        bytes_written=0 if view else sum(nbytes(t) for t in _tensors(out)),
+        view=view,
+        needs_grad=False,
+        torch_counted=False,
+        recomputed=in_checkpoint(),
+    )
+
+
+@functools.lru_cache(maxsize=2048)
+def _is_view(func: Any) -> bool:
+    if func._overloadpacket is torch.ops.aten._unsafe_view:
+        return True  # a view of a fresh tensor (the copy before it already moved the bytes)
+    returns = func._schema.returns
+    return bool(returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in returns
+    )
+
+
+def _unique_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Bytes of the distinct input tensors (``x * x`` reads ``x`` once)."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in _tensors((args, tuple(kwargs.values()))):
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += nbytes(tensor)
+    return total
+
+
+def _tensors(tree: Any) -> Iterator[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif isinstance(tree, list | tuple):
+        for item in tree:
+            yield from _tensors(item)
+
+
+# -- naming what the user called ----------------------------------------------------------
+
+_ARITHMETIC_DUNDERS = _words(
+    """
+    add sub mul truediv floordiv mod pow matmul and or xor lshift rshift
+    """
+)
+
+# Metadata and conversions read through the Python API: never a group of their own.
+_PASS_THROUGH = _words(
+    """
+    __get__ __set__ size dim ndimension numel nelement stride storage_offset is_contiguous
+    is_floating_point is_complex element_size data_ptr __len__ __repr__ __format__ __str__
+    __hash__ __bool__ __index__ __int__ __float__ __iter__ __contains__ __reduce_ex__
+    __deepcopy__ __setstate__ get_device tolist item untyped_storage storage requires_grad_
+    register_hook retain_grad is_shared is_pinned __array__ __dlpack__ _is_view
+    """
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_name(func: Any) -> str | None:
+    raw = str(getattr(func, "__name__", ""))
+    if raw in _PASS_THROUGH:
+        if raw == "__get__":  # a property such as `x.T` or `x.mT`: named after it
+            owner = getattr(func, "__self__", None)
+            name = str(getattr(owner, "__name__", ""))
+            return name if name in ("T", "mT", "H", "mH", "real", "imag") else None
+        return None
+    name = raw
+    if raw.startswith("__") and raw.endswith("__"):
+        name = raw[2:-2]
+        if name[:1] in "ri" and name[1:] in _ARITHMETIC_DUNDERS:
+            name = name[1:]
+    elif raw.endswith("_") and not raw.startswith("_"):
+        name = raw[:-1]
+    if not name:
+        try:
+            name = resolve_name(func) or repr(func)
+        except Exception:
+            name = repr(func)
+    return name
+
+
+class GroupingMode(TorchFunctionMode):
+    """Names each top-level torch call, so its ``aten`` events form one row."""
+
+    def __init__(self, counter: CountingMode) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if self.counter.paused or current_group() is not None:
+            return func(*args, **kwargs)
+        try:
+            name = _group_name(func)
+        except TypeError:  # an unhashable callable
+            name = None
+        if name is None:
+            return func(*args, **kwargs)
+        with group(name):
+            if self.counter.target is not None:
+                return on_target(self.counter.target, func, args, kwargs)
+            return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def counting(
+    sink: Sink, phase: str = "forward", target: str | None = None
+) -> Iterator[CountingMode]:
+    """Count the ops run inside the block into ``sink`` (and name them by user call);
+    ``target``: the device type a meta dry run stands for."""
+    mode = CountingMode(sink, phase)
+    mode.target = target
+    with mode:
+        if phase == "forward":
+            mode.grouping = GroupingMode(mode)
+            with mode.grouping, watching(sink):
+                yield mode
+        else:
+            yield mode
+
+
+@contextlib.contextmanager
+def paused(mode: CountingMode | None) -> Iterator[None]:
+    """Count nothing inside the block (a call whose cost is already known)."""
+    if mode is None:
+        yield
+        return
+    previous = mode.paused
+    mode.paused = True
+    try:
+        yield
+    finally:
+        mode.paused = previous
+
+
+@contextlib.contextmanager
+def suspended(mode: CountingMode | None) -> Iterator[None]:
+    """Take the counting modes out of torch's mode stacks inside the block, so that the ops
+    run at full speed (a timed run, a call whose cost is known); count nothing when they
+    are not on top of the stacks (another mode entered after them)."""
+    if mode is None:
+        yield
+        return
+    dispatch_depth = torch._C._len_torch_dispatch_stack()
+    function_depth = torch._C._len_torch_function_stack()
+    on_top = (
+        dispatch_depth > 0
+        and torch._C._get_dispatch_stack_at(dispatch_depth - 1) is mode
+        and (
+            mode.grouping is None
+            or (
+                function_depth > 0
+                and torch._C._get_function_stack_at(function_depth - 1) is mode.grouping
+            )
+        )
+    )
+    if not on_top:
+        with paused(mode):
+            yield
+        return
+    dispatch = torch._C._pop_torch_dispatch_stack(None)
+    grouping = torch._C._pop_torch_function_stack() if mode.grouping is not None else None
+    try:
+        yield
+    finally:
+        torch._C._push_on_torch_dispatch_stack(dispatch)
+        if grouping is not None:
+            torch._C._push_on_torch_function_stack(grouping)

@@ -1,0 +1,86 @@
+"""The engine's side of the contract's one hook: a checked call made while a session counts.
+
+A checked function looks at :data:`~typedflops.contract.function.counting_frame` on every
+call; when a ``record()`` block or a dry run has set it, the call is handed to the counter
+attached here, which checks it, runs it into its frame (or, in a dry run, stands in for a
+block whose cost is known) and closes it. In a record the variable holds a tuple (the
+innermost call of each record open here, see :mod:`.recorder`); in a dry run, its frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+import torch
+
+from ...contract.function import CheckedFunction, attach_counter, notify_observers
+from ...contract.scope import CallState, call_scope
+from .calls import begin_call
+from .frames import Frame
+from .session import RunSession
+from .works import count_recorded_call, count_recorded_coroutine
+
+__all__ = ["Counter"]
+
+
+class Counter:
+    """Counts the checked calls made inside a session (see :mod:`typedflops.contract.function`)."""
+
+    def count_call(
+        self,
+        frame: Frame | tuple[Any, ...],
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        """Check, run and count one call: typedflops' own work (checks, bookkeeping) runs
+        with the torch-function modes off, so that only the body's ops are seen."""
+        if type(frame) is tuple:
+            return count_recorded_call(frame, function, args, kwargs)
+        assert isinstance(frame, Frame)
+        with torch._C.DisableTorchFunction():
+            state = function.check_arguments(args, kwargs)
+            if function.deferred:
+                return function.call_deferred(args, kwargs, state)
+            handle = begin_call(frame, function, args, kwargs)
+        token = call_scope.set(state)
+        try:
+            with handle.scope():
+                if handle.shortcut is None:
+                    result = function.body(*args, **kwargs)
+                else:
+                    result = handle.stand_in(args, kwargs)
+            with torch._C.DisableTorchFunction():
+                function.check_return(result, state)
+                handle.finish(state.sizes, result)
+        finally:
+            call_scope.reset(token)
+        notify_observers(function, args, kwargs, state)
+        return result
+
+    async def count_coroutine(
+        self,
+        frame: Frame | tuple[Any, ...],
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        state: CallState,
+        coroutine: Coroutine[Any, Any, Any],
+    ) -> Any:
+        """Await a decorated coroutine's body as one counted call."""
+        if type(frame) is tuple:
+            return await count_recorded_coroutine(frame, function, args, kwargs, state, coroutine)
+        assert isinstance(frame, Frame)
+        handle = begin_call(frame, function, args, kwargs, cached=False)
+        with handle.scope():
+            result = await coroutine
+        handle.finish(state.sizes)
+        return result
+
+    def observes(self, frame: Frame | tuple[Any, ...]) -> bool:
+        """Calls a dry run makes are typedflops' own, not the user's."""
+        return isinstance(frame, tuple) or not isinstance(frame.session, RunSession)
+
+
+attach_counter(Counter())

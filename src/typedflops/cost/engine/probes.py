@@ -1,0 +1,553 @@
+"""Probes: how to build a decorated call at any sizes, from its annotations or from a call.
+
+- :func:`estimate_probe`: ``f.estimate(**dims)`` — every tensor parameter built from its
+  annotation at the sizes given (an Optional one whose default is None stays None unless
+  a dim only it uses is given, or it is named: ``targets=True``);
+- :func:`call_probe`: a call that ran (a ``record()`` row, ``benchmark``) — its tensors'
+  shapes, with the annotated axes resized.
+
+Tensors are built on the device a dry run gives (``meta``: shapes, dtypes and
+``requires_grad``, no storage). A module (``self``) takes part with such copies of its
+parameters and buffers, or, for the typed modules of :mod:`typedflops.nn`, rebuilt there
+at other sizes of its own dims.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from torch.nn.utils.stateless import _reparametrize_module
+
+from ...contract.annotation import ELLIPSIS, AxisKind, TensorSpec
+from ...contract.compiled import TensorParameter
+from ...contract.function import CheckedFunction
+from ...errors import SpecError
+from ..types import Cost
+from .dryrun import Probe, Thunk, measure
+from .fit import Size
+from .module_sizes import held_dims, module_dims, module_names, module_repeats
+
+__all__ = [
+    "TensorStub",
+    "call_cost",
+    "call_dims",
+    "call_probe",
+    "check_sizes",
+    "estimate_probe",
+    "method_needs_object",
+    "plain_probe",
+    "stub",
+]
+
+# Sizes past this are not sizes torch can index (int64), whatever the device.
+_MAX_SIZE = 2**62
+
+
+@dataclass(frozen=True)
+class TensorStub:
+    """A tensor argument of a call that ran, by its metadata (the tensor is not kept)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: str
+    requires_grad: bool
+
+    def dim(self) -> int:
+        """Its number of axes."""
+        return len(self.shape)
+
+
+def stub(value: Any) -> Any:
+    """A tensor's :class:`TensorStub` (other values, and nested tensors, as they are)."""
+    if isinstance(value, torch.Tensor) and value.layout is torch.strided and not value.is_nested:
+        return TensorStub(tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
+    if isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(stub(v) for v in value)
+    return value
+
+
+def materialize(value: Any, device: str) -> Any:
+    """A storage-less tensor for a stub, on ``device``, recursively in lists and tuples."""
+    if isinstance(value, TensorStub):
+        tensor = torch.empty(value.shape, dtype=value.dtype, device=device)
+        return tensor.requires_grad_(value.requires_grad) if tensor.is_floating_point() else tensor
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, list | tuple) and any(isinstance(v, TensorStub) for v in value):
+        return type(value)(materialize(v, device) for v in value)
+    return value
+
+
+def method_needs_object(function: str) -> SpecError:
+    """The error for estimating a method with no object: its dims may come from the object."""
+    return SpecError.at(
+        f"{function}.estimate()",
+        f"a method needs its object first, e.g. {function}.estimate(obj, ...) (or "
+        "model.estimate(...) for typedflops.nn models); its formula is only known through such "
+        "an estimate",
+    )
+
+
+def check_sizes(function: str, dims: Mapping[str, Any], variadic: set[str]) -> dict[str, Size]:
+    """``estimate``'s sizes as ints (or tuples for ``*name`` dims and ``...``), or a SpecError
+    naming the dim and what was given."""
+    checked: dict[str, Size] = {}
+    for name, value in dims.items():
+        if isinstance(value, tuple | list):
+            if name not in variadic:
+                raise SpecError.at(
+                    f"{function}.estimate()",
+                    f"{name}={value!r} is a tuple, but {name} is one axis",
+                    hint="give it one size (tuples are for *name dims and ellipsis=)",
+                )
+            checked[name] = tuple(_size(function, name, item) for item in value)
+        else:
+            checked[name] = _size(function, name, value)
+    return checked
+
+
+def _size(function: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not _is_integer(value):
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"{name}={value!r} is not a size; sizes are integers (got {type(value).__name__})",
+        )
+    size = operator.index(value)
+    if size < 0:
+        raise SpecError.at(f"{function}.estimate()", f"{name}={size} is negative; sizes are >= 0")
+    if size > _MAX_SIZE:
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"{name}={size} is too large for a tensor size (at most 2**62)",
+        )
+    return size
+
+
+def _is_integer(value: Any) -> bool:
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def shape_at(
+    spec: TensorSpec, sizes: Mapping[str, Size], base: Sequence[int] | None = None
+) -> tuple[int, ...]:
+    """The shape an annotation gives at ``sizes`` (``base``: the shape of a call that ran,
+    for the axes the annotation leaves free)."""
+    axes = spec.axes
+    cut = spec.variadic_index
+    after = 0 if cut is None else len(axes) - cut - 1
+    shape: list[int] = []
+    plain = {k: v for k, v in sizes.items() if isinstance(v, int)}
+    for index, axis in enumerate(axes):
+        position = index if cut is None or index <= cut else -(len(axes) - index)
+        old = None
+        if base is not None and (cut is None or index != cut):
+            old = base[position] if position >= 0 else base[len(base) + position]
+        kind = axis.kind
+        if kind is AxisKind.FIXED:
+            assert axis.size is not None
+            shape.append(axis.size)
+        elif kind is AxisKind.NAMED:
+            assert axis.name is not None
+            if axis.broadcastable and old == 1:
+                shape.append(1)
+            else:
+                shape.append(operator.index(sizes[axis.name]))  # type: ignore[arg-type]
+        elif kind is AxisKind.SYMBOLIC:
+            assert axis.expression is not None
+            shape.append(int(axis.expression.evaluate(plain)))
+        elif kind is AxisKind.VARIADIC:
+            assert axis.name is not None
+            shape.extend(_group(sizes[axis.name]))
+        elif kind is AxisKind.ANONYMOUS_VARIADIC:
+            if base is not None and ELLIPSIS not in sizes:
+                shape.extend(base[index : len(base) - after])
+            else:
+                shape.extend(_group(sizes[ELLIPSIS]))
+        else:
+            shape.append(1 if old is None else old)
+    return tuple(shape)
+
+
+def _group(size: Size) -> tuple[int, ...]:
+    return (size,) if isinstance(size, int) else tuple(size)
+
+
+def _copy_on(device: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """A storage-less copy: same shape, strides and ``requires_grad``; floats in ``dtype``."""
+    cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+    copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=cast, device=device)
+    return copy.requires_grad_(tensor.requires_grad) if copy.is_floating_point() else copy
+
+
+def _module_state(
+    device: str, module: torch.nn.Module, dtype: torch.dtype | None
+) -> dict[str, torch.Tensor]:
+    # Each module object once (a module shared by two parents is one place to set), each of
+    # its own tensors by name (a weight tied between two modules is set in both, to one copy).
+    state: dict[str, torch.Tensor] = {}
+    for prefix, sub in module.named_modules():
+        for name, tensor in (
+            *sub.named_parameters(recurse=False),
+            *sub.named_buffers(recurse=False),
+        ):
+            state[f"{prefix}.{name}" if prefix else name] = tensor
+    copies: dict[int, torch.Tensor] = {}
+    for tensor in state.values():
+        if id(tensor) not in copies:
+            copies[id(tensor)] = _copy_on(device, tensor, dtype)
+    return {name: copies[id(tensor)] for name, tensor in state.items()}
+
+
+def _module_device(module: Any) -> str | None:
+    if isinstance(module, torch.nn.Module):
+        for tensor in (*module.parameters(), *module.buffers()):
+            return tensor.device.type
+    return None
+
+
+def _resizable(module: Any) -> bool:
+    return callable(getattr(module, "typedflops_resized", None))
+
+
+def _with_module(
+    module: Any,
+    device: str,
+    sizes: Mapping[str, Size],
+    dtype: torch.dtype | None,
+    rebuilt_cache: dict[Any, torch.nn.Module] | None = None,
+) -> tuple[Any, Callable[[Thunk], Any]]:
+    """The module to call at ``sizes`` and how to run a thunk with its state on ``device``
+    (``rebuilt_cache``: typed modules already rebuilt for the runs of one estimate, by
+    their sizes: runs that change only the input's dims share one)."""
+    if not isinstance(module, torch.nn.Module):
+        return module, lambda thunk: thunk()
+    own = module_dims(module)
+    if _resizable(module) and own:
+        wanted = {name: sizes.get(name, size) for name, size in own.items()}
+        key = (device, dtype, tuple(wanted.items()), module.training)
+        if rebuilt_cache is not None and key in rebuilt_cache:
+            return rebuilt_cache[key], lambda thunk: thunk()
+        with torch.device(device):
+            resize = cast(Callable[..., torch.nn.Module], module.typedflops_resized)
+            rebuilt = resize(wanted, dtype)  # built on the dry run's device: no storage
+        if rebuilt_cache is not None:
+            rebuilt_cache[key] = rebuilt
+        rebuilt.train(module.training)
+        original = dict(module.named_parameters())
+        for name, parameter in rebuilt.named_parameters():
+            if name in original:
+                parameter.requires_grad_(original[name].requires_grad)
+        return rebuilt, lambda thunk: thunk()
+    state = _module_state(device, module, dtype)
+
+    def run(thunk: Thunk) -> Any:
+        with _reparametrize_module(module, state, strict=False):
+            return thunk()
+
+    return module, run
+
+
+def _default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
+    allowed = spec.dtypes
+    if allowed is None:
+        return dtype or torch.float32
+    if dtype is not None and dtype in allowed:
+        return dtype
+    for preferred in (torch.float32, torch.int64, torch.bool):
+        if preferred in allowed:
+            return preferred
+    return sorted(allowed, key=str)[0]
+
+
+def _requested(parameter: TensorParameter, given: set[str], required: set[str]) -> bool:
+    """An Optional tensor defaulting to None is built only when a dim only it uses is given."""
+    own = set(parameter.spec.names) | ({ELLIPSIS} if parameter.spec.has_ellipsis else set())
+    return bool(own & given) and own <= given and bool(own - required)
+
+
+def _requested_by_name(
+    function: str, by_name: Mapping[str, TensorParameter], named: Mapping[str, Any]
+) -> set[str]:
+    """The Optional tensors ``named`` asks for (``targets=True``), or a SpecError for a
+    tensor parameter named otherwise."""
+    requested = set()
+    for name, value in named.items():
+        parameter = by_name[name]
+        if value is True and parameter.defaults_to_none:
+            requested.add(name)
+            continue
+        hint = (
+            f"{name}=True builds it from its annotation instead of leaving it None"
+            if parameter.defaults_to_none
+            else "leave it out: estimate() builds it from its annotation"
+        )
+        raise SpecError.at(
+            f"{function}.estimate()", f"{name}={value!r} names a tensor parameter", hint=hint
+        )
+    return requested
+
+
+def estimate_probe(
+    call: CheckedFunction[..., Any],
+    args: tuple[Any, ...],
+    dims: Mapping[str, Any],
+    dtype: torch.dtype | None,
+    grad: Sequence[str],
+) -> Probe:
+    """The probe of ``f.estimate(*args, **dims)``: tensors from the annotations at ``dims``."""
+    function, contract = call.name, call.contract
+    parameters = contract.tensor_parameters()
+    by_name = {p.name: p for p in parameters}
+    module = args[0] if args and contract.takes_self else None
+    own = module_dims(module)
+    variadic = {n for p in parameters for n in p.spec.variadic_names} | {ELLIPSIS}
+    passthrough = {
+        key: value for key, value in dims.items() if key in contract.keyword and key not in by_name
+    }
+    known = set(contract.dim_names()) | set(own) | {ELLIPSIS}
+    # ``targets=True`` builds an Optional tensor that defaults to None from its annotation
+    # (a name that is also a dim's is the dim).
+    named = {key: value for key, value in dims.items() if key in by_name and key not in known}
+    requested = _requested_by_name(function, by_name, named)
+    given = {
+        key: value for key, value in dims.items() if key not in passthrough and key not in named
+    }
+    unknown = sorted(set(given) - known)
+    if unknown:
+        shown = ", ".join(sorted(known - {ELLIPSIS})) or "none"
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"unknown dim{'s' * (len(unknown) > 1)} {', '.join(unknown)}; its dims are {shown}",
+        )
+    sizes = check_sizes(function, given, variadic)
+    unknown_grad = sorted(set(grad) - set(by_name))
+    if unknown_grad:
+        which = "is not a tensor parameter" if len(unknown_grad) == 1 else "are not"
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"grad names {', '.join(unknown_grad)}, which {which}"
+            f"{' tensor parameters' if len(unknown_grad) > 1 else ''}"
+            f" (tensor parameters: {', '.join(by_name) or 'none'})",
+        )
+    required = {p.name for p in parameters if not p.defaults_to_none}
+    required_dims = {n for p in parameters if p.name in required for n in p.spec.names}
+    if any(p.spec.has_ellipsis for p in parameters if p.name in required):
+        required_dims.add(ELLIPSIS)
+    build_params = [
+        p
+        for p in parameters
+        if (p.index is None or p.index >= len(args))
+        and p.name not in passthrough
+        and (p.name in required or p.name in requested or _requested(p, set(sizes), required_dims))
+    ]
+    needed: set[str] = set()
+    for p in build_params:
+        needed |= set(p.spec.bindable_names)
+        if p.spec.has_ellipsis:
+            needed.add(ELLIPSIS)
+    held = {
+        name: size
+        for name, size in held_dims(module).items()
+        if name in needed and name not in sizes and name not in own
+    }
+    missing = sorted(needed - set(sizes) - set(own) - set(held))
+    if missing:
+        raise SpecError.at(
+            f"{function}.estimate()",
+            f"missing size{'s' * (len(missing) > 1)} for {', '.join(missing)}",
+            hint=f"pass {', '.join(f'{m}=...' for m in missing)}"
+            + (" (the axes '...' stands for: an int or a tuple)" if ELLIPSIS in missing else ""),
+        )
+    for param in contract.parameters:
+        if (
+            (param.index is None or param.index >= len(args))
+            and param.name not in by_name
+            and param.name not in passthrough
+            and contract.signature.parameters[param.name].default is inspect.Parameter.empty
+        ):
+            if param.index == 0 and contract.takes_self:
+                raise method_needs_object(function)
+            raise SpecError.at(
+                f"{function}.estimate()",
+                f"cannot build argument '{param.name}' (not a tensor annotation)",
+                hint=f"pass {param.name}=... to estimate",
+            )
+    base: dict[str, Size] = {**own, **held, **sizes}
+    device = _module_device(module) or "cpu"
+    repeats = module_repeats(module)
+    variable = list(sizes)
+    if _resizable(module):  # a count of blocks changes the op sequence: never varied
+        variable += [n for n in own if n not in sizes and n not in repeats]
+
+    rebuilt: dict[Any, torch.nn.Module] = {}
+
+    def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
+        target, runner = _with_module(module, run_device, assignment, dtype, rebuilt)
+        positional = [target, *args[1:]] if module is not None else list(args)
+        kwargs: dict[str, Any] = {}
+        for key, value in passthrough.items():
+            kwargs[key] = (
+                _copy_on(run_device, value, dtype) if isinstance(value, torch.Tensor) else value
+            )
+        for p in build_params:
+            shape = shape_at(p.spec, assignment)
+            tensor = torch.empty(shape, dtype=_default_dtype(p.spec, dtype), device=run_device)
+            if p.name in grad and tensor.is_floating_point():
+                tensor.requires_grad_(True)
+            kwargs[p.name] = tensor
+        return lambda: runner(lambda: call(*positional, **kwargs))
+
+    return Probe(
+        function=function,
+        dims=base,
+        variable=variable,
+        build=build,
+        device=device,
+        names=module_names(module),
+        repeats=repeats,
+        declared=call.declared,
+    )
+
+
+def call_probe(
+    call: CheckedFunction[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    bound: Mapping[str, Size],
+) -> Probe:
+    """The probe of a call that ran: its own tensors' shapes, annotated axes resized.
+
+    ``args`` and ``kwargs`` may hold tensors or their :class:`TensorStub`.
+    """
+    function, contract = call.name, call.contract
+    module = args[0] if args and contract.takes_self else None
+    positional = [stub(a) for a in args]
+    named = {k: stub(v) for k, v in kwargs.items()}
+    parameters = contract.tensor_parameters()
+    found: dict[str, tuple[TensorSpec, TensorStub, int | None]] = {}
+    for p in parameters:
+        value = (
+            positional[p.index]
+            if p.index is not None and p.index < len(args)
+            else named.get(p.name)
+        )
+        if isinstance(value, TensorStub):
+            found[p.name] = (p.spec, value, p.index if p.name not in named else None)
+    dims: dict[str, Size] = dict(bound)
+    for spec, value, _ in found.values():
+        if spec.has_ellipsis and ELLIPSIS not in dims:
+            cut = spec.variadic_index
+            assert cut is not None
+            after = len(spec.axes) - cut - 1
+            dims[ELLIPSIS] = tuple(value.shape[cut : len(value.shape) - after])
+    in_arguments = {n for spec, _, _ in found.values() for n in spec.bindable_names}
+    if any(spec.has_ellipsis for spec, _, _ in found.values()):
+        in_arguments.add(ELLIPSIS)
+    own = module_dims(module)
+    variable = [n for n in dims if n in in_arguments and n not in own]
+    repeats = module_repeats(module)
+    if _resizable(module):
+        variable += [n for n in own if n not in variable and n not in repeats]
+    devices = [value.device for _, value, _ in found.values()]
+    device = devices[0] if devices else _module_device(module) or "cpu"
+
+    rebuilt: dict[Any, torch.nn.Module] = {}
+
+    def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
+        target, runner = _with_module(module, run_device, assignment, None, rebuilt)
+        call_args = [materialize(a, run_device) for a in positional]
+        call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
+        if module is not None:
+            call_args[0] = target
+        for name, (spec, value, index) in found.items():
+            resized = shape_at(spec, assignment, value.shape)
+            tensor = torch.empty(resized, dtype=value.dtype, device=run_device)
+            if value.requires_grad and tensor.is_floating_point():
+                tensor.requires_grad_(True)
+            if index is not None:
+                call_args[index] = tensor
+            else:
+                call_kwargs[name] = tensor
+        return lambda: runner(lambda: call(*call_args, **call_kwargs))
+
+    return Probe(
+        function=function,
+        dims=dims,
+        variable=variable,
+        build=build,
+        device=device,
+        names=module_names(module),
+        repeats=repeats,
+        declared=call.declared,
+    )
+
+
+def call_dims(
+    call: CheckedFunction[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    bound: Mapping[str, Size],
+) -> dict[str, Size]:
+    """The dims of a call: those it bound, ``...`` (the first one) and the module's own."""
+    contract = call.contract
+    dims: dict[str, Size] = dict(bound)
+    module = args[0] if args and contract.takes_self else None
+    for name, size in module_dims(module).items():
+        dims.setdefault(name, size)
+    for p in contract.tensor_parameters():
+        if not p.spec.has_ellipsis or ELLIPSIS in dims:
+            continue
+        value = args[p.index] if p.index is not None and p.index < len(args) else kwargs.get(p.name)
+        shape = getattr(value, "shape", None)
+        if shape is None:
+            continue
+        cut = p.spec.variadic_index
+        assert cut is not None
+        after = len(p.spec.axes) - cut - 1
+        dims[ELLIPSIS] = tuple(int(s) for s in shape[cut : len(shape) - after])
+    return dims
+
+
+def plain_probe(
+    fn: Callable[..., Any], function: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Probe:
+    """A probe of an undecorated call: its arguments' shapes as they are (no dims)."""
+    positional = [stub(a) for a in args]
+    named = {k: stub(v) for k, v in kwargs.items()}
+    device = next(
+        (a.device.type for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), "cpu"
+    )
+
+    def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
+        call_args = [materialize(a, run_device) for a in positional]
+        call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
+        return lambda: fn(*call_args, **call_kwargs)
+
+    return Probe(function=function, dims={}, variable=[], build=build, device=device)
+
+
+def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Cost:
+    """The cost of ``fn(*args, **kwargs)`` from dry runs on meta copies of the arguments.
+
+    For a ``@typed_flops`` function (or a method, or a module whose forward is one) the
+    contract is checked on the real arguments first, raising before anything runs.
+    """
+    owner: Any = getattr(fn, "__self__", None)
+    target: Any = getattr(fn, "__func__", fn)
+    if isinstance(fn, torch.nn.Module):
+        owner, target = fn, type(fn).forward
+    if isinstance(target, CheckedFunction):
+        full = (owner, *args) if owner is not None else args
+        state = target.check_call(full, kwargs)
+        return measure(call_probe(target, full, kwargs, state.sizes))
+    name = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
+    return measure(plain_probe(fn, name, args, kwargs))

@@ -1,0 +1,519 @@
+"""``record()``'s rows and their costs, computed when asked for.
+
+A :class:`Row` is one work (see :mod:`.works`: a decorated function that did the same work
+on every call it counts) under one parent row, with its number of calls. Its counts are
+the sums of what its calls ran. Its formulas come from dry runs of the function at the
+row's dims (see :mod:`.dryrun`), taken only where they give the row's own counts: one fit
+serves every row of a function called alike (same non-tensor arguments, modules built
+alike) whose counts it gives; a row whose counts no fit gives keeps its counts as numbers,
+marked not exact. The total adds every row and every op outside a decorated call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from fractions import Fraction
+from typing import Any, cast
+
+import sympy
+
+from ..types import Cost, OpCost
+from .backward import backward_of
+from .dryrun import measure
+from .events import Event
+from .fit import evaluate, size_value, total
+from .works import RecordSession, Work
+
+__all__ = [
+    "Counts",
+    "Row",
+    "counts_of",
+    "loose_counts",
+    "merged_total",
+    "torch_counts",
+    "work_cost",
+]
+
+# At most this many fits per function called alike; rows beyond keep numbers.
+_FITS_PER_KEY = 4
+# A call of more ops than this is not fitted: its dry runs would take as long as an
+# estimate of it, several times over (a forward through 10,000 blocks); its counts stay
+# numbers, marked not exact.
+FIT_LIMIT = 20_000
+# A total with more distinct (formula, dims) terms than this is given as a number.
+_TERMS = 24
+
+
+class Counts:
+    """What one call of a work ran: FLOPs (forward, backward, of matrix products, run
+    again in backward), bytes, the FLOPs FlopCounterMode has formulas for, and the names
+    of ops without a rule."""
+
+    __slots__ = (
+        "backward",
+        "events",
+        "forward",
+        "matmul",
+        "read",
+        "recompute",
+        "torch_backward",
+        "torch_forward",
+        "uncounted",
+        "written",
+    )
+
+    def __init__(self) -> None:
+        self.forward = self.backward = self.read = self.written = self.events = 0
+        self.matmul = self.recompute = self.torch_forward = self.torch_backward = 0
+        self.uncounted: dict[str, None] = {}
+
+    def add_event(self, event: Event, times: int = 1) -> None:
+        """Add an op that ran ``times`` times."""
+        flops = event.flops * times
+        self.events += times
+        self.forward += flops
+        self.read += event.bytes_read * times
+        self.written += event.bytes_written * times
+        if event.entry is not None and event.entry.matmul:
+            self.matmul += flops
+        if event.recomputed:
+            self.recompute += flops
+        if event.torch_counted:
+            self.torch_forward += flops
+        if not event.counted:
+            self.uncounted[event.op] = None
+        if event.needs_grad:
+            found = backward_of(event)
+            self.backward += found.flops * times
+            self.torch_backward += times * sum(e.flops for e in found.events if e.torch_counted)
+            self.uncounted.update(dict.fromkeys(found.uncounted))
+
+    def add(self, other: Counts, times: int = 1) -> None:
+        """Add another work's counts, ``times`` calls of it."""
+        for name in _NUMBERS:
+            setattr(self, name, getattr(self, name) + times * getattr(other, name))
+        self.uncounted.update(other.uncounted)
+
+
+_NUMBERS = tuple(name for name in Counts.__slots__ if name != "uncounted")
+
+
+def counts_of(work: Work) -> Counts:
+    """The counts of one call of ``work`` (kept on it: a work does not change)."""
+    if work._counts is not None:
+        return cast(Counts, work._counts)
+    # Depth-first without recursion: a recursive function makes works nested as deep.
+    pending: list[tuple[Work, bool]] = [(work, False)]
+    while pending:
+        current, ready = pending.pop()
+        if current._counts is not None:
+            continue
+        children = current.children()
+        if not ready:
+            pending.append((current, True))
+            pending.extend((child, False) for child, _ in children if child._counts is None)
+            continue
+        counts = Counts()
+        if current.fixed is not None:
+            cost = current.fixed
+            counts.forward, counts.backward = cost.flops, cost.backward_flops
+            counts.read, counts.written = cost.bytes_read, cost.bytes_written
+            counts.matmul, counts.recompute = cost.matmul_flops, cost.recompute_flops
+            counts.uncounted.update(dict.fromkeys(cost.uncounted))
+        for item in current.items:
+            if type(item) is tuple:
+                for event in item[2]:
+                    counts.add_event(event)
+        for child, times in children:
+            counts.add(child._counts, times)
+        current._counts = counts
+    return cast(Counts, work._counts)
+
+
+def _op_costs(work: Work, path: tuple[str, ...], times: int = 1) -> Iterator[OpCost]:
+    """The work's op groups (its own, then its calls'), ``times`` calls of it."""
+    for item in work.items:
+        if type(item) is tuple:
+            yield _op_cost(item, path, times)
+    for child, count in work.children():
+        yield from _op_costs(child, (*path, child.function), times * count)
+
+
+def _op_cost(
+    group: tuple[str, str | None, tuple[Event, ...]], path: tuple[str, ...], times: int
+) -> OpCost:
+    name, pattern, events = group
+    counts = Counts()
+    for event in events:
+        counts.add_event(event, times)
+    free = all(e.entry is None and e.counted for e in events)
+    return OpCost(
+        op=name,
+        pattern=pattern,
+        flops=counts.forward,
+        formula=sympy.Integer(counts.forward),
+        backward_flops=counts.backward,
+        backward_formula=sympy.Integer(counts.backward),
+        bytes_read=counts.read,
+        bytes_written=counts.written,
+        view=all(e.view for e in events) if free else None,
+        path=path,
+    )
+
+
+# Fits by what a row's call was besides its sizes (the function, its non-tensor arguments,
+# its module's structure), across records: the oldest go first past the bound.
+_FITS: OrderedDict[Any, list[Cost]] = OrderedDict()
+_FITS_KEYS = 1024
+
+
+def _fits(key: Any) -> list[Cost]:
+    if key is None:
+        return []
+    found = _FITS.get(key)
+    if found is None:
+        found = _FITS[key] = []
+        if len(_FITS) > _FITS_KEYS:
+            _FITS.popitem(last=False)
+    else:
+        _FITS.move_to_end(key)
+    return found
+
+
+def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:
+    """A fitted cost whose formulas give this work's counts at its dims, and the values
+    of its symbols (the work's dims and the fit's own names)."""
+    if work.probe is None or counts.events > FIT_LIMIT:
+        return None
+    dims = {name: size_value(size) for name, size in work.dims.items()}
+    known = _fits(work.fitting)
+    for candidate in known:
+        found = _reproduces(candidate, dims, counts)
+        if found is not None:
+            return candidate, found
+    if len(known) >= _FITS_PER_KEY:
+        return None
+    fitted: Cost | None
+    try:
+        fitted = measure(work.probe())
+    except Exception:
+        fitted = None
+    if work.fitting is not None:
+        known.append(fitted if fitted is not None else _FAILED)
+    if fitted is None:
+        return None
+    found = _reproduces(fitted, dims, counts)
+    return None if found is None else (fitted, found)
+
+
+# A fit that could not be made: counts against the bound, gives no row's counts.
+_FAILED = Cost(
+    flops=-1,
+    backward_flops=-1,
+    formula=sympy.Integer(-1),
+    backward_formula=sympy.Integer(-1),
+    dims={},
+    bytes_read=0,
+    bytes_written=0,
+)
+
+
+def _reproduces(fitted: Cost, dims: dict[str, int], counts: Counts) -> dict[str, int] | None:
+    values = {**fitted.dims, **dims}
+    if _value(fitted.formula, values) != counts.forward:
+        return None
+    if _value(fitted.backward_formula, values) != counts.backward:
+        return None
+    return values
+
+
+def _value(formula: sympy.Expr, values: Mapping[str, int]) -> Any:
+    """``formula`` at ``values``, exactly (None where a symbol has no value): a formula
+    compiled once to integer arithmetic, so that checking it on a thousand rows is quick."""
+    try:
+        return _compiled(formula)(values)
+    except KeyError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(formula: sympy.Expr) -> Callable[[Mapping[str, int]], Any]:
+    if formula.is_Integer:
+        number = int(formula)
+        return lambda values: number
+    if formula.is_Rational:
+        fraction = Fraction(int(formula.p), int(formula.q))
+        return lambda values: fraction
+    if formula.is_Symbol:
+        name = str(formula)
+        return lambda values: values[name]
+    parts = [_compiled(arg) for arg in formula.args]
+    if formula.is_Add:
+        return lambda values: sum(part(values) for part in parts)
+    if formula.is_Mul:
+
+        def product(values: Mapping[str, int]) -> Any:
+            found: Any = 1
+            for part in parts:
+                found = found * part(values)
+            return found
+
+        return product
+    if formula.is_Pow and formula.args[1].is_Integer and int(formula.args[1]) >= 0:
+        base, exponent = parts[0], int(formula.args[1])
+        return lambda values: base(values) ** exponent
+    slow = formula  # anything else (floor, a negative power): sympy itself
+
+    def substituted(values: Mapping[str, int]) -> Any:
+        found = evaluate(slow, values)
+        if found.free_symbols:
+            raise KeyError(str(found))
+        return found
+
+    return substituted
+
+
+def work_cost(work: Work) -> Cost:
+    """The cost of one call of ``work``: its counts, with fitted formulas where one gives
+    them (see the module), else its counts as numbers (not exact where it has dims)."""
+    if work._cost is not None:
+        return work._cost
+    if work.fixed is not None:
+        work._cost = work.fixed
+        return work.fixed
+    counts = counts_of(work)
+    dims = {name: size_value(size) for name, size in work.dims.items()}
+    ops = tuple(_op_costs(work, (work.function,)))
+    found = _fit_for(work, counts)
+    if found is None:
+        cost = _numbers(counts, dims, ops, work.function, exact=not dims)
+    else:
+        fitted, values = found
+        matmul = _formula_or_count(fitted.matmul_formula, values, counts.matmul)
+        recompute = _formula_or_count(fitted.recompute_formula, values, counts.recompute)
+        activation = _value(fitted.activation_formula, values)
+        known = activation is not None and activation == int(activation)
+        activation_bytes = int(activation) if known else 0
+        formulas = (fitted.formula, fitted.backward_formula, matmul, recompute)
+        used = {str(s) for f in formulas for s in f.free_symbols}
+        if known:
+            used |= {str(s) for s in fitted.activation_formula.free_symbols}
+        shown = {**dims, **{name: values[name] for name in sorted(used - set(dims))}}
+        cost = Cost(
+            flops=counts.forward,
+            backward_flops=counts.backward,
+            formula=fitted.formula,
+            backward_formula=fitted.backward_formula,
+            dims=shown,
+            bytes_read=counts.read,
+            bytes_written=counts.written,
+            ops=ops,
+            uncounted=tuple(counts.uncounted),
+            function=work.function,
+            exact=fitted.exact,
+            activation_bytes=activation_bytes,
+            activation_formula=fitted.activation_formula if known else sympy.Integer(0),
+            matmul_flops=counts.matmul,
+            matmul_formula=matmul,
+            recompute_flops=counts.recompute,
+            recompute_formula=recompute,
+        )
+    work._cost = cost
+    return cost
+
+
+def _formula_or_count(formula: sympy.Expr, values: dict[str, int], count: int) -> sympy.Expr:
+    return formula if _value(formula, values) == count else sympy.Integer(count)
+
+
+def _numbers(
+    counts: Counts, dims: dict[str, int], ops: tuple[OpCost, ...], function: str | None, exact: bool
+) -> Cost:
+    return Cost(
+        flops=counts.forward,
+        backward_flops=counts.backward,
+        formula=sympy.Integer(counts.forward),
+        backward_formula=sympy.Integer(counts.backward),
+        dims=dims,
+        bytes_read=counts.read,
+        bytes_written=counts.written,
+        ops=ops,
+        uncounted=tuple(counts.uncounted),
+        function=function,
+        exact=exact,
+        matmul_flops=counts.matmul,
+        matmul_formula=sympy.Integer(counts.matmul),
+        recompute_flops=counts.recompute,
+        recompute_formula=sympy.Integer(counts.recompute),
+    )
+
+
+class Row:
+    """One work under one parent row: its calls, dims and cost per call."""
+
+    def __init__(self, work: Work, calls: int, parent: Row | None = None) -> None:
+        self.work = work
+        self.calls = calls
+        self.parent = parent
+        self._children: list[Row] | None = None
+
+    @property
+    def function(self) -> str:
+        """The function's name."""
+        return self.work.function
+
+    @property
+    def dims(self) -> dict[str, Any]:
+        """The dims its calls bound."""
+        return self.work.dims
+
+    @property
+    def measurement(self) -> Any:
+        """A benchmarked call's measurement (None for others)."""
+        return self.work.measurement
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The functions this row's calls ran in, outermost first, ending with its own."""
+        found: list[str] = []
+        row: Row | None = self
+        while row is not None:
+            found.append(row.function)
+            row = row.parent
+        return tuple(reversed(found))
+
+    def visible_children(self) -> list[Row]:
+        """The rows of the calls its calls made, in the order of their first call."""
+        if self._children is None:
+            self._children = [
+                Row(child, self.calls * times, self) for child, times in self.work.children()
+            ]
+        return self._children
+
+    def descendants(self) -> Iterator[Row]:
+        """Every row below this one."""
+        for child in self.visible_children():
+            yield child
+            yield from child.descendants()
+
+    def cost(self) -> Cost:
+        """The cost of one of its calls, in the function's own dim names."""
+        cost = work_cost(self.work)
+        if self.parent is None or not cost.ops:
+            return cost
+        prefix = self.path[:-1]
+        ops = tuple(dataclasses.replace(op, path=(*prefix, *op.path)) for op in cost.ops)
+        return dataclasses.replace(cost, ops=ops)
+
+
+def merged_total(rows: list[Row], session: RecordSession) -> Cost:
+    """The cost of a record: every top-level row times its calls, and the ops run outside
+    any decorated call; dims that mean different sizes in different rows are renamed apart
+    (``d_in``, ``d_in_2``). With many distinct rows the formula is the count."""
+    counts = Counts()
+    ops: list[OpCost] = []
+    for row in rows:
+        counts.add(counts_of(row.work), row.calls)
+        ops.extend(_op_costs(row.work, (row.function,), row.calls))
+    for group, times in session.loose.items():
+        ops.append(_op_cost(group, (), times))
+    counts.add(loose_counts(session))
+    terms: dict[tuple[Any, ...], int] = {}
+    costs = [(row, work_cost(row.work)) for row in rows]
+    for row, cost in costs:
+        key = (cost.formula, cost.backward_formula, tuple(cost.dims.items()))
+        terms[key] = terms.get(key, 0) + row.calls
+    exact = all(cost.exact for _, cost in costs)
+    fields = _summed(costs, counts)
+    dims: dict[str, int] = {}
+    if len(terms) > _TERMS:
+        formula, backward_formula = sympy.Integer(counts.forward), sympy.Integer(counts.backward)
+    else:
+        formula, backward_formula, dims = _renamed_sum(costs, counts)
+        if (
+            evaluate(formula, dims) != counts.forward
+            or evaluate(backward_formula, dims) != counts.backward
+        ):
+            formula, backward_formula = (
+                sympy.Integer(counts.forward),
+                sympy.Integer(counts.backward),
+            )
+            exact = False
+        used = {str(s) for s in formula.free_symbols | backward_formula.free_symbols}
+        dims = {name: value for name, value in dims.items() if name in used}
+    return Cost(
+        flops=counts.forward,
+        backward_flops=counts.backward,
+        formula=formula,
+        backward_formula=backward_formula,
+        dims=dims,
+        bytes_read=counts.read,
+        bytes_written=counts.written,
+        ops=tuple(ops),
+        uncounted=tuple(counts.uncounted),
+        function=None,
+        exact=exact,
+        matmul_flops=counts.matmul,
+        matmul_formula=sympy.Integer(counts.matmul),
+        recompute_flops=counts.recompute,
+        recompute_formula=sympy.Integer(counts.recompute),
+        activation_bytes=fields,
+        activation_formula=sympy.Integer(fields),
+    )
+
+
+def _summed(costs: list[tuple[Row, Cost]], counts: Counts) -> int:
+    """Activation bytes of the rows' dry runs, times their calls."""
+    return sum(row.calls * cost.activation_bytes for row, cost in costs)
+
+
+def _renamed_sum(
+    costs: list[tuple[Row, Cost]], counts: Counts
+) -> tuple[sympy.Expr, sympy.Expr, dict[str, int]]:
+    dims: dict[str, int] = {}
+    formulas: list[sympy.Expr] = []
+    backwards: list[sympy.Expr] = []
+    forward = backward = 0
+    for row, cost in costs:
+        renaming: dict[sympy.Symbol, sympy.Symbol] = {}
+        for name, value in cost.dims.items():
+            target = name
+            suffix = 2
+            while target in dims and dims[target] != value:
+                target = f"{name}_{suffix}"
+                suffix += 1
+            dims[target] = value
+            if target != name:
+                renaming[sympy.Symbol(name)] = sympy.Symbol(target)
+        formulas.append(row.calls * cost.formula.xreplace(renaming))
+        backwards.append(row.calls * cost.backward_formula.xreplace(renaming))
+        forward += row.calls * cost.flops
+        backward += row.calls * cost.backward_flops
+    formulas.append(sympy.Integer(counts.forward - forward))
+    backwards.append(sympy.Integer(counts.backward - backward))
+    return total(formulas), total(backwards), dims
+
+
+def loose_counts(session: RecordSession) -> Counts:
+    """What a record's ops outside any decorated call ran (making the inputs, a loss)."""
+    counts = Counts()
+    for group, times in session.loose.items():
+        for event in group[2]:
+            counts.add_event(event, times)
+    return counts
+
+
+def torch_counts(root: Any) -> tuple[int, int]:
+    """Forward and backward FLOPs of the kernels ``FlopCounterMode`` has formulas for, over
+    everything a record saw (``root``: its session's root call; a parity check compares
+    exactly these)."""
+    session: RecordSession = root.session
+    session.fold(final=True)
+    counts = Counts()
+    for work, calls in session.top.items():
+        counts.add(counts_of(work), calls)
+    counts.add(loose_counts(session))
+    return counts.torch_forward, counts.torch_backward

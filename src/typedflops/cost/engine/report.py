@@ -1,0 +1,190 @@
+"""``record()`` and what it shows: rows, a total, a text table and JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import sympy
+
+from ...contract.function import counting_frame
+from ...text import format_count, text_table
+from ..types import Cost
+from .recorder import Row, loose_counts, merged_total
+from .recording import entered, left
+from .works import RecordSession
+
+__all__ = ["Recorder", "record"]
+
+
+class Recorder:
+    """What a ``with record() as rec:`` block saw: its decorated calls, nested as they ran.
+
+    Every call is counted as it ran. Calls of one function under one caller share a row
+    (``calls`` counts them) only when they did the same work: the same ops on the same
+    shapes, and the same calls inside; a row's :meth:`~Row.cost` is the cost of one call.
+    """
+
+    def __init__(self) -> None:
+        self.session = RecordSession()
+        self._total: Cost | None = None
+
+    @property
+    def calls(self) -> list[Row]:
+        """The top-level rows, in the order of their first call (each with its children)."""
+        session = self.session
+        session.fold(final=session.closed)
+        return [Row(work, calls) for work, calls in session.top.items()]
+
+    @property
+    def total(self) -> Cost:
+        """The cost of everything recorded: each row times its calls, plus ops outside any
+        decorated call (nested calls roll up into their callers)."""
+        if self._total is not None:
+            return self._total
+        cost = merged_total(self.calls, self.session)
+        if self.session.closed:  # (an open record may see more)
+            self._total = cost
+        return cost
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per row, depth-first: function, depth, calls, and its cost per call
+        (``Cost.to_dict()``'s fields, but ``ops``)."""
+        found: list[dict[str, Any]] = []
+        pending = [(row, 0) for row in reversed(self.calls)]
+        while pending:
+            row, depth = pending.pop()
+            entry: dict[str, Any] = {"function": row.function, "depth": depth, "calls": row.calls}
+            entry.update(_fields(row.cost()))
+            if row.measurement is not None:
+                entry["measurement"] = row.measurement.to_dict()
+            found.append(entry)
+            pending.extend((child, depth + 1) for child in reversed(row.visible_children()))
+        return found
+
+    def table(self) -> str:
+        """A text table: function, calls, dims, formula, FLOPs and bytes per call, intensity
+        (and time, FLOP/s, MFU where measured); the ops run outside any decorated call (such
+        as making the inputs), when there are any; the total; uncounted ops by name."""
+        header = ["function", "calls", "dims", "formula", "FLOPs", "bytes", "FLOP/B"]
+        rows = self.rows()
+        timed = any("measurement" in row for row in rows)
+        if timed:
+            header += ["time", "FLOP/s", "MFU"]
+        body: list[list[str]] = []
+        inexact = False
+        for row in rows:
+            mark = "" if row["exact"] else "~ "
+            inexact |= not row["exact"]
+            cells = [
+                "  " * row["depth"] + row["function"],
+                str(row["calls"]),
+                ", ".join(f"{k}={v}" for k, v in row["dims"].items()),
+                mark + row["formula"],
+                format_count(row["flops"]),
+                format_count(row["bytes_read"] + row["bytes_written"]),
+                f"{row['intensity']:.3g}",
+            ]
+            if timed:
+                measured = row.get("measurement") or {}
+                cells += [
+                    f"{measured['median'] * 1e3:.3g} ms" if measured else "",
+                    format_count(measured["flop_per_sec"]) if measured else "",
+                    f"{measured['mfu']:.1%}" if measured.get("mfu") is not None else "",
+                ]
+            body.append(cells)
+        loose = loose_counts(self.session)
+        forward, read, written = loose.forward, loose.read, loose.written
+        if forward or read or written:
+            # Ops run outside any decorated call (making the inputs, a loss): in the total.
+            moved = read + written
+            body.append(
+                ["(outside calls)", "", "", "", format_count(forward), format_count(moved)]
+                + [f"{forward / moved:.3g}" if moved else "-"]
+                + [""] * (len(header) - 7)
+            )
+        total = self.total
+        inexact |= not total.exact
+        body.append(
+            [
+                "total",
+                "",
+                ", ".join(f"{k}={v}" for k, v in total.dims.items()),
+                ("" if total.exact else "~ ") + str(total.formula),
+                format_count(total.flops),
+                format_count(total.bytes),
+                f"{total.intensity:.3g}",
+            ]
+            + [""] * (len(header) - 7)
+        )
+        lines = [text_table(header, body, right={1, 4, 5, 6})]
+        if total.uncounted:
+            lines.append(f"uncounted ops (ran, no FLOP rule): {', '.join(total.uncounted)}")
+        if inexact:
+            lines.append("~ formula holds at these sizes only (not checked at other sizes)")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        """Everything recorded as JSON: the rows (depth-first) and the total."""
+        return json.dumps({"calls": self.rows(), "total": self.total.to_dict()}, indent=2)
+
+
+def _fields(cost: Cost) -> dict[str, Any]:
+    """``cost.to_dict()`` without its ops, formulas printed once each (a thousand rows of
+    one function share their formulas)."""
+    found: dict[str, Any] = {"function": cost.function}
+    for field in dataclasses.fields(cost):
+        value = getattr(cost, field.name)
+        if field.name in ("ops", "function"):
+            continue
+        if isinstance(value, sympy.Expr):
+            found[field.name] = _text(value)
+        elif isinstance(value, Mapping):
+            found[field.name] = {name: int(size) for name, size in value.items()}
+        elif isinstance(value, tuple):
+            found[field.name] = list(value)
+        else:
+            found[field.name] = value
+    found["intensity"] = cost.intensity
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _text(formula: sympy.Expr) -> str:
+    return str(formula)
+
+
+@contextlib.contextmanager
+def record() -> Iterator[Recorder]:
+    """Record every decorated call and op run inside the block, in this thread or asyncio
+    task (and the tasks it starts inside the block).
+
+    Every call is counted as it ran, as ``FlopCounterMode`` counts. Records nest: each sees
+    everything run inside it. Threads and tasks record their own calls, each in its own
+    record.
+
+    >>> import torch
+    >>> from typedflops import einsum
+    >>> with record() as rec:
+    ...     _ = einsum(torch.ones(4, 3), torch.ones(3, 2), "i j, j k -> i k")
+    >>> rec.total.flops
+    48
+    """
+    recorder = Recorder()
+    session = recorder.session
+    outer = counting_frame.get()
+    # the records open here, in this thread (a context copied to another thread, as
+    # asyncio.to_thread does, holds records that are not this thread's)
+    mine = [c for c in outer if c.session.thread == session.thread] if type(outer) is tuple else []
+    token = counting_frame.set((*mine, session.root))
+    entered()
+    try:
+        yield recorder
+    finally:
+        left()
+        counting_frame.reset(token)
+        session.close()

@@ -1,0 +1,564 @@
+"""The FLOP rules, one registered function per op family, and the conventions they follow.
+
+Conventions (the only place they are written; the documentation quotes them):
+
+- One FLOP per scalar multiply, add, compare or divide; accumulators start at zero. Only
+  floating-point (and complex) values count: ops on integer or boolean tensors (masks,
+  counters, indices) cost 0.
+- Ops are counted as they ran, at the level of the kernels torch dispatches (``aten`` ops):
+  ``x @ w`` on 3-d ``x`` is one ``mm``; ``torch.einsum`` is the ``bmm`` and ``sum`` torch
+  runs; ``F.scaled_dot_product_attention`` is the kernel torch picked for the device.
+- Wherever ``torch.utils.flop_counter.FlopCounterMode`` counts an op (the matmul family
+  ``mm``/``addmm``/``bmm``/``baddbmm``, convolutions, transposed too, and the fused attention
+  kernels, forward and backward) its own formula is used: 2·m·n·k per matrix product, the
+  bias of ``addmm`` not counted, attention 2·b·h·s_q·s_k·(d_q + d_v) forward.
+- What it leaves at 0 is counted here: an elementwise (pointwise) op costs one FLOP per
+  output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3); a reduction one per input element
+  (``mean`` adds a divide per output element, ``var``/``std`` 3 per input element and 1 per
+  output, vector norms 2 and 1); ``mv``/``dot``/``addmv`` 2·m·n; softmax and log-softmax 5
+  per element (max, subtract, exp, sum, divide), their backward 4; layer, group and batch
+  norm 5 per element, 2 more with an affine weight and bias, their backward 8 (+2 for the
+  weight, +1 for the bias); fused RMS norm 3 per element (+1 with a weight); CPU flash
+  attention (which FlopCounterMode counts 0) like the other fused kernels; ``nll_loss`` one
+  add per target (and a divide); accumulating scatters (``index_add``, ``scatter_add``,
+  ``index_put`` with accumulate, ``embedding``'s backward) one add per value.
+- Views, copies, casts, creation, random numbers, indexing, gathers and selects (``where``,
+  ``masked_fill``) cost 0 FLOPs. Bytes: each op reads its input tensors once and writes its
+  outputs once, at their dtypes; an op that returns a view moves 0 bytes.
+- Backward is what autograd runs for each op, counted by the same rules: the op is replayed
+  on fake tensors and differentiated (a matmul adds 2·m·n·k for each operand that requires
+  grad, as FlopCounterMode counts the grad matmuls; ``x + y`` adds nothing; ``relu`` one op
+  per element; fused attention its backward kernel, 2.5 times the forward).
+- A ``torch.autograd.Function``'s forward ops are counted; its backward is Python code no
+  replay shows, so ``Name (backward)`` is listed as uncounted once an op takes its output.
+  A TorchScript function's ops go through the dispatcher and are counted like eager ones.
+- Nested tensors: an op on a jagged tensor is counted as the ops it runs on its dense values
+  (rows only), and its backward, which runs on jagged tensors, is listed as uncounted
+  (``mul (backward, jagged)``); an op on a strided nested tensor is counted as its nested
+  kernel runs it (attention on a CPU pads every sequence to the longest). A backward is
+  predicted from shapes, never values: a jagged attention kernel's backward is taken at the
+  longest sequence for every sequence (the bound FlopCounterMode takes for fake offsets).
+- Anything else that computes on floating-point values is listed as uncounted, by name,
+  never a silent 0. :func:`register_rule` gives an op (or a Python function) a rule.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils import flop_counter
+
+from ...errors import SpecError
+from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
+from .tensors import TensorMeta, flat_tensors, is_float, map_meta, numel
+
+__all__ = [
+    "FREE",
+    "OpCall",
+    "RuleEntry",
+    "find_rule",
+    "function_rules",
+    "is_torch_counted",
+    "register_rule",
+]
+
+aten = torch.ops.aten
+
+
+def _words(text: str) -> frozenset[str]:
+    """A set of op names written as words (easier to read and extend than a list)."""
+    return frozenset(text.split())
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One op call as a rule sees it: the arguments with tensors as :class:`TensorMeta`.
+
+    ``out`` is the output (a :class:`TensorMeta`, or a tuple for several); sizes are ints for
+    an op that ran, sympy expressions when a formula is being built.
+    """
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    out: Any
+
+    @property
+    def inputs(self) -> list[TensorMeta]:
+        """The tensor arguments, in order (nested lists included)."""
+        return flat_tensors((self.args, tuple(self.kwargs.values())))
+
+    @property
+    def output(self) -> TensorMeta:
+        """The first output tensor."""
+        found = flat_tensors(self.out)
+        if not found:
+            raise ValueError(f"{self.name}: no tensor output")
+        return found[0]
+
+    def arg(self, index: int, name: str, default: Any = None) -> Any:
+        """A positional-or-keyword argument of the op's schema."""
+        if index < len(self.args):
+            return self.args[index]
+        return self.kwargs.get(name, default)
+
+
+Rule = Callable[[OpCall], Any]
+
+
+@dataclass(frozen=True)
+class RuleEntry:
+    """A registered rule: ``symbolic`` rules compute on :class:`OpCall` shapes (and so give
+    formulas); ``raw`` rules are called with the op's real arguments and give counts only."""
+
+    rule: Callable[..., Any]
+    symbolic: bool
+    source: str
+    raw: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    matmul: bool = False  # a matrix-product kernel (matmuls, convolutions, attention)
+
+    def count(
+        self, call: OpCall, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
+    ) -> int:
+        """The FLOPs of one call that ran."""
+        if self.source == "torch" and self.raw:
+            value = self.rule(*args, **kwargs, out_val=out)
+        elif self.raw:
+            value = self.rule(*args, **kwargs)
+        else:
+            value = self.rule(call)
+        return _as_count(value, self.extra.get("name", call.name))
+
+
+def _as_count(value: Any, name: str) -> int:
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        raise SpecError.at(
+            None, f"the FLOP rule of {name} returned {value!r}; a rule returns a number of FLOPs"
+        ) from None
+    if count != value or count < 0:
+        raise SpecError.at(
+            None, f"the FLOP rule of {name} returned {value!r}; FLOPs are a non-negative integer"
+        )
+    return count
+
+
+# -- rules of torch's FlopCounterMode ----------------------------------------------------
+
+
+def _shape(value: Any) -> Any:
+    return value.shape if isinstance(value, TensorMeta) else value
+
+
+def _torch_shape_rule(formula: Callable[..., Any]) -> Rule:
+    def rule(call: OpCall) -> Any:
+        args = map_meta(call.args, _shape)
+        kwargs = {k: map_meta(v, _shape) for k, v in call.kwargs.items()}
+        return formula(*args, out_shape=map_meta(call.out, _shape), **kwargs)
+
+    return rule
+
+
+def _torch_entries() -> dict[Any, RuleEntry]:
+    entries: dict[Any, RuleEntry] = {}
+    for target, wrapped in flop_counter.flop_registry.items():
+        inner = getattr(wrapped, "__wrapped__", None)
+        if inner is not None:  # a shape formula, wrapped by FlopCounterMode's shape_wrapper
+            entries[target] = RuleEntry(
+                _torch_shape_rule(inner), symbolic=True, source="torch", matmul=True
+            )
+        else:
+            entries[target] = RuleEntry(
+                wrapped, symbolic=False, source="torch", raw=True, matmul=True
+            )
+    return entries
+
+
+# -- rules for what FlopCounterMode leaves at 0 -------------------------------------------
+
+_POINTWISE_COST = {"addcmul": 2, "addcdiv": 2, "lerp": 3}
+
+# Pointwise-tagged ops that select, copy or generate instead of computing.
+_NOT_ARITHMETIC = _words(
+    """
+    clone copy where masked_fill fill zero detach alias lift_fresh lift_fresh_copy _to_copy to
+    bernoulli uniform normal exponential geometric cauchy log_normal random
+    native_dropout_backward_mask isnan isinf isfinite isposinf isneginf isreal signbit
+    nan_to_num_mask view_as_real view_as_complex conj _conj resolve_conj resolve_neg _neg_view
+    """
+)
+
+
+def _pointwise(call: OpCall) -> Any:
+    if not any(is_float(t) for t in call.inputs):
+        return 0
+    return _POINTWISE_COST.get(call.name, 1) * numel(call.output)
+
+
+def _reduction(call: OpCall) -> Any:
+    source = call.inputs[0]
+    if not is_float(source):
+        return 0
+    per_input, per_output = _REDUCTION_COST.get(call.name, (1, 0))
+    out = call.output
+    return per_input * numel(source) + per_output * numel(out)
+
+
+_REDUCTION_COST: dict[str, tuple[int, int]] = {
+    "mean": (1, 1),
+    "nanmean": (1, 1),
+    "var": (3, 1),
+    "std": (3, 2),
+    "var_mean": (3, 2),
+    "std_mean": (3, 3),
+    "linalg_vector_norm": (2, 1),
+    "norm": (2, 1),
+    "logsumexp": (4, 2),
+}
+
+
+def _per_element(forward: int) -> Rule:
+    def rule(call: OpCall) -> Any:
+        source = call.inputs[0]
+        return forward * numel(source) if is_float(source) else 0
+
+    return rule
+
+
+def _matrix_vector(call: OpCall) -> Any:
+    if call.name in ("dot", "vdot"):
+        return 2 * numel(call.inputs[0])
+    if call.name == "addmv":
+        return 2 * numel(call.inputs[1])
+    return 2 * numel(call.inputs[0])  # mv: 2·m·n
+
+
+def _outer(call: OpCall) -> Any:
+    return 2 * numel(call.output)  # addr: a product and an add per output element
+
+
+def _attention(call: OpCall) -> Any:
+    query, key, value = call.inputs[:3]
+    return flop_counter.sdpa_flop_count(query.shape, key.shape, value.shape)  # type: ignore[no-untyped-call]
+
+
+def _attention_backward(call: OpCall) -> Any:
+    grad_out, query, key, value = call.inputs[:4]
+    return flop_counter.sdpa_backward_flop_count(  # type: ignore[no-untyped-call]
+        grad_out.shape, query.shape, key.shape, value.shape
+    )
+
+
+def _layer_norm(call: OpCall) -> Any:
+    x = call.inputs[0]
+    weight = call.arg(2, "weight")
+    bias = call.arg(3, "bias")
+    affine = (weight is not None) + (bias is not None)
+    return (5 + affine) * numel(x)
+
+
+def _group_norm(call: OpCall) -> Any:
+    x = call.inputs[0]
+    affine = (call.arg(1, "weight") is not None) + (call.arg(2, "bias") is not None)
+    return (5 + affine) * numel(x)
+
+
+def _batch_norm(call: OpCall) -> Any:
+    x = call.inputs[0]
+    affine = (call.arg(1, "weight") is not None) + (call.arg(2, "bias") is not None)
+    training = call.name in ("_native_batch_norm_legit", "_native_batch_norm_legit_functional")
+    if call.name == "native_batch_norm":
+        training = bool(call.arg(5, "training"))
+    return ((5 if training else 2) + affine) * numel(x)
+
+
+def _norm_backward(call: OpCall) -> Any:
+    grad = call.inputs[0]
+    mask = call.arg(len(call.args) - 1, "output_mask", (True, True, True))
+    mask = tuple(mask) if isinstance(mask, tuple | list) else (True, True, True)
+    weights = (2 if len(mask) > 1 and mask[1] else 0) + (1 if len(mask) > 2 and mask[2] else 0)
+    return ((8 if mask[0] else 0) + weights) * numel(grad)
+
+
+def _rms_norm(call: OpCall) -> Any:
+    x = call.inputs[0]
+    weight = call.arg(2, "weight")
+    return (3 + (weight is not None)) * numel(x)
+
+
+def _nll_loss(call: OpCall) -> Any:
+    target = call.inputs[1]
+    reduction = call.arg(3, "reduction", 1)
+    return numel(target) + (1 if reduction == 1 else 0)
+
+
+def _accumulate(position: int) -> Rule:
+    def rule(call: OpCall) -> Any:
+        values = call.inputs[position]
+        return numel(values) if is_float(values) else 0
+
+    return rule
+
+
+def _index_put(call: OpCall) -> Any:
+    accumulate = call.arg(3, "accumulate", False)
+    values = call.inputs[-1]
+    return numel(values) if accumulate and is_float(values) else 0
+
+
+def _builtin_entries() -> dict[Any, RuleEntry]:
+    def entry(rule: Rule, matmul: bool = False) -> RuleEntry:
+        return RuleEntry(rule, symbolic=True, source="typedflops", matmul=matmul)
+
+    table: dict[Any, RuleEntry] = {}
+    for name in ("mv", "dot", "vdot", "addmv"):
+        table[getattr(aten, name)] = entry(_matrix_vector, matmul=True)
+    table[aten.addr] = entry(_outer)
+    for name in ("_softmax", "_log_softmax", "_safe_softmax"):
+        table[getattr(aten, name)] = entry(_per_element(5))
+    for name in ("_softmax_backward_data", "_log_softmax_backward_data"):
+        table[getattr(aten, name)] = entry(_per_element(4))
+    for name in ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"):
+        table[getattr(aten, name)] = entry(_per_element(1))
+    for name in (
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_fused_attention_overrideable",
+        "_scaled_dot_product_attention_math_for_mps",
+    ):
+        table[getattr(aten, name)] = entry(_attention, matmul=True)
+    for name in (
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "_scaled_dot_product_fused_attention_overrideable_backward",
+    ):
+        table[getattr(aten, name)] = entry(_attention_backward, matmul=True)
+    table[aten.native_layer_norm] = entry(_layer_norm)
+    table[aten.native_group_norm] = entry(_group_norm)
+    for name in (
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_functional",
+        "_native_batch_norm_legit_no_training",
+    ):
+        table[getattr(aten, name)] = entry(_batch_norm)
+    for name in (
+        "native_layer_norm_backward",
+        "native_group_norm_backward",
+        "native_batch_norm_backward",
+        "batch_norm_backward",
+    ):
+        table[getattr(aten, name)] = entry(_norm_backward)
+    table[aten._fused_rms_norm] = entry(_rms_norm)
+    table[aten._fused_rms_norm_backward] = entry(_norm_backward)
+    # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.
+    table[torch.ops.typedflops._fused_rms_norm] = entry(_rms_norm)
+    table[torch.ops.typedflops._fused_rms_norm_backward] = entry(_norm_backward)
+    table[aten.nll_loss_forward] = entry(_nll_loss)
+    table[aten.nll_loss2d_forward] = entry(_nll_loss)
+    table[aten.nll_loss_backward] = entry(_accumulate(1))
+    table[aten.embedding_dense_backward] = entry(_accumulate(0))
+    table[aten.index_add] = entry(_accumulate(2))
+    table[aten.scatter_add] = entry(_accumulate(2))
+    table[aten.scatter_reduce] = entry(_accumulate(2))
+    table[aten.index_put] = entry(_index_put)
+    table[aten._index_put_impl_] = entry(_index_put)
+    return table
+
+
+def _saved_bytes(call: OpCall) -> Any:
+    tensor = call.inputs[0]
+    return numel(tensor) * tensor.itemsize
+
+
+#: The bytes of a tensor autograd saves for backward (activation memory), fitted like FLOPs.
+saved_bytes_rule = RuleEntry(_saved_bytes, symbolic=True, source="typedflops")
+
+# Ops that cost 0 FLOPs whatever their inputs: creation, copies, movement, indexing.
+FREE = _words(
+    """
+    select_backward slice_backward diagonal_backward as_strided_backward expand_copy
+    permute_copy view_copy transpose_copy unsqueeze_copy squeeze_copy t_copy
+    empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like
+    full full_like new_zeros new_ones new_full scalar_tensor arange linspace logspace eye rand
+    rand_like randn randn_like randint randint_like randperm bernoulli uniform normal tril triu
+    clone copy _to_copy to contiguous _copy_from _copy_from_and_resize cat stack split
+    split_with_sizes unbind chunk narrow_copy slice_scatter select_scatter diagonal_scatter
+    as_strided_scatter index index_select gather scatter masked_fill where masked_scatter
+    masked_select take embedding flip roll repeat constant_pad_nd reflection_pad1d
+    reflection_pad2d replication_pad1d replication_pad2d tril_indices triu_indices nonzero sort
+    argsort topk unique _unique2 one_hot fill zero detach alias lift_fresh lift_fresh_copy
+    _local_scalar_dense item set_ resize_ record_stream native_dropout_backward_mask
+    _assert_async _assert_tensor_metadata sym_constrain_range _fused_sdp_choice
+    _has_compatible_shallow_copy_type is_same_size _pin_memory _make_dep_token bucketize
+    searchsorted histc bincount _unsafe_index index_fill masked_fill_ upsample_nearest1d
+    upsample_nearest2d pixel_shuffle pixel_unshuffle im2col col2im _embedding_bag_forward_only
+    _unsafe_view _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded
+    """
+)
+
+_TORCH = _torch_entries()
+_BUILTIN = _builtin_entries()
+_USER: dict[Any, RuleEntry] = {}
+_USER_FUNCTIONS: dict[Any, RuleEntry] = {}
+
+
+def is_torch_counted(packet: Any) -> bool:
+    """Whether ``FlopCounterMode`` has a formula for this op (a parity check counts these)."""
+    return packet in flop_counter.flop_registry
+
+
+def _base_name(func: torch._ops.OpOverload) -> str:
+    return str(func._overloadpacket.__name__)
+
+
+@functools.lru_cache(maxsize=4096)
+def find_rule(func: torch._ops.OpOverload) -> RuleEntry | str | None:
+    """The rule for an op: a :class:`RuleEntry`, ``"free"`` for a zero-FLOP op, or None.
+
+    Order: user rules (an overload before its packet), FlopCounterMode's formulas, the
+    built-in rules, then pointwise and reduction ops by their torch tags.
+    """
+    packet = func._overloadpacket
+    for table in (_USER, _TORCH, _BUILTIN):
+        for key in (func, packet):
+            if key in table:
+                return table[key]
+    name = _base_name(func)
+    inplace = name.endswith("_") and not name.startswith("_") and name != "_"
+    base = name[:-1] if inplace else name
+    if base in FREE or name in FREE:
+        return "free"
+    tags = set(func.tags)
+    if torch.Tag.nondeterministic_seeded in tags or torch.Tag.view_copy in tags:
+        return "free"
+    if _returns_view(func):
+        return "free"
+    if inplace:
+        outplace = getattr(aten, base, None)
+        if outplace is not None and base not in _NOT_ARITHMETIC:
+            for key in (outplace,):
+                for table in (_TORCH, _BUILTIN):
+                    if key in table:
+                        return table[key]
+            tags |= {tag for overload in _overloads(outplace) for tag in overload.tags}
+    if torch.Tag.pointwise in tags:
+        if base in _NOT_ARITHMETIC:
+            return "free"
+        return RuleEntry(_pointwise, symbolic=True, source="typedflops", extra={"name": base})
+    if torch.Tag.reduction in tags:
+        return RuleEntry(_reduction, symbolic=True, source="typedflops", extra={"name": base})
+    return None
+
+
+def _overloads(packet: Any) -> list[Any]:
+    return [getattr(packet, name) for name in packet.overloads()]
+
+
+def _returns_view(func: torch._ops.OpOverload) -> bool:
+    returns = func._schema.returns
+    return bool(returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in returns
+    )
+
+
+def function_rules() -> dict[Any, tuple[Any, RuleEntry]]:
+    """Rules registered for Python functions, by code object: ``code -> (function, rule)``."""
+    found = {}
+    for fn, entry in _USER_FUNCTIONS.items():
+        code = getattr(inspect.unwrap(fn), "__code__", None)
+        if code is not None:
+            found[code] = (fn, entry)
+    return found
+
+
+def register_rule(target: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give an op, or a Python function, a FLOP rule (a decorator).
+
+    ``target`` is a torch op overload or packet (``torch.ops.mylib.fused.default``,
+    ``torch.ops.mylib.fused``), a ``torch.library.custom_op``, or a Python function. The
+    decorated ``rule(*args, **kwargs)`` receives the call's arguments (real or fake tensors)
+    and returns its forward FLOPs as an int. A registered op is counted (its backward is
+    what its autograd formula runs, counted by the rules) and no longer listed as uncounted;
+    a registered Python function's count replaces the count of the ops it runs.
+
+    >>> import torch
+    >>> @torch.library.custom_op("typedflops_doc::scale", mutates_args=())
+    ... def scale(x: torch.Tensor) -> torch.Tensor:
+    ...     return x * 2
+    >>> @scale.register_fake
+    ... def _(x):
+    ...     return torch.empty_like(x)
+    >>> @register_rule(scale)
+    ... def scale_flops(x):
+    ...     return x.numel()
+    >>> from typedflops import record
+    >>> with record() as rec:
+    ...     _ = scale(torch.ones(4, 3))
+    >>> rec.total.flops, rec.total.uncounted
+    (12, ())
+    """
+    key = _op_key(target)
+
+    def decorate(rule: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(rule):
+            raise SpecError.at(f"register_rule({target!r})", "the rule must be callable")
+        entry = RuleEntry(
+            rule, symbolic=False, source="user", raw=True, extra={"name": _label(key)}
+        )
+        if key is None:
+            _USER_FUNCTIONS[target] = entry
+        else:
+            _USER[key] = entry
+        find_rule.cache_clear()
+        return rule
+
+    return decorate
+
+
+def _op_key(target: Any) -> Any:
+    if isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return target
+    op = getattr(target, "_opoverload", None)  # torch.library.custom_op
+    if isinstance(op, torch._ops.OpOverload):
+        return op
+    if callable(target):
+        if getattr(inspect.unwrap(target), "__code__", None) is None:
+            raise SpecError.at(
+                f"register_rule({target!r})",
+                "a Python function needs Python code to be seen running",
+                hint="give the rule to the op it calls instead",
+            )
+        return None
+    raise SpecError.at(
+        f"register_rule({target!r})",
+        "the target must be a torch op (torch.ops.lib.name), a torch.library.custom_op or a "
+        "Python function",
+    )
+
+
+def _label(key: Any) -> str:
+    if key is None:
+        return "function"
+    packet = getattr(key, "_overloadpacket", key)
+    return str(getattr(packet, "__name__", key))
+
+
+def op_name(func: torch._ops.OpOverload) -> str:
+    """An op's name as tables show it: ``mm``, ``add``, ``mylib.fused`` (a stand-in of
+    ours by the ``aten`` kernel's name it stands for)."""
+    packet = func._overloadpacket
+    namespace = getattr(packet, "_qualified_op_name", "aten::").split("::")[0]
+    name = _base_name(func)
+    return name if namespace in ("aten", "typedflops") else f"{namespace}.{name}"
+
+
+def count_of(value: Any) -> int:
+    """An int count (a symbolic rule at int sizes gives a sympy Integer)."""
+    return math.floor(value) if not isinstance(value, int) else value

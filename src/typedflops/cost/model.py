@@ -1,0 +1,83 @@
+"""The cost model of a checked function: its cost at given sizes and its forward FLOPs as
+a formula, from dry runs on fake tensors (nothing is allocated)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sympy
+import torch
+
+from ..contract.annotation import ELLIPSIS
+from ..contract.compiled import Contract
+from ..contract.function import CheckedFunction
+from ..errors import SpecError
+from .engine.dryrun import measure
+from .engine.module_sizes import held_dims
+from .engine.probes import estimate_probe, method_needs_object
+from .types import Cost
+
+__all__ = ["estimate", "formula_at", "probe_sizes"]
+
+
+def estimate(
+    function: CheckedFunction[..., Any],
+    args: tuple[Any, ...],
+    dims: Mapping[str, Any],
+    dtype: torch.dtype | None = None,
+    grad: Sequence[str] = (),
+) -> Cost:
+    """The cost of one call of ``function`` at the sizes ``dims`` (see
+    :meth:`typedflops.TypedFunction.estimate`)."""
+    return measure(estimate_probe(function, args, dims, dtype, tuple(grad)))
+
+
+def formula_at(
+    function: CheckedFunction[..., Any],
+    objects: tuple[Any, ...] = (),
+    sizes: Mapping[str, Any] | None = None,
+) -> sympy.Expr:
+    """Forward FLOPs of ``function`` as a formula, fitted by dry runs at ``sizes`` (probe
+    sizes when None; a method's object in ``objects`` fixes the dims it holds)."""
+    contract = function.contract
+    if contract.takes_self and not objects:
+        raise method_needs_object(function.name)
+    if sizes is None:
+        held = held_dims(objects[0]) if objects else {}
+        sizes = {k: v for k, v in probe_sizes(contract).items() if k not in held}
+    try:
+        return estimate(function, objects, sizes).formula
+    except Exception as exc:
+        shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        raise SpecError.at(
+            f"{function.name}()",
+            f"cannot derive its formula by a dry run at sizes {shown} "
+            f"({type(exc).__name__}: {reason})",
+            hint=f"call {function.name}.estimate(...) with sizes the body accepts first, or "
+            "pass flops= to @typed_flops",
+        ) from None
+
+
+# Sizes for a formula when no sizes are given: distinct multiples of 24, so that the
+# usual splits (heads of 2, 3, 4, 6, 8 or 12) divide them and no two dims coincide.
+_PROBE_SIZES = tuple(24 * k for k in range(1, 40))
+
+
+def probe_sizes(contract: Contract) -> dict[str, Any]:
+    """Sizes for every dim the required tensor parameters bind (``...`` and ``*name``: one
+    axis)."""
+    sizes: dict[str, Any] = {}
+    parameters = [p for p in contract.tensor_parameters() if not p.defaults_to_none]
+    names: list[str] = []
+    variadic: set[str] = set()
+    for p in parameters:
+        names.extend(p.spec.bindable_names)
+        variadic.update(p.spec.variadic_names)
+        if p.spec.has_ellipsis:
+            names.append(ELLIPSIS)
+            variadic.add(ELLIPSIS)
+    for name, size in zip(dict.fromkeys(names), _PROBE_SIZES, strict=False):
+        sizes[name] = (size,) if name in variadic else size
+    return sizes

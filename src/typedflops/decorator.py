@@ -1,0 +1,170 @@
+"""``typed_flops``: the decorator users write, on a function, a method, a property or a
+dataclass, and the :class:`TypedFunction` it returns.
+
+A :class:`TypedFunction` is a checked function (:mod:`typedflops.contract`) with its cost
+model (:mod:`typedflops.cost.model`: ``estimate``, ``formula``) and its timing
+(:mod:`typedflops.timing`: ``benchmark``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, ClassVar, ParamSpec, TypeVar, overload
+
+import sympy
+import torch
+
+from .contract.bound import TypedMethod
+from .contract.classes import typed_class
+from .contract.function import CheckedFunction
+from .cost.model import estimate, formula_at
+from .cost.types import Cost
+from .timing.bench import Measurement, benchmark
+
+__all__ = ["TypedFunction", "typed_flops"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T", bound=type)
+
+
+class CostedMethod(TypedMethod):
+    """A ``@typed_flops`` method bound to an object: ``obj.method.estimate(**dims)`` and
+    ``obj.method.formula`` cost calls on that object."""
+
+    __slots__ = ()
+
+    def estimate(self, *args: Any, **kwargs: Any) -> Cost:
+        """:meth:`TypedFunction.estimate` with this object first."""
+        function: TypedFunction[..., Any] = self.__func__
+        return function.estimate(self.args[0], *args, **kwargs)
+
+    @property
+    def formula(self) -> sympy.Expr:
+        """Forward FLOPs of calls on this object, in the dims of the method's annotations
+        (those the object holds, a typed submodule's ``d_in``, fixed at its sizes)."""
+        function: TypedFunction[..., Any] = self.__func__
+        return function.formula_of(self.args[0])
+
+
+class TypedFunction(CheckedFunction[P, R]):
+    """A function with a checked jaxtyping contract and a cost model (see :func:`typed_flops`).
+
+    Calling it checks the call; ``formula``, ``estimate`` and ``benchmark`` give its cost.
+    """
+
+    method_class: ClassVar[type[TypedMethod]] = CostedMethod
+
+    def __init__(self, fn: Callable[P, R], *, flops: str | None, name: str | None) -> None:
+        super().__init__(fn, flops=flops, name=name)
+        # The sizes of the last estimate() (SPEC: the formula is taken there when given).
+        self._last_estimate: dict[str, Any] | None = None
+        self._formulas: dict[tuple[tuple[str, Any], ...], sympy.Expr] = {}
+
+    def estimate(
+        self,
+        *args: Any,
+        dtype: torch.dtype | None = None,
+        grad: tuple[str, ...] | list[str] = (),
+        **dims: Any,
+    ) -> Cost:
+        """The cost of one call at the given dim sizes, from dry runs on fake tensors.
+
+        Tensors are built from the annotations (nothing is allocated): each named dim's
+        size, ``*name`` dims and ``ellipsis=`` (for ``...``) as an int or a tuple of sizes.
+        ``grad`` names the parameters whose tensors require grad (a module's parameters
+        follow their ``requires_grad``); ``dtype`` overrides the floating dtype. Positional
+        ``args`` fill the leading parameters (a module for ``self``); a keyword naming a
+        non-tensor parameter is passed to it. An Optional tensor parameter whose default is
+        None stays None unless a dim only it uses is given. Missing, unknown or bad sizes
+        raise :class:`SpecError`.
+
+        The formulas are fitted from dry runs at other sizes and checked (see
+        :attr:`Cost.exact`); ``flops=`` replaces the forward count.
+        """
+        cost = estimate(self, args, dims, dtype, tuple(grad))
+        if not args:  # a method's estimate depends on its object: not kept
+            self._last_estimate = dict(dims)
+        return cost
+
+    @property
+    def formula(self) -> sympy.Expr:
+        """Forward FLOPs as a sympy expression in the annotation's dim names.
+
+        From ``flops=`` when given; otherwise fitted from dry runs at the sizes of the
+        last ``estimate`` (or at probe sizes of its own choosing when there was none). It
+        is the same at any sizes unless the body branches on sizes.
+        """
+        declared = self.declared
+        if declared is not None:
+            return declared
+        sizes = self._last_estimate
+        key = () if sizes is None else tuple(sorted(sizes.items(), key=lambda item: item[0]))
+        found = self._formulas.get(key)
+        if found is None:
+            found = self._formulas[key] = formula_at(self, (), sizes)
+        return found
+
+    def formula_of(self, obj: Any) -> sympy.Expr:
+        """A method's forward FLOPs on ``obj`` (what ``obj.method.formula`` gives), fitted at
+        probe sizes for the dims that ``obj`` does not hold."""
+        declared = self.declared
+        if declared is not None:
+            return declared
+        return formula_at(self, (obj,))
+
+    def benchmark(self, *args: Any, **kwargs: Any) -> Measurement:
+        """Time calls of this function: the same as ``typedflops.benchmark(self, ...)``."""
+        return benchmark(self, *args, **kwargs)
+
+
+@overload
+def typed_flops(fn: type[T], /) -> type[T]: ...  # type: ignore[overload-overlap]
+@overload
+def typed_flops(fn: Callable[P, R], /) -> TypedFunction[P, R]: ...
+@overload
+def typed_flops(
+    *, flops: str | None = None, name: str | None = None
+) -> Callable[[Callable[P, R]], TypedFunction[P, R]]: ...
+def typed_flops(fn: Any = None, /, *, flops: str | None = None, name: str | None = None) -> Any:
+    """Check a function's jaxtyping contract on every call and give it a cost model.
+
+    Bare (``@typed_flops``) or with options (``@typed_flops(flops="2*m*n*k", name="mm")``).
+    Each call checks every parameter and the return value (shapes, dtypes, one device;
+    other hints with beartype's semantics) before the body runs. ``f.formula``,
+    ``f.estimate(**dims)`` and ``f.benchmark(*args)`` give its FLOPs, bytes and time.
+
+    >>> import torch
+    >>> from torch import Tensor
+    >>> from jaxtyping import Float
+    >>> @typed_flops
+    ... def linear(x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
+    ...            ) -> Float[Tensor, "batch d_out"]:
+    ...     return x @ w
+    >>> linear(torch.ones(8, 4), torch.ones(4, 3)).shape
+    torch.Size([8, 3])
+    >>> linear.formula
+    2*batch*d_in*d_out
+    """
+    if fn is not None:
+        return _decorate(fn, flops, name)
+    return functools.partial(_decorate, flops=flops, name=name)
+
+
+def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
+    """What ``typed_flops`` returns for ``function`` (a module-level function, not a
+    closure: a closure calling itself would leave a reference cycle per decoration)."""
+    if isinstance(function, CheckedFunction):
+        return function  # already decorated: one contract, checked once
+    if isinstance(function, type):
+        return typed_class(function)
+    if isinstance(function, (classmethod, staticmethod)):
+        return type(function)(_decorate(function.__func__, flops, name))
+    if isinstance(function, property):
+        fget, fset, fdel = (
+            None if accessor is None else _decorate(accessor, flops, name)
+            for accessor in (function.fget, function.fset, function.fdel)
+        )
+        return property(fget, fset, fdel, function.__doc__)
+    return TypedFunction(function, flops=flops, name=name)

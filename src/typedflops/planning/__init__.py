@@ -1,0 +1,40 @@
+"""One training step, planned before it runs: FLOPs, memory, whether it fits, and its time.
+
+- ``plan(model, batch, seq, device)``: a named config of :data:`typedflops.nn.CONFIGS` (or a
+  ``TransformerConfig``) on a device of the table, as ``typedflops plan`` prints it.
+- ``training_memory(model, optimizer, dtype, **dims)``: parameters, gradients, optimizer
+  state, master weights, activations and the peak of any ``@typed_flops`` model.
+- ``step_time(cost, device, dtype, mfu=)``: a step's roofline bound and its time at an MFU;
+  ``step_mfu(cost, seconds, device, dtype)``: the MFU of a measured step (PaLM's model
+  FLOPs, recomputation not credited).
+- ``kernels_of("cuda")``: inside it, dry runs on ``meta`` cost the kernels a GPU runs (its
+  attention choice, CUDA's fused RMS norm) on any machine.
+
+>>> import torch
+>>> step = plan("gpt2", batch=8, seq=1024, device="H100 SXM")
+>>> step.fits, step.memory.peak < 80e9, step.time.bound
+(True, True, 'compute')
+>>> cost = step.memory.cost  # the step's forward and backward, in the model's dims
+>>> round(step_mfu(cost, 0.0382, "H100 SXM", torch.bfloat16), 3)  # a measured 38.2 ms step
+0.185
+"""
+
+from __future__ import annotations
+
+from ..cost.engine.kernels import kernels_of
+from .planner import TrainingPlan, plan
+from .steptime import StepTime, least_traffic, model_flops, step_mfu, step_time
+from .training import TrainingMemory, training_memory
+
+__all__ = [
+    "StepTime",
+    "TrainingMemory",
+    "TrainingPlan",
+    "kernels_of",
+    "least_traffic",
+    "model_flops",
+    "plan",
+    "step_mfu",
+    "step_time",
+    "training_memory",
+]

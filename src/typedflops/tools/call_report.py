@@ -1,0 +1,340 @@
+"""The calls a test run made, and their costs: the pytest plugin's ``--typedflops-report``.
+
+:class:`CallTally` counts the checked calls of every function with a jaxtyping array
+annotation and the dims each call bound; each distinct binding is costed once by dry runs
+on meta tensors, when the test that made it ends. What it knows becomes plain
+:class:`Record` dicts (strings and numbers only), so that pytest-xdist workers can send
+theirs to the controller, which merges them (:func:`merge`) and prints one table
+(:func:`table`).
+
+Importing this module imports neither torch nor the rest of typedflops.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from ..text import text_table
+
+if TYPE_CHECKING:
+    from ..contract.function import CheckedFunction
+    from ..contract.scope import CallState
+    from ..cost.engine.dryrun import Probe
+    from ..cost.types import Cost
+
+__all__ = ["CallTally", "Record", "merge", "not_costed_reason", "table"]
+
+_MAX_DIMS_SHOWN = 5
+_MAX_DIMS_WIDTH = 60
+
+Size = int | tuple[int, ...]
+Binding = tuple[tuple[str, Size], ...]
+
+
+class Record(TypedDict):
+    """One function called with one binding of its dims: what the report shows of it."""
+
+    module: str
+    name: str
+    line: int
+    binding: list[tuple[str, Size]]
+    calls: int
+    formula: str | None  # None: not costed, `why` says why
+    flops: int
+    exact: bool
+    uncounted: list[str]
+    why: str
+
+
+class _Entry:
+    """What the tally knows of one function: its calls and costs, per binding of its dims."""
+
+    __slots__ = ("calls", "costs", "function", "name", "pending")
+
+    def __init__(self, function: CheckedFunction[..., Any]) -> None:
+        self.function = function
+        self.name = function.name
+        self.calls: dict[Binding, int] = {}
+        # A Cost, or why none could be had (in words).
+        self.costs: dict[Binding, Cost | str] = {}
+        # Bindings not costed yet, with the probe that rebuilds the call (shapes, not
+        # tensors; a module it was called on): held until the test ends, no longer.
+        self.pending: dict[Binding, Probe] = {}
+
+
+def _has_array_hint(hint: Any) -> bool:
+    from ..contract.annotation import is_tensor_annotation
+
+    if is_tensor_annotation(hint):
+        return True
+    import typing
+
+    return any(_has_array_hint(arg) for arg in typing.get_args(hint))
+
+
+def _costs_anything(function: CheckedFunction[..., Any]) -> bool:
+    """Whether ``function`` has a jaxtyping array annotation (the report's functions:
+    those the cost model can name dims for)."""
+    contract = function.contract
+    hints = [p.hint for p in contract.parameters]
+    hints += [p.hint for p in (contract.var_positional, contract.var_keyword) if p is not None]
+    return any(_has_array_hint(hint) for hint in [*hints, contract.return_hint])
+
+
+_DATA_DEPENDENT = re.compile(
+    r"data-dependent|item\(\)|_local_scalar_dense|doesn't have storage|does not have storage"
+    r"|data_ptr|Cannot copy out of meta|cannot be converted to Python|meta tensor",
+    re.IGNORECASE,
+)
+
+
+def not_costed_reason(error: BaseException) -> str:
+    """Why a dry run could not cost a call, in words that say the call itself was fine.
+
+    >>> reason = not_costed_reason(RuntimeError("Tensor.item() cannot be called on meta"))
+    >>> reason.split("(")[0]
+    'not costed: the body reads tensor values '
+    """
+    from ..errors import ContractError
+
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if isinstance(error, ContractError):
+        return (
+            "not costed: a dry run could not rebuild this call at other sizes (an argument "
+            "it cannot resize, such as an object held in self, keeps its own sizes, and the "
+            "rebuilt call no longer fits its annotations); the call itself ran and passed "
+            "its checks"
+        )
+    if _DATA_DEPENDENT.search(first):
+        return (
+            f"not costed: the body reads tensor values ({first[:80]}), which a dry run on "
+            "meta tensors does not have; the call itself ran and passed its checks"
+        )
+    return (
+        f"not costed: a dry run of the body on meta tensors stopped ({type(error).__name__}: "
+        f"{first[:80]}); the call itself ran and passed its checks"
+    )
+
+
+class CallTally:
+    """Counts the checked calls of every ``@typed_flops`` function and the dims they bound.
+
+    Cheap per call (a dict update). Each distinct binding of a function's dims (``...``
+    included) is costed once, by dry runs, when the test that made it ends
+    (:meth:`settle`). Calls made by dry runs are not counted. It observes calls through
+    ``typedflops.contract.function.add_call_observer``: every call whose arguments and return
+    passed. Functions without a jaxtyping array annotation (checked for their plain hints
+    only) have no dims to cost and are not counted.
+    """
+
+    def __init__(self) -> None:
+        # One entry per function definition: a function decorated anew in each test (or
+        # each iteration of a loop) is one row.
+        self.entries: dict[tuple[str, str, int], _Entry] = {}
+        self._costed: dict[int, bool] = {}
+        self._remove: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        """Begin observing calls."""
+        from ..contract.function import add_call_observer
+
+        self._remove = add_call_observer(self.observe)
+
+    def stop(self) -> None:
+        """Stop observing calls (what was counted stays)."""
+        if self._remove is not None:
+            self._remove()
+            self._remove = None
+
+    def observe(
+        self,
+        function: CheckedFunction[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        state: CallState,
+    ) -> None:
+        """Count one call whose arguments passed the check, with the dims they bound."""
+        costed = self._costed.get(id(function))
+        if costed is None:
+            costed = self._costed[id(function)] = _costs_anything(function)
+        if not costed:
+            return
+        from ..cost.engine.probes import call_dims, call_probe
+
+        key = (function.__module__, function.name, _first_line(function))
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = _Entry(function)
+        dims = call_dims(function, args, kwargs, state.sizes)
+        binding = tuple(dims.items())
+        count = entry.calls.get(binding, 0)
+        entry.calls[binding] = count + 1
+        if not count:
+            try:
+                entry.pending[binding] = call_probe(function, args, kwargs, state.sizes)
+            except Exception as exc:  # a call the engine cannot describe: said, not raised
+                entry.costs[binding] = not_costed_reason(exc)
+
+    def settle(self) -> None:
+        """Cost the bindings seen since the last call (dry runs), then let go."""
+        from ..cost.engine.dryrun import measure
+
+        observing = self._remove is not None
+        self.stop()
+        try:
+            for entry in self.entries.values():
+                for binding, probe in entry.pending.items():
+                    try:
+                        entry.costs[binding] = measure(probe)
+                    except Exception as exc:  # a body that cannot dry-run: "?", and why
+                        entry.costs[binding] = not_costed_reason(exc)
+                entry.pending.clear()
+        finally:
+            if observing:
+                self.start()
+
+    def records(self) -> list[Record]:
+        """Everything counted so far, as plain records (costed first)."""
+        self.settle()
+        found: list[Record] = []
+        for (module, _, line), entry in self.entries.items():
+            for binding, calls in entry.calls.items():
+                cost = entry.costs.get(binding, "not costed")
+                record = Record(
+                    module=module,
+                    name=entry.name,
+                    line=line,
+                    binding=list(binding),
+                    calls=calls,
+                    formula=None,
+                    flops=0,
+                    exact=True,
+                    uncounted=[],
+                    why="",
+                )
+                if isinstance(cost, str):
+                    record["why"] = cost
+                else:
+                    record["formula"] = str(cost.formula)
+                    record["flops"] = cost.flops
+                    record["exact"] = cost.exact
+                    record["uncounted"] = list(cost.uncounted)
+                found.append(record)
+        return found
+
+
+def _first_line(function: CheckedFunction[..., Any]) -> int:
+    code = getattr(function.__wrapped__, "__code__", None)
+    return code.co_firstlineno if code is not None else 0
+
+
+def _binding_key(record: Record) -> tuple[Any, ...]:
+    binding = tuple(
+        (name, tuple(size) if isinstance(size, list) else size) for name, size in record["binding"]
+    )
+    return (record["module"], record["name"], record["line"], binding)
+
+
+def merge(batches: Iterable[Iterable[Record]]) -> list[Record]:
+    """Records of several processes (pytest-xdist workers) as one: the calls of the same
+    function with the same dims add up."""
+    merged: dict[tuple[Any, ...], Record] = {}
+    for batch in batches:
+        for record in batch:
+            key = _binding_key(record)
+            known = merged.get(key)
+            if known is None:
+                merged[key] = Record(**record)
+            else:
+                known["calls"] += record["calls"]
+                if known["formula"] is None and record["formula"] is not None:
+                    calls = known["calls"]
+                    known.update(record)
+                    known["calls"] = calls
+    return list(merged.values())
+
+
+def _shortened(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, with ``...`` saying so.
+
+    >>> _shortened("batch=8, d_in=4, d_out=3", 16)
+    'batch=8, d_in...'
+    """
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _size_text(size: Size | list[int]) -> str:
+    if isinstance(size, int):
+        return f"{size}"
+    return "(" + ", ".join(f"{s}" for s in size) + ("," if len(size) == 1 else "") + ")"
+
+
+def _binding_text(binding: Iterable[tuple[str, Any]]) -> str:
+    return ", ".join(f"{n}={_size_text(s)}" for n, s in binding) or "-"
+
+
+def rows(records: list[Record]) -> tuple[list[list[str]], list[str]]:
+    """One row per function and binding (functions sorted by name): name, calls, dims,
+    formula, FLOPs per call, FLOPs over the calls; and the notes under the table."""
+    from ..text import format_count
+
+    functions: dict[tuple[str, str, int], list[Record]] = {}
+    for record in records:
+        functions.setdefault((record["module"], record["name"], record["line"]), []).append(record)
+    order = sorted(functions, key=lambda key: (key[1], key[0], key[2]))
+    names = [key[1] for key in order]
+    qualified = [f"{key[0]}.{key[1]}" for key in order]
+    table_rows: list[list[str]] = []
+    notes: list[str] = []
+    uncounted: list[str] = []
+    inexact = False
+    for key in order:
+        module, name, line = key
+        label_name = name
+        if names.count(name) > 1:  # same name, other modules (or other definitions)
+            label_name = f"{module}.{name}"
+            if qualified.count(label_name) > 1:
+                label_name += f":{line}"
+        found = functions[key]
+        for index, record in enumerate(found[:_MAX_DIMS_SHOWN]):
+            label = label_name if index == 0 else ""
+            dims = _shortened(_binding_text(record["binding"]), _MAX_DIMS_WIDTH)
+            calls = record["calls"]
+            if record["formula"] is None:
+                table_rows.append([label, str(calls), dims, "?", "?", "?"])
+                notes.append(f"? {name}({_binding_text(record['binding'])}): {record['why']}")
+                continue
+            inexact |= not record["exact"]
+            uncounted.extend(record["uncounted"])
+            mark = "" if record["exact"] else "~ "
+            table_rows.append(
+                [
+                    label,
+                    str(calls),
+                    dims,
+                    mark + record["formula"],
+                    format_count(record["flops"]),
+                    format_count(calls * record["flops"]),
+                ]
+            )
+        if len(found) > _MAX_DIMS_SHOWN:
+            more = found[_MAX_DIMS_SHOWN:]
+            count = sum(record["calls"] for record in more)
+            table_rows.append(["", str(count), f"+{len(more)} more dims", "", "", ""])
+    if uncounted:
+        ops = ", ".join(dict.fromkeys(uncounted))
+        notes.append(f"uncounted ops (ran, no FLOP rule): {ops}")
+    if inexact:
+        notes.append("~ formula holds at these sizes only (not checked at other sizes)")
+    return table_rows, notes
+
+
+def table(records: list[Record]) -> list[str]:
+    """The report as lines of text."""
+    found, notes = rows(records)
+    if not found:
+        return ["no @typed_flops function ran with checks on"]
+    header = ["function", "calls", "dims", "formula", "FLOPs/call", "FLOPs"]
+    return [*text_table(header, found, right={1, 4, 5}).splitlines(), *notes]

@@ -1,0 +1,188 @@
+"""The dispatch-level counter: the matmul family against FlopCounterMode, other ops by rule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from typedflops import record
+from typedflops.cost.engine.recorder import torch_counts
+from typedflops.cost.types import Cost
+
+
+def _recorded(fn: Callable[[], Tensor]) -> Cost:
+    with record() as rec:
+        fn()
+    return rec.total
+
+
+def _torch_counted(fn: Callable[[], Tensor]) -> tuple[int, int]:
+    """Forward and predicted backward FLOPs on the kernels FlopCounterMode counts."""
+    with record() as rec:
+        fn()
+    return torch_counts(rec.session.root)
+
+
+def _oracle(fn: Callable[[], Tensor], backward: bool) -> int:
+    with FlopCounterMode(display=False) as counter:
+        out = fn()
+        if backward:
+            out.sum().backward()
+    return int(counter.get_total_flops())
+
+
+B, D, K = 1024, 256, 64
+
+
+def _case(name: str, grad_x: bool) -> Callable[[], Tensor]:
+    torch.manual_seed(0)
+    x3 = torch.randn(4, B // 4, D, requires_grad=grad_x)
+    x = torch.randn(B, D, requires_grad=grad_x)
+    w = torch.randn(D, K, requires_grad=True)
+    bias = torch.randn(K, requires_grad=True)
+    linear = nn.Linear(D, K)
+    cases: dict[str, Callable[[], Tensor]] = {
+        "x @ w": lambda: x @ w,
+        "torch.matmul 3-D": lambda: torch.matmul(x3, w),
+        "torch.mm": lambda: torch.mm(x, w),
+        "torch.bmm": lambda: torch.bmm(x3, w.expand(4, D, K)),
+        "F.linear with bias": lambda: F.linear(x, w.t(), bias),
+        "nn.Linear": lambda: linear(x),
+        "nn.Linear 3-D": lambda: linear(x3),
+        "addmm": lambda: torch.addmm(bias, x, w),
+    }
+    return cases[name]
+
+
+CASES = [
+    "x @ w",
+    "torch.matmul 3-D",
+    "torch.mm",
+    "torch.bmm",
+    "F.linear with bias",
+    "nn.Linear",
+    "nn.Linear 3-D",
+    "addmm",
+]
+
+
+@pytest.mark.parametrize("grad_x", [False, True])
+@pytest.mark.parametrize("name", CASES)
+def test_matmul_family_agrees_with_flop_counter(name: str, grad_x: bool) -> None:
+    fn = _case(name, grad_x)
+    forward, backward = _torch_counted(fn)
+    assert forward == _oracle(fn, backward=False) == 2 * B * D * K
+    assert forward + backward == _oracle(fn, backward=True)
+
+
+def test_nn_linear_figure_and_name() -> None:
+    linear = nn.Linear(256, 64)
+    x = torch.randn(1024, 256)
+    cost = _recorded(lambda: linear(x))
+    assert cost.flops == 33_554_432
+    assert [op.op for op in cost.ops] == ["linear"]  # the call the user made, not its kernels
+
+
+def test_two_layer_mlp_backward() -> None:
+    x = torch.randn(B, D)
+    w1 = torch.randn(D, D, requires_grad=True)
+    w2 = torch.randn(D, K, requires_grad=True)
+    forward, backward = _torch_counted(lambda: (x @ w1) @ w2)
+    assert forward == 167_772_160
+    assert backward == 2 * B * D * (D + 2 * K)  # grad of w1, of h and of w2
+    loss = lambda: ((x @ w1) @ w2).pow(2).mean()  # noqa: E731
+    assert forward + backward == _oracle(loss, backward=True) == 369_098_752
+
+
+def test_elementwise_and_reductions_by_convention() -> None:
+    x = torch.randn(8, 16, requires_grad=True)
+    cost = _recorded(lambda: torch.relu(x * 2 + 1).sum())
+    assert [(op.op, op.flops) for op in cost.ops] == [
+        ("mul", 128),
+        ("add", 128),
+        ("relu", 128),
+        ("sum", 128),
+    ]
+    # Backward is what autograd runs: mul's a multiply per element, add's nothing,
+    # relu's a select-multiply per element, sum's a broadcast (nothing).
+    assert [op.backward_flops for op in cost.ops] == [128, 0, 128, 0]
+    mean = _recorded(lambda: x.mean(dim=1))
+    assert (mean.flops, mean.backward_flops) == (128 + 8, 128)
+
+
+def test_integer_and_boolean_ops_cost_nothing() -> None:
+    mask = torch.ones(5, dtype=torch.bool)
+    counter = torch.tensor(0)
+    ids = torch.arange(6)
+
+    def body() -> Tensor:
+        counter.add_(1)  # BatchNorm's num_batches_tracked += 1
+        return (~mask).sum() + (ids * 2).sum()
+
+    cost = _recorded(body)
+    assert cost.flops == 0 and cost.uncounted == ()
+
+
+def test_batch_norm_counts_its_arithmetic_not_its_counter() -> None:
+    norm = nn.BatchNorm1d(4)
+    x = torch.randn(8, 4)
+    cost = _recorded(lambda: norm(x))
+    assert cost.flops == (5 + 2) * 8 * 4  # training: statistics, normalize, affine
+    norm.eval()
+    assert _recorded(lambda: norm(x)).flops == (2 + 2) * 8 * 4
+
+
+def test_reflected_operators_are_counted() -> None:
+    x = torch.randn(3, 4)
+    assert _recorded(lambda: 1.0 / x).flops == 2 * 12  # reciprocal, then the scale
+    assert _recorded(lambda: 2.0 - x).flops == 12
+    assert _recorded(lambda: 2.0**x).flops == 12
+
+
+def test_einsum_is_counted_as_torch_runs_it() -> None:
+    a, b = torch.randn(2, 3, 4), torch.randn(3, 5)
+    cost = _recorded(lambda: torch.einsum("ijh,jk->ik", a, b))
+    # torch sums h out first (2*3*4 adds), then multiplies a 2x3 by a 3x5 matrix.
+    assert cost.flops == 2 * 3 * 4 + 2 * 2 * 3 * 5
+    assert _oracle(lambda: torch.einsum("ijh,jk->ik", a, b), backward=False) == 2 * 2 * 3 * 5
+
+
+def test_raw_three_operand_einsum_counts_torch_order() -> None:
+    a, b, c = torch.randn(100, 10), torch.randn(10, 100), torch.randn(100, 10)
+
+    def chain() -> Tensor:
+        return torch.einsum("ij,jk,kl->il", a, b, c)
+
+    forward, _ = _torch_counted(chain)
+    assert forward == _oracle(chain, backward=False)
+
+
+def test_conv_transpose_is_counted_like_flop_counter() -> None:
+    conv = nn.ConvTranspose2d(3, 5, kernel_size=3, stride=2)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    forward, backward = _torch_counted(lambda: conv(x))
+    assert forward == _oracle(lambda: conv(x), backward=False) > 0
+    assert forward + backward == _oracle(lambda: conv(x), backward=True)
+
+
+def test_ops_without_a_rule_are_named() -> None:
+    x = torch.randn(8)
+    cost = _recorded(lambda: torch.fft.rfft(x).real)
+    assert cost.uncounted == ("_fft_r2c",)
+    with record() as rec:
+        torch.fft.rfft(x)
+    assert "uncounted ops (ran, no FLOP rule): _fft_r2c" in rec.table()
+
+
+def test_a_backward_run_inside_record_is_not_counted_again() -> None:
+    w = torch.randn(4, 3, requires_grad=True)
+    x = torch.randn(2, 4)
+    with record() as rec:
+        (x @ w).sum().backward()
+    assert rec.total.flops == 2 * 2 * 4 * 3 + 2 * 3  # the matmul and the sum
+    assert rec.total.backward_flops == 2 * 2 * 4 * 3  # predicted per forward op
