@@ -43,7 +43,8 @@ def _caught(
     ours: list[Diagnostic], bugs: dict[tuple[str, int], tuple[str, str]]
 ) -> tuple[list[str], list[str]]:
     """(caught, missed) among ``bugs``: a diagnostic with the code and fragment there."""
-    caught, missed = [], []
+    caught: list[str] = []
+    missed: list[str] = []
     for (name, line), (code, fragment) in sorted(bugs.items()):
         here = [d for d in ours if (d.name, d.line) == (name, line)]
         found = any(
