@@ -13,6 +13,9 @@ time of the mypy process are both given: on a shared machine the CPU time is the
 Diagnostics the set-up adds are split into its own (its error codes: findings to read,
 and its notes) and ordinary mypy errors (which must be none); an ordinary error that
 changed its wording on the same line is counted as reworded, not as added and removed.
+A run that mypy stopped on a blocking error (a syntax error, a duplicate module, an
+invalid package name: exit status 2) checked nothing past it; it is printed as such, never
+as a clean run.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class Outcome:
     cpu_seconds: float
     errors: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    blocking: list[str] = field(default_factory=list)  # why mypy stopped, when it did
 
 
 def run(target: Path, config: Path, cache: Path, python: Path | None) -> Outcome:
@@ -88,6 +92,9 @@ def run(target: Path, config: Path, cache: Path, python: Path | None) -> Outcome
             outcome.errors.add(f"{match['where']}: [{match['code']}] {match['message']}")
         elif NOTE in line:
             outcome.notes.append(line)
+    if completed.returncode == 2:  # mypy's status for blocking errors
+        lines = (completed.stdout + completed.stderr).splitlines()
+        outcome.blocking = [line for line in lines if "error:" in line] or lines[-3:]
     return outcome
 
 
@@ -147,6 +154,11 @@ def measure(target: Path, repeat: int, base: Path, python: Path) -> None:
             f"{statistics.median(ours):6.2f} s, ratio {statistics.median(ratios):.2f}x "
             f"(median of per-round ratios {', '.join(f'{r:.2f}' for r in ratios)})"
         )
+    for name, outcome in outcomes.items():
+        if outcome.blocking:
+            print(f"  {name}: mypy STOPPED on a blocking error; the figures below are not a check")
+            for line in outcome.blocking[:5]:
+                print(f"    {line}")
     plain_errors, our_errors = outcomes["plain"].errors, outcomes["typedflops"].errors
     print(f"  errors: plain {len(plain_errors)}, typedflops {len(our_errors)}")
     changes = compare(plain_errors, our_errors)

@@ -26,7 +26,7 @@ from mypy.plugin import (
 )
 from mypy.types import FunctionLike, Type
 
-from . import annotation_dims, calls, einops_ops, flops, tensor_methods, torch_einsum
+from . import annotation_dims, calls, einops_ops, flops, tensor_joins, tensor_methods, torch_einsum
 from .guard import debugging, guarded
 from .settings import read_settings
 
@@ -85,6 +85,7 @@ def _fixed_function_hooks() -> dict[str, Callable[[FunctionContext], Type]]:
     for name in TORCH_EINSUM:
         hooks[name] = torch_einsum.torch_einsum_hook
     hooks.update(tensor_methods.FUNCTION_HOOKS)
+    hooks.update(tensor_joins.FUNCTION_HOOKS)
     return {name: guarded(hook, _default_return) for name, hook in hooks.items()}
 
 
@@ -97,7 +98,7 @@ class TypedFlopsPlugin(Plugin):
         self._function_hooks = _fixed_function_hooks()
         self._method_hooks: dict[str, Callable[[MethodContext], Type]] = {
             name: guarded(hook, _default_return)
-            for name, hook in tensor_methods.METHOD_HOOKS.items()
+            for name, hook in {**tensor_methods.METHOD_HOOKS, **tensor_joins.METHOD_HOOKS}.items()
         }
         self._attribute_hooks: dict[str, Callable[[AttributeContext], Type]] = {
             name: guarded(hook, _default_attribute)

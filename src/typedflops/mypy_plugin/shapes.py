@@ -152,6 +152,8 @@ def compare(first: Dim, second: Dim, facts: Sequence[Fact] = ()) -> Severity | N
         return None
     if first.is_fixed and second.is_fixed:
         return "shape"
+    if first.factors == second.factors:
+        return "shape"  # the same names times different integers (2*n, n): never equal
     # A name meeting a number is how sizes get fixed (`h=4`, `"b 3"`): never reported.
     if first.is_fixed or second.is_fixed or equal_by_construction(first, second, facts):
         return None

@@ -43,6 +43,7 @@ from mypy.nodes import (
     MemberExpr,
     NameExpr,
     OperatorAssignmentStmt,
+    RefExpr,
     TypeInfo,
 )
 from mypy.plugin import CheckerPluginInterface
@@ -161,6 +162,9 @@ _NOTHING = Result()
 # as Any (``k`` of ``q, k, v = qkv``: iterating a tensor) gets no method hook, so its
 # calls are read here.
 DERIVED: dict[str, Callable[[Dims, list[Expression]], Dims | None]] = {}
+# Functions torch's stubs leave untyped (``torch.linalg.solve`` is Any to mypy, so no hook
+# sees its calls): full name -> (the arguments' dims, positional only) -> dims or None.
+DERIVED_CALLS: dict[str, Callable[[list[Dims | None]], Dims | None]] = {}
 
 
 def _value(function: FuncItem, expr: Expression, depth: int) -> Result:
@@ -178,6 +182,10 @@ def _value(function: FuncItem, expr: Expression, depth: int) -> Result:
             receiver = _value(function, expr.callee.expr, depth + 1).dims
             if receiver is not None:
                 return Result(dims=derive(receiver, list(expr.args)))
+    if isinstance(expr, CallExpr) and isinstance(expr.callee, RefExpr):
+        call = DERIVED_CALLS.get(expr.callee.fullname)
+        if call is not None and all(kind == ARG_POS for kind in expr.arg_kinds):
+            return Result(dims=call([_value(function, a, depth + 1).dims for a in expr.args]))
     if isinstance(expr, MemberExpr):
         return Result(dims=_attribute(function, expr))
     return _NOTHING
