@@ -1,8 +1,11 @@
-"""Shared fixtures: the SPEC's ``linear`` function and a clean torch.compile cache."""
+"""Shared fixtures (the SPEC's ``linear`` function, a clean torch.compile cache) and the
+``slow`` marker: ``pytest -m "not slow"`` runs the contract and cost core; ``pytest`` runs
+everything."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +23,56 @@ def pytest_configure(config: pytest.Config) -> None:
 
     with FakeTensorMode():
         torch.empty(2, 2) @ torch.empty(2, 2)
+
+
+#: The contract and cost core, by folder (tests/<folder>, src/typedflops/<folder>): the
+#: tests ``pytest -m "not slow"`` runs. Everything else is marked ``slow``.
+CORE_FOLDERS = frozenset({"syntax", "contract", "einops", "cost", "devices"})
+#: Top-level test files and modules of the core.
+CORE_FILES = frozenset(
+    {"test_text.py", "test_public_api.py", "test_import_graph.py", "text.py", "errors.py"}
+)
+#: Files in core folders that are slow all the same: torch.compile, real models, every
+#: op of torch compared with FlopCounterMode.
+SLOW_FILES = frozenset({"test_compile.py", "test_real_models.py"})
+#: Tests in core files that are slow all the same (subprocesses, torch.compile, models on
+#: meta, every pattern compared with einops): "file::test" prefixes.
+SLOW_TESTS = (
+    "test_decorator.py::test_environment_variable_switches_checks_off",
+    "test_decorator.py::test_torch_compile",
+    "test_pickling.py::test_a_spawned_worker_pool",
+    "test_target_kernels.py::test_a_model_on_meta",
+    "test_target_kernels.py::test_a_plan_for_a",
+    "test_syntax_patterns.py::test_einsum_verdicts_match_einops",
+    "test_syntax_patterns.py::test_transform_verdicts_match_einops",
+    "test_syntax_patterns.py::test_pack_verdicts_match_einops",
+    "test_syntax_patterns.py::test_typedflops_ops_raise_the_core_reason",
+    "test_syntax_patterns.py::test_what_the_core_accepts_einops_recipe_accepts",
+    "test_syntax_dims.py::test_dim_strings_read_as_jaxtyping_reads_them",
+    "test_ops.py::test_compiled_fullgraph",
+)
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def is_core(path: Path) -> bool:
+    """Whether a test file (or a module whose doctests run) belongs to the fast core."""
+    if path.name in SLOW_FILES:
+        return False
+    try:
+        parts = path.resolve().relative_to(_ROOT).parts
+    except ValueError:  # (a test run by pytester, in a directory of its own)
+        return False
+    inside = parts[2:] if parts[:2] == ("src", "typedflops") else parts[1:]
+    if len(inside) == 1:
+        return inside[0] in CORE_FILES
+    return inside[0] in CORE_FOLDERS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test outside the core ``slow``."""
+    for item in items:
+        if not is_core(item.path) or f"{item.path.name}::{item.name}".startswith(SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
 
 
 @typed_flops

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from .cost.engine.rules import register_rule as register_rule
     from .cost.types import Cost as Cost
     from .cost.types import OpCost as OpCost
+    from .cost.types import Term as Term
+    from .cost.untyped import estimate as estimate
     from .decorator import TypedFunction as TypedFunction
     from .decorator import typed_flops as typed_flops
     from .einops.ops import einsum as einsum
@@ -52,11 +54,13 @@ _EXPORTS: dict[str, str] = {
     "Recorder": "cost.engine.report",
     "ShapeError": "errors",
     "SpecError": "errors",
+    "Term": "cost.types",
     "TypedFunction": "decorator",
     "benchmark": "timing.bench",
     "devices": "",
     "disabled": "config",
     "einsum": "einops.ops",
+    "estimate": "cost.untyped",
     "install_import_hook": "tools.import_hook",
     "memory": "",
     "nn": "",

@@ -1,5 +1,5 @@
-"""``typed_flops``: the decorator users write, on a function, a method, a property or a
-dataclass, and the :class:`TypedFunction` it returns.
+"""``typed_flops``: the decorator users write, on a function, a method, a property, a
+dataclass or an ``nn.Module`` subclass, and the :class:`TypedFunction` it returns.
 
 A :class:`TypedFunction` is a checked function (:mod:`typedflops.contract`) with its cost
 model (:mod:`typedflops.cost.model`: ``estimate``, ``formula``) and its timing
@@ -9,17 +9,20 @@ model (:mod:`typedflops.cost.model`: ``estimate``, ``formula``) and its timing
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable
 from typing import Any, ClassVar, ParamSpec, TypeVar, overload
 
 import sympy
 import torch
 
+from .contract.annotation import is_tensor_annotation
 from .contract.bound import TypedMethod
 from .contract.classes import typed_class
 from .contract.function import CheckedFunction
 from .cost.model import estimate, formula_at
 from .cost.types import Cost
+from .errors import SpecError
 from .timing.bench import Measurement, benchmark
 
 __all__ = ["TypedFunction", "typed_flops"]
@@ -58,6 +61,12 @@ class TypedFunction(CheckedFunction[P, R]):
 
     def __init__(self, fn: Callable[P, R], *, flops: str | None, name: str | None) -> None:
         super().__init__(fn, flops=flops, name=name)
+        declared = self.declared
+        if declared is not None and _negative_for_every_size(declared):
+            raise SpecError.at(
+                f"{self.name}()",
+                f"flops={flops!r} is negative for every size; a count of FLOPs never is",
+            )
         # The sizes of the last estimate() (SPEC: the formula is taken there when given).
         self._last_estimate: dict[str, Any] | None = None
         self._formulas: dict[tuple[tuple[str, Any], ...], sympy.Expr] = {}
@@ -135,6 +144,11 @@ def typed_flops(fn: Any = None, /, *, flops: str | None = None, name: str | None
     other hints with beartype's semantics) before the body runs. ``f.formula``,
     ``f.estimate(**dims)`` and ``f.benchmark(*args)`` give its FLOPs, bytes and time.
 
+    On a class: a dataclass's fields are checked when an instance is made; an
+    ``nn.Module`` subclass has its ``forward`` decorated (a ``SpecError`` when ``forward``
+    annotates no tensor: nothing would be checked). To cost a model nobody annotated, see
+    :func:`typedflops.estimate`.
+
     >>> import torch
     >>> from torch import Tensor
     >>> from jaxtyping import Float
@@ -157,6 +171,8 @@ def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
     closure: a closure calling itself would leave a reference cycle per decoration)."""
     if isinstance(function, CheckedFunction):
         return function  # already decorated: one contract, checked once
+    if isinstance(function, type) and issubclass(function, torch.nn.Module):
+        return _module_class(function, flops, name)
     if isinstance(function, type):
         return typed_class(function)
     if isinstance(function, (classmethod, staticmethod)):
@@ -168,3 +184,47 @@ def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
         )
         return property(fget, fset, fdel, function.__doc__)
     return TypedFunction(function, flops=flops, name=name)
+
+
+def _negative_for_every_size(formula: sympy.Expr) -> bool:
+    """Whether a formula is below 0 at every positive size (``-n*d``); one that is only
+    sometimes (``n - d``) is refused where it is evaluated."""
+    positive = {
+        symbol: sympy.Symbol(str(symbol), positive=True, integer=True)
+        for symbol in formula.free_symbols
+    }
+    return bool(formula.xreplace(positive).is_negative)
+
+
+def _module_class(cls: type[torch.nn.Module], flops: str | None, name: str | None) -> Any:
+    """``@typed_flops`` on an ``nn.Module`` subclass: its ``forward`` is checked (and
+    costed) when it has a tensor annotation; otherwise there is nothing to check, which
+    is a SpecError rather than a class silently left unchecked."""
+    forward = cls.forward
+    if isinstance(forward, CheckedFunction):
+        return cls  # its forward is decorated already
+    if not _annotates_a_tensor(forward):
+        raise SpecError.at(
+            f"@typed_flops on class {cls.__qualname__.rsplit('<locals>.', 1)[-1]}",
+            "its forward has no tensor annotation, so there is nothing to check",
+            hint="annotate forward's arguments (x: Float[Tensor, 'batch d']), or cost the "
+            "model as it is with typedflops.estimate(model, Float[Tensor, 'batch d'], ...)",
+        )
+    setattr(cls, "forward", TypedFunction(forward, flops=flops, name=name))  # noqa: B010
+    return cls
+
+
+def _annotates_a_tensor(function: Callable[..., Any]) -> bool:
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except NameError:
+        return True  # a forward reference: the contract is compiled at the first call
+    except Exception:
+        return False
+    return any(_contains_tensor_annotation(hint) for hint in hints.values())
+
+
+def _contains_tensor_annotation(hint: Any) -> bool:
+    if is_tensor_annotation(hint):
+        return True
+    return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))

@@ -133,5 +133,16 @@ class UnresolvedHintError(SpecError, NameError):
     contract again at the first call, and raises this if the name is still unknown."""
 
 
+class DryRunError(SpecError):
+    """A body that a dry run on shapes cannot go through: what it computes depends on its
+    tensors' values (a boolean mask, ``nonzero``, ``.item()``, an ``if`` on a tensor), or its
+    tensors are too large for torch to describe. ``record()`` on a real run counts it.
+
+    ``reads_values`` names the op that needed values and the user's line that ran it
+    (``"nonzero (what x[mask] runs) at model.py:12"``); None for sizes too large."""
+
+    reads_values: str | None = None
+
+
 class UsageError(Exception):
     """A command line that cannot run: reported as one line on stderr, exit status 2."""

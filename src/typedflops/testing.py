@@ -26,6 +26,7 @@ from .config import enabled
 from .contract.bound import TypedMethod
 from .cost.engine.recorder import torch_counts
 from .cost.engine.report import record
+from .cost.engine.rules import FLOP_COUNTER_CORRECTIONS
 from .cost.types import Cost
 from .decorator import TypedFunction
 from .errors import ContractError, SpecError
@@ -288,7 +289,9 @@ def assert_matches_flop_counter(
     counts only matmuls, convolutions and attention). With ``loss`` (e.g.
     ``lambda out: out.sum()``) the gradient of ``loss(output)`` is then taken under a
     second FlopCounterMode (with ``torch.autograd.grad``, so no ``.grad`` is touched) and
-    must equal typedflops' predicted backward FLOPs. Matmuls inside ``loss`` itself are
+    must equal typedflops' predicted backward FLOPs. Where FlopCounterMode's formula counts
+    other work than the kernel does (grouped convolutions' backward; the README lists
+    these), it is given typedflops' formula. Matmuls inside ``loss`` itself are
     counted by torch too: keep it a sum. An ``einsum`` that multiplies without summing
     costs N in typedflops and 0 in FlopCounterMode: do not compare those.
 
@@ -306,7 +309,11 @@ def assert_matches_flop_counter(
     (192, 192, 192, 192)
     """
     name = _name(fn)
-    with FlopCounterMode(display=False) as forward_counter, record() as recorder:
+    corrected = FLOP_COUNTER_CORRECTIONS
+    with (
+        FlopCounterMode(display=False, custom_mapping=corrected) as forward_counter,
+        record() as recorder,
+    ):
         output = fn(*args, **kwargs)
     cost = recorder.total
     forward, predicted_backward = torch_counts(recorder.session.root)
@@ -320,7 +327,7 @@ def assert_matches_flop_counter(
                 "loss(output) does not require grad",
                 hint="make a parameter or input require grad, or leave out loss=",
             )
-        with FlopCounterMode(display=False) as backward_counter:
+        with FlopCounterMode(display=False, custom_mapping=corrected) as backward_counter:
             torch.autograd.grad(value, _leaves(value), allow_unused=True)
         backward = predicted_backward
         torch_backward = int(backward_counter.get_total_flops())

@@ -14,10 +14,12 @@ from collections.abc import Collection, Sequence
 
 __all__ = [
     "TERMINAL_WIDTH",
+    "dtype_name",
     "fit_table",
     "format_count",
     "format_percent",
     "format_si",
+    "shape_text",
     "text_table",
     "wrap_lines",
 ]
@@ -160,6 +162,15 @@ def fit_table(
 _INDENT = re.compile(r"^\s*")
 
 
+def dtype_name(dtype: object) -> str:
+    """A dtype as its users write it: ``bfloat16``, not ``torch.bfloat16``.
+
+    >>> dtype_name("torch.float32")
+    'float32'
+    """
+    return str(dtype).removeprefix("torch.")
+
+
 def wrap_lines(text: str, width: int | None = TERMINAL_WIDTH, indent: str = "    ") -> str:
     """Each line longer than ``width`` wrapped at spaces, its continuation lines indented by
     ``indent`` more than the line itself; ``width=None`` leaves the text as it is.
@@ -187,3 +198,13 @@ def wrap_lines(text: str, width: int | None = TERMINAL_WIDTH, indent: str = "   
             break_on_hyphens=False,
         )
     return "\n".join(out)
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """A shape as messages show it: ``(8, 784)``; a 1-D shape keeps its comma.
+
+    >>> shape_text((8, 784)), shape_text((3,)), shape_text(())
+    ('(8, 784)', '(3,)', '()')
+    """
+    # (f-strings, not str(): dynamo traces them on the symbolic sizes of a compiled call)
+    return "(" + ", ".join(f"{s}" for s in shape) + ("," if len(shape) == 1 else "") + ")"

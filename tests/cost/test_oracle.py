@@ -18,18 +18,15 @@ from jaxtyping import Float
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from typedflops import Cost, einsum, rearrange, record, reduce, typed_flops
+from typedflops import Cost, TypedFunction, einsum, rearrange, record, reduce, typed_flops
 from typedflops.nn import Linear, TwoLayerMLP
 from typedflops.testing import assert_matches_flop_counter
 
 B, D, K = 1024, 256, 64
 
 
-@typed_flops
-def linear(
-    x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
-) -> Float[Tensor, "batch d_out"]:
-    return x @ w
+#: The ``linear`` fixture (tests/conftest.py): the SPEC's example.
+LinearFunction = TypedFunction[[Tensor, Tensor], Tensor]
 
 
 @typed_flops
@@ -119,7 +116,7 @@ def at(formula: sympy.Expr, **dims: int) -> int:
     return int(formula.subs({sympy.Symbol(k): v for k, v in dims.items()}))
 
 
-def test_linear_formula_count_and_oracle() -> None:
+def test_linear_formula_count_and_oracle(linear: LinearFunction) -> None:
     b, d, k = sympy.symbols("batch d_in d_out")
     assert linear.formula == 2 * b * d * k
     cost = linear.estimate(batch=B, d_in=D, d_out=K)
@@ -268,7 +265,7 @@ def test_random_sizes_formula_count_and_oracle_agree(
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])
-def test_record_counts_what_ran_on_meta_and_real(device: str) -> None:
+def test_record_counts_what_ran_on_meta_and_real(device: str, linear: LinearFunction) -> None:
     x = torch.randn(B, D, device=device)
     w = torch.randn(D, K, device=device)
     with record() as rec:

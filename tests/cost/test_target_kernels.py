@@ -56,6 +56,28 @@ def test_a_gpu_choice_found_without_a_gpu(
     assert kernels._gpu_choice(dtype, heads, masked, grouped, flags) == codes[expected]
 
 
+def test_a_cpu_choice_is_torchs_whatever_mode_asks_first() -> None:
+    """The CPU's attention choice is asked of torch once and kept: asked first inside a
+    FakeTensorMode (a dry run of FSDP), it is still the one real tensors get (flash for
+    float32), not the math the fake tensors would get."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    query = torch.zeros(1, 1, 1, 8)
+    real = torch._fused_sdp_choice(query, query, query, is_causal=True)
+    kernels._cached_choice.cache_clear()
+    try:
+        with FakeTensorMode():
+            first = kernels._choice(
+                "cpu", kernels._arguments((query, query, query), {"is_causal": True})
+            )
+        again = kernels._choice(
+            "cpu", kernels._arguments((query, query, query), {"is_causal": True})
+        )
+    finally:
+        kernels._cached_choice.cache_clear()
+    assert first == again == real == kernels._FLASH
+
+
 @typed_flops
 def attend(
     q: Float[Tensor, "b h s d"], k: Float[Tensor, "b h s d"], v: Float[Tensor, "b h s d"]

@@ -239,7 +239,8 @@ def test_the_json_holds_the_estimates_figures(capsys: pytest.CaptureFixture[str]
     [
         (
             ["--model", "gpt5"],
-            "argument --model: invalid choice: 'gpt5' (choose from 'gpt2', 'gpt2-medium', ",
+            "argument --model: 'gpt5' is no model: one of gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
+            "gpt3-175b, llama-7b, a JSON config file, or package.module:factory",
         ),
         (
             ["--model", "gpt2", "--device", "Z9000"],

@@ -177,8 +177,9 @@ def test_example_runs(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_there_is_one_example_per_topic() -> None:
-    # The lecture's five topics, and a transformer LM written with plain modules.
-    assert len(EXAMPLES) == 6
+    # The lecture's five topics, a transformer LM written with plain modules, and a step
+    # planned and recorded across ranks.
+    assert len(EXAMPLES) == 7
 
 
 @pytest.mark.parametrize(

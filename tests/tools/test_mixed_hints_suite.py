@@ -133,7 +133,8 @@ EXPECTED_ROWS = [
     "weighted       1  rows=2, cols=3  ?                 ?      ?",
     # float(weights.sum()) reads a value: said in words, never as a failure
     "? weighted(rows=2, cols=3): not costed: the body reads tensor values "
-    "(aten._local_scalar_dense.default), which a dry run on meta tensors does not have; "
+    "(a tensor's value (.item(), bool(), int(), an `if` on a tensor) at __init__.py:23 "
+    "(return float(weights.sum()))), which a dry run on meta tensors does not have; "
     "the call itself ran and passed its checks",
 ]
 

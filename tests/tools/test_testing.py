@@ -21,12 +21,8 @@ from typedflops.testing import (
     assert_matches_flop_counter,
 )
 
-
-@typed_flops
-def linear(
-    x: Float[Tensor, "batch d_in"], w: Float[Tensor, "d_in d_out"]
-) -> Float[Tensor, "batch d_out"]:
-    return x @ w
+#: The ``linear`` fixture (tests/conftest.py): the SPEC's example.
+LinearFunction = TypedFunction[..., Tensor]
 
 
 @typed_flops
@@ -50,7 +46,7 @@ def plain_linear(x: Tensor, w: Tensor) -> Tensor:
 # -- assert_flops ------------------------------------------------------------------------
 
 
-def test_assert_flops_symbolic() -> None:
+def test_assert_flops_symbolic(linear: LinearFunction) -> None:
     assert assert_flops(linear, "2*d_out*batch*d_in") == sympy.sympify("2*batch*d_in*d_out")
     expected = 2 * sympy.Symbol("batch") * sympy.Symbol("d_in") * sympy.Symbol("d_out")
     assert_flops(linear, expected)
@@ -60,7 +56,7 @@ def test_assert_flops_at_dims() -> None:
     assert_flops(two_layer, "2*batch*d_hidden*(d_in + d_out)", batch=8, d_in=4, d_hidden=5, d_out=3)
 
 
-def test_assert_flops_wrong_formula_message() -> None:
+def test_assert_flops_wrong_formula_message(linear: LinearFunction) -> None:
     with pytest.raises(AssertionError) as info:
         assert_flops(linear, "batch*d_in*d_out")
     assert str(info.value) == (
@@ -70,7 +66,7 @@ def test_assert_flops_wrong_formula_message() -> None:
     )
 
 
-def test_assert_flops_wrong_at_dims_message() -> None:
+def test_assert_flops_wrong_at_dims_message(linear: LinearFunction) -> None:
     with pytest.raises(AssertionError) as info:
         assert_flops(linear, "batch*d_in*d_out", batch=8, d_in=4, d_out=3)
     assert str(info.value) == (
@@ -80,12 +76,12 @@ def test_assert_flops_wrong_at_dims_message() -> None:
     )
 
 
-def test_assert_flops_names_a_dim_not_given() -> None:
+def test_assert_flops_names_a_dim_not_given(linear: LinearFunction) -> None:
     with pytest.raises(AssertionError, match="names heads, which no dim gives"):
         assert_flops(linear, "2*batch*d_in*d_out*heads", batch=8, d_in=4, d_out=3)
 
 
-def test_assert_flops_backward() -> None:
+def test_assert_flops_backward(linear: LinearFunction) -> None:
     # x needs no grad: only the weights' gradients (and h's, to reach w1) are computed.
     assert_flops(
         two_layer,
@@ -103,12 +99,12 @@ def test_assert_flops_backward() -> None:
         )
 
 
-def test_assert_flops_backward_needs_dims() -> None:
+def test_assert_flops_backward_needs_dims(linear: LinearFunction) -> None:
     with pytest.raises(TypeError, match="backward= needs the dims"):
         assert_flops(linear, "2*batch*d_in*d_out", backward="0")
 
 
-def test_assert_flops_of_a_method_and_a_wrapper() -> None:
+def test_assert_flops_of_a_method_and_a_wrapper(linear: LinearFunction) -> None:
     model = TwoLayerMLP(4, 4, 3)
     assert_flops(model.forward, "2*batch*d_hidden*(d_in + d_out)", batch=8)
     assert_flops(model, "2*batch*d_hidden*(d_in + d_out)", batch=8)
@@ -121,7 +117,7 @@ def test_assert_flops_needs_a_typed_function() -> None:
         assert_flops(plain_linear, "2*m*n*k")
 
 
-def test_assert_flops_never_evaluates_the_expected_text() -> None:
+def test_assert_flops_never_evaluates_the_expected_text(linear: LinearFunction) -> None:
     with pytest.raises(SpecError, match="function calls such as"):
         assert_flops(linear, "__import__('os').getcwd()")
 
@@ -129,7 +125,7 @@ def test_assert_flops_never_evaluates_the_expected_text() -> None:
 # -- assert_contract_error ---------------------------------------------------------------
 
 
-def test_assert_contract_error_returns_the_error() -> None:
+def test_assert_contract_error_returns_the_error(linear: LinearFunction) -> None:
     error = assert_contract_error(
         linear, torch.ones(8, 784), torch.ones(600, 10), dim="d_in", error=ShapeError
     )
@@ -141,12 +137,12 @@ def test_assert_contract_error_returns_the_error() -> None:
     )
 
 
-def test_assert_contract_error_keyword_arguments() -> None:
+def test_assert_contract_error_keyword_arguments(linear: LinearFunction) -> None:
     error = assert_contract_error(linear, x=torch.ones(2, 3), w=torch.ones(4, 5))
     assert error.dim == "d_in"
 
 
-def test_assert_contract_error_wrong_dim() -> None:
+def test_assert_contract_error_wrong_dim(linear: LinearFunction) -> None:
     with pytest.raises(AssertionError) as info:
         assert_contract_error(linear, torch.ones(8, 4), torch.ones(5, 3), dim="batch")
     assert str(info.value).splitlines()[0] == (
@@ -154,18 +150,18 @@ def test_assert_contract_error_wrong_dim() -> None:
     )
 
 
-def test_assert_contract_error_wrong_class() -> None:
+def test_assert_contract_error_wrong_class(linear: LinearFunction) -> None:
     with pytest.raises(AssertionError, match="linear\\(\\) raised ShapeError, not DtypeError"):
         assert_contract_error(linear, torch.ones(8, 4), torch.ones(5, 3), error=DtypeError)
 
 
-def test_assert_contract_error_no_error() -> None:
+def test_assert_contract_error_no_error(linear: LinearFunction) -> None:
     with pytest.raises(AssertionError) as info:
         assert_contract_error(linear, torch.ones(8, 4), torch.ones(4, 3))
     assert str(info.value) == "linear() did not raise ContractError"
 
 
-def test_assert_contract_error_says_when_checks_are_off() -> None:
+def test_assert_contract_error_says_when_checks_are_off(linear: LinearFunction) -> None:
     with disabled(), pytest.raises(AssertionError) as info:
         assert_contract_error(linear, torch.ones(8, 4), torch.ones(4, 3))
     assert str(info.value) == (
@@ -185,7 +181,7 @@ def test_assert_contract_error_other_exception_of_an_unchecked_function() -> Non
     assert isinstance(info.value.__cause__, RuntimeError)
 
 
-def test_assert_contract_error_through_partial() -> None:
+def test_assert_contract_error_through_partial(linear: LinearFunction) -> None:
     bad_call = functools.partial(linear, w=torch.ones(5, 3))
     assert isinstance(assert_contract_error(bad_call, x=torch.ones(2, 4)), ContractError)
 
@@ -193,7 +189,7 @@ def test_assert_contract_error_through_partial() -> None:
 # -- assert_matches_flop_counter ---------------------------------------------------------
 
 
-def test_matches_flop_counter_forward() -> None:
+def test_matches_flop_counter_forward(linear: LinearFunction) -> None:
     compared = assert_matches_flop_counter(linear, torch.randn(8, 4), torch.randn(4, 3))
     assert isinstance(compared, FlopComparison)
     assert (compared.forward, compared.torch_forward) == (192, 192)
@@ -227,7 +223,7 @@ def test_matches_flop_counter_on_an_elementwise_einsum() -> None:
     assert compared.cost.flops == 5
 
 
-def test_matches_flop_counter_reports_a_difference() -> None:
+def test_matches_flop_counter_reports_a_difference(linear: LinearFunction) -> None:
     # A loss with a matmul of its own: torch counts its backward too, typedflops does not.
     w = torch.ones(3, 4, requires_grad=True)
     with pytest.raises(AssertionError) as info:
@@ -242,15 +238,15 @@ def test_matches_flop_counter_reports_a_difference() -> None:
     ]
 
 
-def test_matches_flop_counter_loss_without_grad() -> None:
+def test_matches_flop_counter_loss_without_grad(linear: LinearFunction) -> None:
     with pytest.raises(SpecError, match="loss\\(output\\) does not require grad; make a "):
         assert_matches_flop_counter(linear, torch.ones(2, 3), torch.ones(3, 4), loss=torch.sum)
 
 
-def test_matches_flop_counter_checks_the_contract_first() -> None:
+def test_matches_flop_counter_checks_the_contract_first(linear: LinearFunction) -> None:
     with pytest.raises(ShapeError):
         assert_matches_flop_counter(linear, torch.ones(2, 3), torch.ones(4, 4))
 
 
-def test_typed_function_import_is_public() -> None:
+def test_typed_function_import_is_public(linear: LinearFunction) -> None:
     assert isinstance(linear, TypedFunction)

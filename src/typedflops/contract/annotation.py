@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from ..errors import SpecError
 from ..syntax import Problem
 from ..syntax.dims import Dim, DimKind, parse_dims
 from ..syntax.expr import Expression, dim_symbol, parse_expression
+from ..text import dtype_name
 
 __all__ = [
     "ELLIPSIS",
@@ -29,6 +31,7 @@ __all__ = [
     "AxisKind",
     "TensorSpec",
     "array_type_name",
+    "contains_tensor_annotation",
     "is_tensor_annotation",
     "is_torch_annotation",
     "tensor_spec",
@@ -132,7 +135,7 @@ class TensorSpec:
         """What dtypes the annotation allows, in words."""
         if self.dtypes is None:
             return "any dtype"
-        names = sorted(str(d).removeprefix("torch.") for d in self.dtypes)
+        names = sorted(dtype_name(d) for d in self.dtypes)
         article = "an" if self.dtype_label[:1] in "AEIOU" else "a"
         if len(names) > 6:
             return f"{article} {self.dtype_label} dtype ({', '.join(names[:5])}, ...)"
@@ -172,6 +175,13 @@ def is_tensor_annotation(hint: Any) -> bool:
     """Whether ``hint`` is a jaxtyping array annotation (``Float[Tensor, "..."]`` and kin),
     of torch tensors or of another array type."""
     return isinstance(hint, type) and issubclass(hint, jaxtyping.AbstractArray)
+
+
+def contains_tensor_annotation(hint: Any) -> bool:
+    """Whether ``hint`` is a tensor annotation or holds one (``list[Float[Tensor, "n"]]``)."""
+    if is_tensor_annotation(hint):
+        return True
+    return any(contains_tensor_annotation(arg) for arg in typing.get_args(hint))
 
 
 def is_torch_annotation(hint: Any) -> bool:

@@ -25,7 +25,15 @@ from ..errors import (
     UnresolvedHintError,
 )
 from ..syntax.expr import Expression
-from .annotation import Axis, AxisKind, TensorSpec, is_tensor_annotation, is_torch_annotation
+from ..text import dtype_name
+from .annotation import (
+    Axis,
+    AxisKind,
+    TensorSpec,
+    contains_tensor_annotation,
+    is_tensor_annotation,
+    is_torch_annotation,
+)
 from .deferred import spec_of
 from .other_arrays import other_array_checker
 from .plain_hints import (
@@ -40,7 +48,14 @@ from .plain_hints import (
 from .scope import CallState, shape_text, size_text, violation
 from .unchecked import compiling_leniently
 
-__all__ = ["Checker", "UnresolvedHintError", "compile_hint", "hint_text", "tensor_specs"]
+__all__ = [
+    "Checker",
+    "UnresolvedHintError",
+    "checks_plainly",
+    "compile_hint",
+    "hint_text",
+    "tensor_specs",
+]
 
 
 # One axis of an annotation, flat: kind, name, fixed size, broadcastable, expression, and
@@ -141,7 +156,7 @@ def _tensor_checker(spec: TensorSpec) -> Checker:
             needs = f"its annotation {spec.label} needs a torch.Tensor"
             raise _wrong_kind(state, where, value, needs, spec.label)
         if dtypes is not None and value.dtype not in dtypes:
-            actual = str(value.dtype).removeprefix("torch.")
+            actual = dtype_name(value.dtype)
             raise violation(
                 DtypeError,
                 state,
@@ -281,19 +296,11 @@ def _wrong_kind(
     )
 
 
-def _contains_tensor_annotation(hint: Any) -> bool:
-    if is_tensor_annotation(hint):
-        return True
-    return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))
-
-
 def _union_checker(hint: Any, options: tuple[Any, ...], apart: frozenset[str]) -> Checker:
     checkers = [(option, compile_hint(option, apart)) for option in options]
     none_allowed = type(None) in options
     # Options that bind no dims and need no trial (classes, Literal, None): asked first.
-    plain = [
-        p for o in options if not _contains_tensor_annotation(o) and (p := simple_predicate(o))
-    ]
+    plain = [p for o in options if not contains_tensor_annotation(o) and (p := simple_predicate(o))]
 
     def check(value: Any, state: CallState, where: str) -> None:
         if value is None and none_allowed:
@@ -477,7 +484,7 @@ def compile_hint(hint: Any, apart: frozenset[str] = frozenset()) -> Checker:
     args = typing.get_args(hint)
     if origin is typing.Annotated:
         return compile_hint(args[0], apart)
-    if not _contains_tensor_annotation(hint) and not _checks_elements(hint):
+    if checks_plainly(hint):
         return plain_checker(hint)
     if origin in (typing.Union, types.UnionType):
         return _union_checker(hint, args, apart)
@@ -496,6 +503,12 @@ def compile_hint(hint: Any, apart: frozenset[str] = frozenset()) -> Checker:
     if isinstance(origin, type):  # Iterator[...], Callable[...], a user's generic class
         return _type_checker(origin)
     return _accept
+
+
+def checks_plainly(hint: Any) -> bool:
+    """Whether ``hint`` is checked as beartype checks it (no tensors in it, not a container
+    whose every element is checked here): a verdict on a value, binding no dims."""
+    return not contains_tensor_annotation(hint) and not _checks_elements(hint)
 
 
 def _checks_elements(hint: Any) -> bool:

@@ -13,18 +13,12 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .annotation import is_tensor_annotation
+from .annotation import contains_tensor_annotation
 from .function import CheckedFunction
 
 __all__ = ["has_tensor_fields", "typed_class"]
 
 T = TypeVar("T", bound=type)
-
-
-def _contains_tensor_annotation(hint: Any) -> bool:
-    if is_tensor_annotation(hint):
-        return True
-    return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))
 
 
 def has_tensor_fields(cls: type) -> bool | None:
@@ -37,7 +31,7 @@ def has_tensor_fields(cls: type) -> bool | None:
     except Exception:  # an annotation that does not evaluate: not ours to judge
         return False
     names = {field.name for field in dataclasses.fields(cls)}
-    return any(_contains_tensor_annotation(hint) for name, hint in hints.items() if name in names)
+    return any(contains_tensor_annotation(hint) for name, hint in hints.items() if name in names)
 
 
 def typed_class(cls: T) -> T:

@@ -22,6 +22,7 @@ from ..errors import ContractError, ShapeError, SpecError, UnresolvedHintError
 from .annotation import AxisKind, TensorSpec, is_torch_annotation
 from .checkers import Checker, compile_hint, tensor_specs
 from .deferred import PLACEHOLDER_PREFIX, argument_sizes, shown, spec_of
+from .recall import CPU_FACTS, Facts, Outcome, recall_plan, recall_span, tensor_hint, verdict
 from .scope import CallState, display_name, shape_text, violation
 from .unchecked import (
     compiling_leniently,
@@ -142,6 +143,17 @@ class Contract:
             p is not None and p.checker is not None for p in (self.var_positional, self.var_keyword)
         )
         self._check_symbolic_names()
+        # Eager calls that read like an earlier one take its outcome (see .recall).
+        # (a coroutine's or generator's body runs later, with checks of its own)
+        recalls = self.kind == FUNCTION and not self._tail  # (no *args, **kwargs, {name})
+        self.recall_plan = recall_plan(self.checked) if recalls else None
+        self.recall_span = recall_span(self.recall_plan, len(self.positional))
+        self.outcomes: dict[tuple[Any, ...], Outcome] = {}
+        self.last_outcome: tuple[tuple[Any, ...] | None, Outcome | None] = (None, None)
+        self.read_facts: Facts = CPU_FACTS
+        self.recalls_return = tensor_hint(self.return_hint)
+        #: For a return hint without tensors, its verdict on a value (it binds nothing).
+        self.return_verdict = None if self.return_checker is None else verdict(self.return_hint)
 
     def tensor_parameters(self) -> list[TensorParameter]:
         """The parameters whose hint is a tensor annotation or an Optional of one, in order."""

@@ -25,6 +25,7 @@ import torch
 from ..config import DISABLED_BY_ENVIRONMENT, disabled_flag
 from ..errors import ContractError, DeviceError, SpecError
 from ..syntax.expr import parse_expression
+from . import recall
 from .annotation import ELLIPSIS, AxisKind
 from .bound import TypedMethod
 from .compiled import (
@@ -39,7 +40,16 @@ from .compiled import (
 )
 from .generators import checked_async_generator, checked_generator
 from .memo import reads_memo, with_memo
-from .scope import CallState, call_scope, current_call, display_name, violation
+from .scope import (
+    CallState,
+    bind_module_dims,
+    call_scope,
+    current_call,
+    display_name,
+    is_compiling,
+    module_dims,
+    violation,
+)
 
 __all__ = [
     "CallCounter",
@@ -57,8 +67,6 @@ R = TypeVar("R")
 T = TypeVar("T", bound=type)
 
 _checks_off = disabled_flag
-# Dynamo folds this to True while it traces; eagerly it is a plain `return False` (25 ns).
-_is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 class CallCounter(Protocol):
@@ -142,7 +150,6 @@ def notify_observers(
 # and __call__), while they run: a decorated recursive function goes as deep as a plain one.
 _SHALLOW = 8
 _OWN_FRAMES = 2
-_NO_PARENT = contextvars.Token.MISSING
 
 
 def _warn_nothing_to_check(fn: Callable[..., Any], name: str) -> None:
@@ -264,7 +271,7 @@ class CheckedFunction(Generic[P, R]):
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         if instance is None:
             return self
-        if _is_compiling():
+        if is_compiling():
             # dynamo builds partials of objects it traces (it cannot build our class)
             return functools.partial(self, instance)
         return self.method_class(self, instance)
@@ -272,36 +279,39 @@ class CheckedFunction(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         # is_compiling() first: dynamo folds it to a constant, and it cannot trace the
         # ContextVar behind `disabled()`.
-        if _is_compiling():
+        if is_compiling():
             return self._call_compiled(args, kwargs)
         if _checks_off.get():
-            return self._fn(*args, **kwargs)
+            # (without keywords, no empty dict is unpacked)
+            return self._fn(*args, **kwargs) if kwargs else self._fn(*args)  # type: ignore[call-arg]
         frame = counting_frame.get()
         if frame is not None:
             return _counters[0].count_call(frame, self, args, kwargs)  # type: ignore[no-any-return]
-        # (_check_arguments and _check_return, inlined: this is the hot path)
+        # (check_arguments and check_return, inlined, recalling earlier calls' outcomes:
+        # this is the hot path)
         contract = self._contract or self.contract
-        state = CallState(self.name)
         try:
-            if contract.takes_self and args:
-                _bind_module_dims(args[0], state)
-            contract.check_arguments(args, kwargs, state)
+            state, outcome = recall.check_arguments(contract, self.name, args, kwargs)
         except ContractError as exc:
             raise exc.with_traceback(None) from None
         if self._deferred:
             return self.call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
-        token = call_scope.set(state)
-        parent = token.old_value
+        parent = call_scope.get()
         deep = False
-        if parent is not None and parent is not _NO_PARENT:
+        if parent is not None:
+            if outcome is not None:
+                state = outcome.own_state()  # (the recalled one is shared)
             state.depth = parent.depth + 1
             if state.depth > _SHALLOW:
                 deep = True  # recursion: this call's own frames do not count against it
                 sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
+        elif outcome is not None and self._body is not self._fn:
+            state = outcome.own_state()  # (the body binds the dims its isinstance finds)
+        token = call_scope.set(state)
         try:
-            result = self._body(*args, **kwargs)
+            result = self._body(*args, **kwargs) if kwargs else self._body(*args)  # type: ignore[call-arg]
             try:
-                contract.check_return(result, state)
+                state = recall.check_return(contract, result, state, outcome)
             except ContractError as exc:
                 raise exc.with_traceback(None) from None
         finally:
@@ -329,7 +339,7 @@ class CheckedFunction(Generic[P, R]):
         state = CallState(self.name)
         try:
             if contract.takes_self and args:
-                _bind_module_dims(args[0], state)
+                bind_module_dims(args[0], state)
             contract.check_arguments(args, kwargs, state)
         except ContractError as exc:
             raise exc.with_traceback(None) from None
@@ -387,7 +397,7 @@ class CheckedFunction(Generic[P, R]):
         state = CallState(self.name)
         try:
             if contract.takes_self and args:
-                _bind_module_dims(args[0], state)
+                bind_module_dims(args[0], state)
             contract.check_arguments(args, kwargs, state)
         except ContractError as exc:
             _report_to_dynamo(exc)
@@ -488,15 +498,3 @@ def _mark_coroutine_function(function: CheckedFunction[Any, Any]) -> None:
         import asyncio.coroutines
 
         function._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
-
-
-def module_dims(obj: Any) -> Mapping[str, int]:
-    """A module's own sizes (``typedflops_dims()``), or none."""
-    dims = getattr(obj, "typedflops_dims", None)
-    return dims() if callable(dims) else {}
-
-
-def _bind_module_dims(obj: Any, state: CallState) -> None:
-    """A module's own sizes are part of its forward's contract, bound before the arguments."""
-    for name, size in module_dims(obj).items():
-        state.bind(name, size, f"module {type(obj).__name__}")

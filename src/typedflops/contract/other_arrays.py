@@ -19,19 +19,17 @@ import re
 import typing
 from typing import Any
 
-import torch
 from jaxtyping._storage import pop_shape_memo, push_shape_memo
 
 from ..errors import ContractError, DtypeError, ShapeError
 from .annotation import array_type_name
 from .memo import fill_memo, take_back
 from .plain_hints import Checker, type_name
-from .scope import CallState, shape_text, violation
+from .scope import CallState, is_compiling, shape_text, violation
 from .unchecked import note
 
 __all__ = ["annotation_label", "other_array_checker"]
 
-_is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 _DTYPE_REASON = re.compile(r"this array has dtype (\S+), not")
 _WRONG_TYPE = ("this value is not an instance", "this value does not have both")
 
@@ -74,7 +72,7 @@ value of 3
     names = tuple(dict.fromkeys(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", hint.dim_str)))
 
     def check(value: Any, state: CallState, where: str) -> None:
-        if _is_compiling():  # dynamo cannot trace jaxtyping's memo: checked eagerly only
+        if is_compiling():  # dynamo cannot trace jaxtyping's memo: checked eagerly only
             return
         memos = push_shape_memo(state.arguments or {})
         try:

@@ -13,14 +13,13 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from beartype import BeartypeConf
 from beartype.door import die_if_unbearable, is_bearable
 from beartype.roar import BeartypeDoorHintViolation
 
 from ..errors import ContractError
 from .annotation import array_type_name, is_tensor_annotation
-from .scope import CallState, violation
+from .scope import CallState, is_compiling, violation
 from .unchecked import compiling_leniently
 
 __all__ = ["Checker", "hint_text", "plain_checker", "plain_predicate", "type_name", "type_name_of"]
@@ -29,9 +28,6 @@ __all__ = ["Checker", "hint_text", "plain_checker", "plain_predicate", "type_nam
 # value") and binds dims in the state, raising a ContractError subclass on a violation.
 Checker = Callable[[Any, CallState, str], None]
 Predicate = Callable[[Any], bool]
-
-# Dynamo folds this to True while it traces; eagerly it is a plain `return False`.
-_is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 # Functions the import hook checks follow PEP 484's numeric tower (an int where a float is
@@ -130,7 +126,7 @@ def plain_predicate(hint: Any) -> Predicate:
     if predicate is not None:
         return predicate
     conf = _TOWER if compiling_leniently() else _NO_TOWER
-    return lambda value: _is_compiling() or is_bearable(value, hint, conf=conf)
+    return lambda value: is_compiling() or is_bearable(value, hint, conf=conf)
 
 
 def _beartype_reason(text: str) -> str:
@@ -156,9 +152,9 @@ def plain_checker(hint: Any) -> Checker:
         if predicate is not None:
             if predicate(value):
                 return
-        elif _is_compiling() or is_bearable(value, hint, conf=conf):
+        elif is_compiling() or is_bearable(value, hint, conf=conf):
             return
-        if _is_compiling():  # beartype's reason cannot be traced
+        if is_compiling():  # beartype's reason cannot be traced
             reason = f"got {type_name(value)}"
         else:
             try:

@@ -7,7 +7,7 @@ Messages about a violation are built here, with the bindings that explain them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -15,6 +15,7 @@ import torch
 
 from ..errors import ContractError
 from ..syntax.expr import Expression
+from ..text import shape_text
 
 E = TypeVar("E", bound=ContractError)
 
@@ -22,8 +23,11 @@ __all__ = [
     "CallState",
     "Origin",
     "Size",
+    "bind_module_dims",
     "current_call",
     "display_name",
+    "is_compiling",
+    "module_dims",
     "shape_text",
     "size_text",
     "violation",
@@ -59,10 +63,15 @@ class CallState:
     #: How many checked calls enclose this one in its thread or task.
     depth: int = 0
 
-    def __init__(self, function: str) -> None:
+    def __init__(
+        self,
+        function: str,
+        sizes: dict[str, Size] | None = None,
+        origins: dict[str, Origin | str] | None = None,
+    ) -> None:
         self.function = function
-        self.sizes: dict[str, Size] = {}
-        self.origins: dict[str, Origin | str] = {}
+        self.sizes: dict[str, Size] = {} if sizes is None else sizes
+        self.origins: dict[str, Origin | str] = {} if origins is None else origins
         self.device: torch.device | None = None
         self.device_where = ""
 
@@ -85,8 +94,15 @@ class CallState:
 
     def bind(self, name: str, size: Size, origin: Origin | str) -> None:
         """Bind ``name`` before any argument is seen (e.g. from a module's own sizes)."""
+        if type(self.sizes) is not dict:
+            self.own_bindings()
         self.sizes[name] = size
         self.origins[name] = origin
+
+    def own_bindings(self) -> None:
+        """Take dicts of its own before binding more: a call that recalled an earlier
+        call's outcome (see :mod:`.recall`) holds that outcome's, which never change."""
+        self.sizes, self.origins = dict(self.sizes), dict(self.origins)
 
     def bound_so_far(self) -> str:
         """``batch=8, d_in=784``: the bindings, for the last line of an error."""
@@ -104,6 +120,24 @@ class CallState:
         return f"{name}={size} was bound by {where} (shape {shape_text(shape)}, axis {axis})"
 
 
+def module_dims(obj: Any) -> Mapping[str, int]:
+    """A module's own sizes (``typedflops_dims()``), or none."""
+    dims = getattr(obj, "typedflops_dims", None)
+    return dims() if callable(dims) else {}
+
+
+def bind_module_dims(obj: Any, state: CallState) -> None:
+    """A module's own sizes are part of its forward's contract, bound before the arguments."""
+    for name, size in module_dims(obj).items():
+        state.bind(name, size, f"module {type(obj).__name__}")
+
+
+#: Whether dynamo is tracing: it folds this to True; eagerly it is a plain ``return False``
+#: (25 ns, where ``torch.compiler.is_compiling`` asks TorchScript first).
+is_compiling: Callable[[], bool] = getattr(
+    torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling
+)
+
 # The innermost checked call of this thread or asyncio task (a ContextVar: tasks and threads
 # each see their own).
 call_scope: ContextVar[CallState | None] = ContextVar("typedflops_call", default=None)
@@ -120,10 +154,6 @@ def current_call() -> CallState | None:
 
 def size_text(size: Size) -> str:
     return f"{size}" if isinstance(size, int) else shape_text(size)
-
-
-def shape_text(shape: Sequence[int]) -> str:
-    return "(" + ", ".join(f"{s}" for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def display_name(fn: Callable[..., Any]) -> str:

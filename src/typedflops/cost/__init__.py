@@ -1,4 +1,5 @@
-"""The cost model: what a call costs (:mod:`.types`: ``Cost``, ``OpCost``), counted by the
-engine (:mod:`.engine`: rules, the counting mode, dry runs, fitted formulas, records).
-Internal: ``typedflops.Cost``, ``record`` and ``register_rule`` are the public names.
+"""The cost model: what a call costs (:mod:`.types`: ``Cost``, ``OpCost``, ``Term``),
+counted by the engine (:mod:`.engine`: rules, the counting mode, dry runs, fitted
+formulas, records). Internal: ``typedflops.Cost``, ``Term``, ``record`` and
+``register_rule`` are the public names.
 """

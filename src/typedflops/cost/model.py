@@ -3,6 +3,7 @@ a formula, from dry runs on fake tensors (nothing is allocated)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ import torch
 from ..contract.annotation import ELLIPSIS
 from ..contract.compiled import Contract
 from ..contract.function import CheckedFunction
-from ..errors import SpecError
+from ..errors import DryRunError, SpecError
 from .engine.dryrun import measure
 from .engine.module_sizes import held_dims
 from .engine.probes import estimate_probe, method_needs_object
@@ -39,7 +40,8 @@ def formula_at(
     sizes: Mapping[str, Any] | None = None,
 ) -> sympy.Expr:
     """Forward FLOPs of ``function`` as a formula, fitted by dry runs at ``sizes`` (probe
-    sizes when None; a method's object in ``objects`` fixes the dims it holds)."""
+    sizes when None; a method's object in ``objects`` fixes the dims it holds). A formula
+    that holds at those sizes only (its Cost is not exact) comes with a warning."""
     contract = function.contract
     if contract.takes_self and not objects:
         raise method_needs_object(function.name)
@@ -47,7 +49,9 @@ def formula_at(
         held = held_dims(objects[0]) if objects else {}
         sizes = {k: v for k, v in probe_sizes(contract).items() if k not in held}
     try:
-        return estimate(function, objects, sizes).formula
+        cost = estimate(function, objects, sizes)
+    except DryRunError:
+        raise  # no sizes would do: it says what to do instead
     except Exception as exc:
         shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
         reason = str(exc).splitlines()[0] if str(exc) else ""
@@ -58,6 +62,14 @@ def formula_at(
             hint=f"call {function.name}.estimate(...) with sizes the body accepts first, or "
             "pass flops= to @typed_flops",
         ) from None
+    if not cost.forward.exact:
+        shown = ", ".join(f"{k}={v}" for k, v in cost.dims.items())
+        warnings.warn(
+            f"{function.name}.formula holds at {shown} only: dry runs at other sizes gave "
+            "counts no formula fitted (Cost.exact is False)",
+            stacklevel=3,
+        )
+    return cost.formula
 
 
 # Sizes for a formula when no sizes are given: distinct multiples of 24, so that the

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import SpecError
+from ..text import dtype_name
 from .cpu import cpu_info, cpu_peaks
 from .gpus import BRAND_TOKENS, GPU_TABLE, DeviceRecord
 
@@ -72,7 +73,9 @@ class DeviceSpec:
     bandwidth), ``note`` says how the name was matched when it was ambiguous, ``missing`` why
     a CPU has no peaks, and ``cores`` the CPU cores the peaks count. ``memory`` is the
     device's memory in bytes as its datasheet prints it (``None`` when not in the table),
-    cited by ``memory_source``.
+    cited by ``memory_source``. ``nvlink`` and ``infiniband`` are the bandwidths (bytes/s,
+    each way) to the GPUs of the node and, per GPU, out of it, for ``gpus_per_node`` GPUs a
+    node (``None`` where unknown), cited by ``links_source``.
     """
 
     name: str
@@ -87,6 +90,10 @@ class DeviceSpec:
     cores: int | None = None
     memory: float | None = None
     memory_source: str = ""
+    nvlink: float | None = None
+    infiniband: float | None = None
+    gpus_per_node: int | None = None
+    links_source: str = ""
 
     def peak(self, dtype: torch.dtype, *, tf32: bool = False) -> float | None:
         """Dense peak FLOP/s for ``dtype``; float32 on a GPU uses TF32 when ``tf32`` is True.
@@ -111,6 +118,7 @@ def _spec_from_record(record: DeviceRecord, note: str = "") -> DeviceSpec:
         if tflops is not None:
             peaks.update({dtype: tflops * _TERA for dtype in dtypes})
     tf32 = record.tflops.get("tf32")
+    links = record.links
     return DeviceSpec(
         name=record.sku,
         peak_flops=peaks,
@@ -121,6 +129,11 @@ def _spec_from_record(record: DeviceRecord, note: str = "") -> DeviceSpec:
         note=note,
         memory=None if record.memory_gb is None else record.memory_gb * 1e9,
         memory_source=record.memory_source,
+        # datasheets print NVLink both ways together (GB/s) and InfiniBand each way (Gb/s)
+        nvlink=None if links is None else links.nvlink_gbs / 2 * 1e9,
+        infiniband=None if links is None else links.infiniband_gbits / 8 * 1e9,
+        gpus_per_node=None if links is None else links.gpus_per_node,
+        links_source="" if links is None else links.source,
     )
 
 
@@ -225,7 +238,7 @@ def env_peak_flops(dtype: torch.dtype | None) -> float | None:
     raw = os.environ.get(ENV_PEAK_FLOPS, "").strip()
     if not raw:
         return None
-    dtype_name = None if dtype is None else str(dtype).removeprefix("torch.")
+    wanted = None if dtype is None else dtype_name(dtype)
     generic: float | None = None
     specific: float | None = None
     for item in raw.split(","):
@@ -245,7 +258,7 @@ def env_peak_flops(dtype: torch.dtype | None) -> float | None:
             raise SpecError.at(f"{ENV_PEAK_FLOPS}={raw!r}", f"{name!r} is not a torch dtype")
         if not sep:
             generic = figure
-        elif name == dtype_name:
+        elif name == wanted:
             specific = figure
     return specific if specific is not None else generic
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["BRAND_TOKENS", "GPU_TABLE", "DeviceRecord"]
+__all__ = ["BRAND_TOKENS", "GPU_TABLE", "DeviceRecord", "Links"]
 
 #: Tokens that name a brand, not a SKU; dropped from a device name before matching.
 BRAND_TOKENS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct"})
@@ -42,12 +42,31 @@ _MI250 = (
 
 
 @dataclass(frozen=True)
+class Links:
+    """How a GPU talks to others: NVLink to the GPUs of its node (``nvlink_gbs``, GB/s both
+    directions together, as datasheets print it), InfiniBand out of the node, one adapter
+    per GPU (``infiniband_gbits``, Gb/s each way), ``gpus_per_node``, and the sources."""
+
+    nvlink_gbs: float
+    infiniband_gbits: float
+    gpus_per_node: int
+    source: str
+
+
+_DGX_H100 = "NVIDIA DGX H100/H200 datasheet: 8x ConnectX-7 VPI, 400Gb/s InfiniBand per GPU"
+_DGX_A100 = "NVIDIA DGX A100 datasheet: 8x ConnectX-6 VPI, 200Gb/s HDR InfiniBand per GPU"
+_DGX_B200 = "NVIDIA DGX B200 datasheet: 8x ConnectX-7 VPI, 400Gb/s InfiniBand per GPU"
+
+
+@dataclass(frozen=True)
 class DeviceRecord:
     """One SKU: its canonical name, the tokens its device names may carry, figures, source.
 
     ``tflops`` maps a rate name ("float64", "float32", "tf32", "bfloat16", "float16",
     "float8") to dense TFLOP/s; ``bandwidth_tbs`` is memory bandwidth in TB/s; ``memory_gb``
-    the memory in GB (10^9 bytes) as the datasheet prints it, cited by ``memory_source``.
+    the memory in GB (10^9 bytes) as the datasheet prints it, cited by ``memory_source``;
+    ``links`` how the GPU talks to others in NVIDIA's 8-GPU systems (:class:`Links`; None for
+    PCIe and NVL cards, bridged in pairs and networked as their server is).
     HBM parts hold a little more than the printed figure read as 10^9 bytes (an "80GB" H100
     reports 85.0e9 bytes to torch), so a plan that fits this figure fits the device's
     allocatable memory, less what the CUDA context and other processes take.
@@ -61,6 +80,7 @@ class DeviceRecord:
     source: str
     memory_gb: float | None = None
     memory_source: str = ""
+    links: Links | None = None
 
 
 def _record(
@@ -72,6 +92,7 @@ def _record(
     source: str,
     *,
     memory: tuple[float, str] | None = None,
+    links: Links | None = None,
 ) -> DeviceRecord:
     fp64, fp32, tf32, bf16, fp16, fp8 = rates
     tflops = {
@@ -91,6 +112,7 @@ def _record(
         source=source,
         memory_gb=None if memory is None else memory[0],
         memory_source="" if memory is None else memory[1],
+        links=links,
     )
 
 
@@ -101,6 +123,10 @@ GPU_TABLE: tuple[DeviceRecord, ...] = (
         (67, 67, 494.7, 989.4, 989.4, 1979), 3.35,
         f"NVIDIA H100 Tensor Core GPU datasheet, SXM5 (FP64 on tensor cores; {_DATASHEET_NOTE})",
         memory=(80, "NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3"),
+        links=Links(
+            900, 400, 8,
+            f"NVIDIA H100 Tensor Core GPU datasheet, SXM5: NVLink 900GB/s; {_DGX_H100}",
+        ),
     ),
     _record(
         "H100 PCIe", "h100", "pcie 80gb",
@@ -119,18 +145,30 @@ GPU_TABLE: tuple[DeviceRecord, ...] = (
         (67, 67, 494.7, 989.4, 989.4, 1979), 4.8,
         f"NVIDIA H200 Tensor Core GPU datasheet, SXM ({_DATASHEET_NOTE})",
         memory=(141, "NVIDIA H200 Tensor Core GPU datasheet: 141GB HBM3e"),
+        links=Links(
+            900, 400, 8,
+            f"NVIDIA H200 Tensor Core GPU datasheet: NVLink 900GB/s; {_DGX_H100}",
+        ),
     ),
     _record(
         "A100 SXM4 80GB", "a100", "sxm sxm4 80gb",
         (19.5, 19.5, 156, 312, 312, None), 2.039,
         f"{_A100}, SXM4 80GB ({_A100_NOTE})",
         memory=(80, f"{_A100}: 80GB HBM2e"),
+        links=Links(
+            600, 200, 8,
+            f"{_A100}, SXM: NVLink 600GB/s; {_DGX_A100}",
+        ),
     ),
     _record(
         "A100 SXM4 40GB", "a100", "sxm sxm4 40gb",
         (19.5, 19.5, 156, 312, 312, None), 1.555,
         f"{_A100}, SXM4 40GB ({_A100_NOTE})",
         memory=(40, f"{_A100}: 40GB HBM2"),
+        links=Links(
+            600, 200, 8,
+            f"{_A100}, SXM: NVLink 600GB/s; {_DGX_A100}",
+        ),
     ),
     _record(
         "A100 PCIe 80GB", "a100", "pcie 80gb",
@@ -149,6 +187,10 @@ GPU_TABLE: tuple[DeviceRecord, ...] = (
         (37, 75, 1100, 2250, 2250, 4500), 8.0,
         f"NVIDIA Blackwell datasheet, B200 ({_DATASHEET_NOTE})",
         memory=(180, "NVIDIA DGX B200 datasheet: 1,440GB HBM3e for 8 GPUs (HGX B200)"),
+        links=Links(
+            1800, 400, 8,
+            f"NVIDIA Blackwell datasheet, B200: NVLink 1.8TB/s; {_DGX_B200}",
+        ),
     ),
     _record(
         "L4", "l4", "",

@@ -20,16 +20,18 @@ compiled graph never raises on valid input.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, TypeVar, cast, overload
 
 import einops
 import torch
 
-from ..contract.scope import CallState, current_call, violation
+from ..contract.scope import CallState, call_scope, is_compiling, violation
 from ..cost.engine.events import group
 from ..cost.engine.frames import current_frame
 from ..errors import ShapeError
+from ..text import shape_text
 from .plans import (
     EinsumLayout,
     EinsumPlan,
@@ -37,7 +39,6 @@ from .plans import (
     einsum_layout,
     einsum_plan,
     pattern_error,
-    shape_text,
     transform_layout,
     transform_plan,
 )
@@ -98,6 +99,12 @@ def _check_einsum_bound(
                 )
 
 
+_shape_of = operator.attrgetter("shape")
+# A call's plan and layout by (pattern, shapes): one lookup on the hot path.
+_LAID_OUT: dict[tuple[str, tuple[torch.Size, ...]], tuple[EinsumPlan, EinsumLayout]] = {}
+_LAID_OUT_LIMIT = 4096
+
+
 def _run_einsum(
     plan: EinsumPlan, layout: EinsumLayout, tensors: Sequence[torch.Tensor]
 ) -> torch.Tensor:
@@ -148,7 +155,7 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
     >>> rec.total.flops  # 2 * 8 * 16 * 4
     1024
     """
-    if torch.compiler.is_compiling():
+    if is_compiling():
         # Traced code runs einops itself, which registers its ops with dynamo; the checks
         # and costs belong to eager calls (a compiled graph must not raise on valid input).
         return einops.einsum(*tensors_and_pattern)
@@ -161,19 +168,27 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
     if not isinstance(pattern, str):
         raise pattern_error("einsum", "?", [], "the last argument must be the pattern string")
     try:
-        shapes = tuple([t.shape for t in tensors])
+        shapes = tuple(map(_shape_of, tensors))
     except AttributeError:
         raise TypeError(
             "einsum: every argument before the pattern must be a torch.Tensor"
         ) from None
-    call = current_call()
-    try:
-        plan = einsum_plan(pattern, len(tensors))
-        layout = einsum_layout(plan, shapes)
-    except Problem as problem:
-        raise pattern_error(
-            "einsum", pattern, shapes, problem.reason, problem.axis, call.function if call else None
-        ) from None
+    call = call_scope.get()
+    laid_out = _LAID_OUT.get((pattern, shapes))
+    if laid_out is None:
+        try:
+            plan = einsum_plan(pattern, len(tensors))
+            layout = einsum_layout(plan, shapes)
+        except Problem as problem:
+            function = call.function if call else None
+            raise pattern_error(
+                "einsum", pattern, shapes, problem.reason, problem.axis, function
+            ) from None
+        if len(_LAID_OUT) >= _LAID_OUT_LIMIT:
+            _LAID_OUT.clear()
+        _LAID_OUT[pattern, shapes] = plan, layout
+    else:
+        plan, layout = laid_out
     if call is not None and call.sizes:
         _check_einsum_bound(call, pattern, layout, shapes)
     if layout.conflict is not None:
@@ -181,6 +196,8 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
             "einsum", pattern, shapes, *layout.conflict, function=call.function if call else None
         ) from None
     if current_frame() is None:
+        if not layout.steps:  # (the usual call, without a frame of its own)
+            return torch.einsum(plan.equation, *tensors)
         return _run_einsum(plan, layout, tensors)
     with group("einsum", pattern):
         return _run_einsum(plan, layout, tensors)
@@ -193,7 +210,7 @@ def _transform(
     reduction: Reduction | str,
     axes_lengths: Mapping[str, int],
 ) -> torch.Tensor:
-    if torch.compiler.is_compiling():  # see einsum: traced code runs einops itself
+    if is_compiling():  # see einsum: traced code runs einops itself
         stacked = tensor if isinstance(tensor, torch.Tensor) else list(tensor)
         return einops.reduce(stacked, pattern, reduction, **axes_lengths)
     if not isinstance(tensor, torch.Tensor):
@@ -201,7 +218,7 @@ def _transform(
     operation = "callable" if callable(reduction) else str(reduction)
     lengths = tuple(axes_lengths.items())
     shape = tuple(tensor.shape)
-    call = current_call()
+    call = call_scope.get()
     function = call.function if call else None
     try:
         plan = transform_plan(pattern, operation, tuple(axes_lengths), len(shape))

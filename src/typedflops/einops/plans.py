@@ -34,6 +34,7 @@ from ..syntax.patterns import (
     einsum_pattern,
     transform_pattern,
 )
+from ..text import shape_text
 
 __all__ = [
     "HIDDEN_PREFIX",
@@ -46,7 +47,6 @@ __all__ = [
     "einsum_layout",
     "einsum_plan",
     "pattern_error",
-    "shape_text",
     "transform_layout",
     "transform_plan",
 ]
@@ -54,11 +54,6 @@ __all__ = [
 # Axes hidden behind "..." are named "...0", "...1", ...: never valid axis names, so they
 # never collide with a user's axis (not even einops' one-axis "…").
 HIDDEN_PREFIX = "..."
-
-
-def shape_text(shape: Sequence[int]) -> str:
-    """``(8, 784)``; a 1-D shape keeps its comma: ``(3,)``."""
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def pattern_error(

@@ -322,6 +322,15 @@ class TransformerLM(TypedLayer):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
     def _logits(self, ids: Tensor) -> Tensor:
+        x = self.embed_ids(ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.logits_of(x)
+
+    def embed_ids(self, ids: Tensor) -> Tensor:
+        """What the first block takes: ``ids`` (``(batch, seq)``) embedded, with their
+        positions (learned ones), after dropout: ``(batch, seq, d_model)``. A pipeline's
+        first stage runs this before its blocks."""
         seq = ids.shape[-1]
         if seq > self.context:
             raise ShapeError(
@@ -336,9 +345,13 @@ class TransformerLM(TypedLayer):
         x = self.embed(ids)
         if self.positions is not None:
             x = x + self.positions(torch.arange(seq, device=ids.device))
-        x = self.drop(x)
-        for block in self.blocks:
-            x = block(x)
+        out: Tensor = self.drop(x)
+        return out
+
+    def logits_of(self, x: Tensor) -> Tensor:
+        """The logits ``(batch, seq, vocab)`` of the last block's output ``x``
+        (``(batch, seq, d_model)``): the final norm, then the head (the embedding, when
+        tied). A pipeline's last stage runs this after its blocks."""
         x = self.norm(x)
         if self.head is not None:
             logits: Tensor = self.head(x)

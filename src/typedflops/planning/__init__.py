@@ -9,6 +9,9 @@
   FLOPs, recomputation not credited).
 - ``kernels_of("cuda")``: inside it, dry runs on ``meta`` cost the kernels a GPU runs (its
   attention choice, CUDA's fused RMS norm) on any machine.
+- ``plan_parallel(model, batch, seq, device, ParallelLayout(dp=, zero=, tp=, sp=, pp=,
+  microbatches=))``: the same per rank, the model split by torch's own sharding under a
+  fake process group; ``zero_states()``: ZeRO's closed forms.
 
 >>> import torch
 >>> step = plan("gpt2", batch=8, seq=1024, device="H100 SXM")
@@ -22,19 +25,29 @@
 from __future__ import annotations
 
 from ..cost.engine.kernels import kernels_of
+from .figure import Figure
+from .layout import ParallelLayout
 from .planner import TrainingPlan, plan
+from .ranks import ParallelPlan, plan_parallel
 from .steptime import StepTime, least_traffic, model_flops, step_mfu, step_time
 from .training import TrainingMemory, training_memory
+from .zero import ZeroStates, zero_states
 
 __all__ = [
+    "Figure",
+    "ParallelLayout",
+    "ParallelPlan",
     "StepTime",
     "TrainingMemory",
     "TrainingPlan",
+    "ZeroStates",
     "kernels_of",
     "least_traffic",
     "model_flops",
     "plan",
+    "plan_parallel",
     "step_mfu",
     "step_time",
     "training_memory",
+    "zero_states",
 ]

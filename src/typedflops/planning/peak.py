@@ -30,13 +30,14 @@ from ..cost.engine.kernels import TargetKernels, meta_target
 from ..cost.engine.probes import estimate_probe
 from ..decorator import TypedFunction
 
-__all__ = ["LiveBytes", "forward_backward_peak"]
+__all__ = ["ZEROS", "LiveBytes", "copied_bytes", "fills_zeros", "forward_backward_peak"]
 
 
-_ZEROS = {torch.ops.aten.new_zeros, torch.ops.aten.zeros_like, torch.ops.aten.zeros}
+#: Ops backward makes zeros with before a lookup fills them (see :func:`fills_zeros`).
+ZEROS = {torch.ops.aten.new_zeros, torch.ops.aten.zeros_like, torch.ops.aten.zeros}
 
 
-def _fills(zeros: int, args: tuple[Any, ...], out: Any) -> bool:
+def fills_zeros(zeros: int, args: tuple[Any, ...], out: Any) -> bool:
     """Whether an op's result is its first argument, the storage ``zeros``, filled out of
     place: a tensor of the same bytes in a storage of its own."""
     first = args[0] if args else None
@@ -66,7 +67,7 @@ def _blas_ready(matrix: torch.Tensor) -> bool:
     )
 
 
-def _copied_bytes(func: Any, args: tuple[Any, ...], device_type: str) -> int:
+def copied_bytes(func: Any, args: tuple[Any, ...], device_type: str) -> int:
     """Bytes a matrix product copies inside its kernel, invisible to the dispatcher: each
     matrix argument BLAS cannot take as laid out, whole on CUDA, one matrix of a batch at a
     time on a CPU."""
@@ -119,7 +120,7 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         out = func(*args, **(kwargs or {}))
-        if self._zeros is not None and _fills(self._zeros, args, out):
+        if self._zeros is not None and fills_zeros(self._zeros, args, out):
             # Backward made zeros and fills them out of place, as its formulas do for tensor
             # subclasses and under a mode like this one (``isTensorSubclassLike``); without a
             # mode they fill the zeros in place (index, index_select, gather, take): the
@@ -127,7 +128,7 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
             _, size = self.storages.pop(self._zeros)
             self._live -= size
         self._zeros = None
-        if func.overloadpacket in _ZEROS and torch._C._current_autograd_node() is not None:
+        if func.overloadpacket in ZEROS and torch._C._current_autograd_node() is not None:
             self._zeros = out.untyped_storage()._cdata
         inputs = {storage._cdata for storage in _storages((args, kwargs))}
         for storage in _storages(out):
@@ -137,7 +138,7 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self.storages[key] = (StorageWeakRef(storage), size)  # type: ignore[no-untyped-call]
                 self._live += size
         # A kernel's own copies live while it runs, after its result is made.
-        copied = _copied_bytes(func, args, self.device_type)
+        copied = copied_bytes(func, args, self.device_type)
         if self._live + copied > self.peak:
             # The count still holds storages freed since the last look: it can only be too
             # high, so only a new peak is looked at closely.

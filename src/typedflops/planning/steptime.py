@@ -4,7 +4,8 @@ the MFU of a measured step.
 Model FLOPs follow PaLM (Chowdhery et al. 2022, Appendix B): the matrix products of the
 forward and of the backward (twice the forward's), without recomputation, so that a model
 checkpointing its activations is not credited for the work it repeats. For a transformer
-this is ``6*N + 12*L*H*Q*T`` per token (PaLM's notation), and here ``3 * Cost.matmul_flops``.
+this is ``6*N + 12*L*H*Q*T`` per token (PaLM's notation), and here
+``palm_model_flops(Cost.matmul_flops)`` (:mod:`typedflops.cost.types`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 import torch
 
 from .. import devices
-from ..cost.types import Cost
+from ..cost.types import Cost, palm_model_flops
 from ..devices import DeviceSpec
 from ..errors import SpecError
+from ..text import dtype_name
 
 __all__ = ["BACKWARD_TRAFFIC", "StepTime", "least_traffic", "model_flops", "step_mfu", "step_time"]
 
@@ -50,7 +52,7 @@ def model_flops(cost: Cost) -> int:
     >>> model_flops(Linear(256, 64).estimate(batch=1024)) == 3 * 2 * 1024 * 256 * 64
     True
     """
-    return 3 * cost.matmul_flops
+    return palm_model_flops(cost.matmul_flops)
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class StepTime:
         """A JSON-ready dict."""
         return {
             "device": self.device,
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": dtype_name(self.dtype),
             "peak_flop_per_sec": self.peak_flop_per_sec,
             "bandwidth": self.bandwidth,
             "step_flops": self.step_flops,

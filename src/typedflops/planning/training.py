@@ -29,10 +29,10 @@ import torch
 from ..cost.engine.fit import Plan, fit_count
 from ..cost.engine.kernels import describe_kernels, kernels_of, meta_target
 from ..cost.engine.module_sizes import module_dims, module_repeats
-from ..cost.types import Cost
+from ..cost.types import Cost, Term
 from ..decorator import TypedFunction
 from ..errors import SpecError
-from ..text import format_count, text_table, wrap_lines
+from ..text import dtype_name, format_count, text_table, wrap_lines
 from .peak import forward_backward_peak
 
 __all__ = [
@@ -87,6 +87,16 @@ class ParameterCount:
     trainable: int
     formula: sympy.Expr
     trainable_formula: sympy.Expr
+
+    @property
+    def all(self) -> Term:
+        """Every parameter: the count with its formula."""
+        return Term(self.total, self.formula)
+
+    @property
+    def trainable_term(self) -> Term:
+        """The trainable parameters: the count with its formula."""
+        return Term(self.trainable, self.trainable_formula)
 
 
 def _counts(module: torch.nn.Module) -> dict[str, tuple[int, bool]]:
@@ -150,7 +160,7 @@ def parameter_count(module: torch.nn.Module) -> ParameterCount:
     checked = len(runs) == len(used) + 2
     if any(list(run) != list(runs[0]) for run in runs):
         return numbers  # the parameters' names change with the sizes: no formula
-    plan = Plan(assignments, [[] for _ in runs], used, checked, {})
+    plan = Plan(assignments, [[] for _ in runs], used, checked)
     formula: sympy.Expr = sympy.Integer(0)
     trainable_formula: sympy.Expr = sympy.Integer(0)
     prefix = f"{blocks}.0." if blocks is not None else None
@@ -188,18 +198,19 @@ def _trainable(
 class TrainingMemory:
     """The bytes one training step holds at its peak, by term, with formulas in the dims.
 
-    ``bytes`` and ``formulas`` have the keys of :data:`MEMORY_TERMS` and ``"total"`` (all
-    the terms held at once); ``parameters`` counts the model's parameters; ``cost`` is the
-    dry run of the step's forward (its FLOPs, backward and recomputed FLOPs, and activation
-    bytes). ``peak`` is the step's peak allocation by allocation (see the module's doc):
-    the held terms plus ``forward_backward`` (the most forward and backward hold at once,
-    gradients included) or the optimizer's step, whichever holds more. It is the steady
-    state: the optimizer's state and master weights exist, as from the second step on.
+    ``terms`` has the keys of :data:`MEMORY_TERMS` and ``"total"`` (all the terms held at
+    once), each a :class:`~typedflops.cost.types.Term` (its bytes and their formula, read
+    by key as ``bytes`` and ``formulas``); ``parameters`` counts the model's parameters;
+    ``cost`` is the dry run of the step's forward (its FLOPs, backward and recomputed FLOPs,
+    and activation bytes). ``peak`` is the step's peak allocation by allocation (see the
+    module's doc): the held terms plus ``forward_backward`` (the most forward and backward
+    hold at once, gradients included) or the optimizer's step, whichever holds more. It is
+    the steady state: the optimizer's state and master weights exist, as from the second
+    step on.
     ``kernels`` is the device type whose kernels the dry runs cost (``"cuda"``, ``"cpu"``).
     """
 
-    bytes: Mapping[str, int]
-    formulas: Mapping[str, sympy.Expr]
+    terms: Mapping[str, Term]
     dims: Mapping[str, int]
     parameters: ParameterCount
     cost: Cost
@@ -212,9 +223,19 @@ class TrainingMemory:
     kernels: str | None = None
 
     @property
+    def bytes(self) -> dict[str, int]:
+        """Each term's bytes, by the keys of :data:`MEMORY_TERMS` and ``"total"``."""
+        return {key: term.count for key, term in self.terms.items()}
+
+    @property
+    def formulas(self) -> dict[str, sympy.Expr]:
+        """Each term's bytes as a formula in the dims, by the same keys."""
+        return {key: term.formula for key, term in self.terms.items()}
+
+    @property
     def total(self) -> int:
         """All the terms together, as if each were held at once."""
-        return self.bytes["total"]
+        return self.terms["total"].count
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (formulas as strings)."""
@@ -225,7 +246,7 @@ class TrainingMemory:
             "parameters": self.parameters.total,
             "trainable_parameters": self.parameters.trainable,
             "parameter_formula": str(self.parameters.formula),
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": dtype_name(self.dtype),
             "optimizer": self.optimizer,
             "mixed_precision": self.mixed_precision,
             "peak": self.peak,
@@ -360,45 +381,42 @@ def _training_memory(
     # when there is one, else the parameters (torch.optim's zeros_like(param)).
     state_size = 4 if master else size
     states = OPTIMIZER_STATES[key]
-    formulas: dict[str, sympy.Expr] = {
-        "parameters": size * count.formula,
-        "gradients": size * count.trainable_formula,
-        "optimizer": states * state_size * count.trainable_formula,
-        "master_weights": (4 if master else 0) * count.trainable_formula,
-        "activations": cost.activation_formula + (recomputed[1] if recomputed else 0),
+    trainable = count.trainable_term
+    terms: dict[str, Term] = {
+        "parameters": count.all.scaled(size),
+        "gradients": trainable.scaled(size),
+        "optimizer": trainable.scaled(states * state_size),
+        "master_weights": trainable.scaled(4 if master else 0),
+        "activations": cost.activation + recomputed if recomputed else cost.activation,
     }
-    numbers = {
-        "parameters": size * count.total,
-        "gradients": size * count.trainable,
-        "optimizer": states * state_size * count.trainable,
-        "master_weights": (4 if master else 0) * count.trainable,
-        "activations": cost.activation_bytes + (recomputed[0] if recomputed else 0),
-    }
-    numbers["total"] = sum(numbers.values())
+    summed = sum(terms.values(), Term(0, sympy.Integer(0)))
+    terms["total"] = Term(summed.count, sympy.factor(sympy.expand(summed.formula)), summed.exact)
     forward_backward = forward_backward_peak(function, model, step_dtype, dims)
-    held = numbers["parameters"] + numbers["optimizer"] + numbers["master_weights"]
     temporary = state_size * count.trainable if states else 0
-    peak = held + max(forward_backward, numbers["gradients"] + temporary)
-
-    formulas["total"] = sympy.factor(sympy.expand(sum(formulas.values(), sympy.Integer(0))))
     values = {**{str(k): v for k, v in cost.dims.items()}, **module_dims(model)}
-    shown = {
-        name: values[name] for name in sorted({str(s) for s in formulas["total"].free_symbols})
-    }
+    used = {str(s) for s in terms["total"].formula.free_symbols}
+    shown = {name: values[name] for name in sorted(used)}
     return TrainingMemory(
-        bytes=numbers,
-        formulas=formulas,
+        terms=terms,
         dims={**cost.dims, **shown},
         parameters=count,
         cost=cost,
         dtype=step_dtype,
         optimizer=key,
         mixed_precision=master,
-        peak=peak,
+        peak=_peak(terms, forward_backward, temporary),
         forward_backward=forward_backward,
         optimizer_temporary=temporary,
         kernels=kernels,
     )
+
+
+def _peak(terms: Mapping[str, Term], forward_backward: int, temporary: int) -> int:
+    """The peak of a step: what is held throughout (parameters, optimizer state, master
+    weights) plus the larger of forward and backward (``forward_backward``) and the
+    optimizer's step (the gradients and its ``temporary`` bytes)."""
+    held = sum(terms[key].count for key in ("parameters", "optimizer", "master_weights"))
+    return held + max(forward_backward, terms["gradients"].count + temporary)
 
 
 def peak_at(model: torch.nn.Module, memory: TrainingMemory, **dims: Any) -> int:
@@ -415,17 +433,13 @@ def peak_at(model: torch.nn.Module, memory: TrainingMemory, **dims: Any) -> int:
     >>> peak_at(model, memory, batch=2, seq=8) == memory.peak
     True
     """
-    terms = memory.bytes
-    held = terms["parameters"] + terms["optimizer"] + terms["master_weights"]
     with kernels_of(memory.kernels):
         function = _step_function(model)
         forward_backward = forward_backward_peak(function, model, memory.dtype, dims)
-    return held + max(forward_backward, terms["gradients"] + memory.optimizer_temporary)
+    return _peak(memory.terms, forward_backward, memory.optimizer_temporary)
 
 
-def _recomputed(
-    model: torch.nn.Module, dtype: torch.dtype, dims: Mapping[str, Any]
-) -> tuple[int, sympy.Expr] | None:
+def _recomputed(model: torch.nn.Module, dtype: torch.dtype, dims: Mapping[str, Any]) -> Term | None:
     """The most a checkpointed block holds while backward runs it again (its activations
     beyond its input): blocks that say so with ``recomputed_activations(batch, seq, dtype)``
     (typedflops.nn's); None when none does."""
@@ -434,7 +448,10 @@ def _recomputed(
         method = getattr(sub, "recomputed_activations", None)
         if callable(method) and "batch" in dims and "seq" in dims:
             found.append(method(dims["batch"], dims["seq"], dtype))
-    return max(found, key=lambda item: item[0]) if found else None
+    if not found:
+        return None
+    count, formula = max(found, key=lambda item: item[0])
+    return Term(count, formula)
 
 
 def measure_peak(step: Callable[[], Any], device: str | torch.device = "cpu") -> int:

@@ -37,7 +37,7 @@ from ..cost.engine.works import note_measured
 from ..devices.cpu import last_level_cache_bytes
 from ..errors import SpecError
 from ..roofline import Bound, attainable, bound, ridge_point
-from ..text import format_percent, format_si
+from ..text import dtype_name, format_percent, format_si
 
 __all__ = [
     "Clock",
@@ -291,7 +291,7 @@ class Measurement:
         ...                      device="cuda:0", dtype=torch.bfloat16, peak=1e13))
         '2.00 ms (3 runs, IQR 0.00%) on cuda:0 bfloat16: 2.00 TFLOP/s, MFU 20.0%, 50.0 GB/s'
         """
-        dtype = str(self.dtype).removeprefix("torch.") if self.dtype is not None else "-"
+        dtype = dtype_name(self.dtype) if self.dtype is not None else "-"
         spread = format_percent(self.iqr / self.median) if self.median else "0%"
         mfu = "MFU n/a" if self.mfu is None else f"MFU {format_percent(self.mfu)}"
         noisy = " (noisy)" if self.noisy else ""
@@ -312,7 +312,7 @@ class Measurement:
         memory  100 MB -> 50.0 GB/s, 40 FLOP/B
         """
         spread = format_percent(self.iqr / self.median) if self.median else "0%"
-        dtype = str(self.dtype).removeprefix("torch.") if self.dtype is not None else "-"
+        dtype = dtype_name(self.dtype) if self.dtype is not None else "-"
         threads = f", {self.threads} threads" if self.threads is not None else ""
         lines = [
             f"median  {format_si(self.median, 's')} (min {format_si(self.min, 's')}, IQR "
@@ -347,7 +347,7 @@ class Measurement:
         """
         out = {item.name: getattr(self, item.name) for item in fields(self)}
         out["times"] = list(self.times)
-        out["dtype"] = None if self.dtype is None else str(self.dtype).removeprefix("torch.")
+        out["dtype"] = None if self.dtype is None else dtype_name(self.dtype)
         return out
 
 

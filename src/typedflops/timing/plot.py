@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError
-from ..text import format_percent, format_si
+from ..text import dtype_name, format_percent, format_si
 
 if TYPE_CHECKING:
     from .bench import Measurement
@@ -29,7 +29,7 @@ def plot_title(first: Measurement, device_name: str = "", bandwidth: float | Non
     peak 989 TFLOP/s, bandwidth 3.35 TB/s, ridge 295 FLOP/B
     """
     device = f"{device_name} ({first.device})" if device_name else first.device
-    dtype = str(first.dtype).removeprefix("torch.") if first.dtype is not None else "-"
+    dtype = dtype_name(first.dtype) if first.dtype is not None else "-"
     if first.peak_flop_per_sec is None and bandwidth:
         roofs = (
             f"memory roof: bandwidth {format_si(bandwidth, 'B/s')} (measured)\n"

@@ -97,9 +97,14 @@ def not_costed_reason(error: BaseException) -> str:
     >>> reason.split("(")[0]
     'not costed: the body reads tensor values '
     """
-    from ..errors import ContractError
+    from ..errors import ContractError, DryRunError
 
     first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if isinstance(error, DryRunError) and error.reads_values is not None:
+        return (  # the op and the line that ran it
+            f"not costed: the body reads tensor values ({error.reads_values}), which a dry "
+            "run on meta tensors does not have; the call itself ran and passed its checks"
+        )
     if isinstance(error, ContractError):
         return (
             "not costed: a dry run could not rebuild this call at other sizes (an argument "

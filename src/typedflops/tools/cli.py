@@ -33,13 +33,17 @@ examples:
   typedflops devices --wide              the peak table with the source of each row
   typedflops plan --model gpt2 --batch 8 --seq 1024
                                          FLOPs, memory and step time of a training step
+  typedflops plan --model gpt3-175b --batch 1536 --seq 2048 --dp 8 --zero 1 --tp 8 --sp \\
+      --pp 16 --microbatches 192         the same per rank, across 1024 GPUs
 """
 
 PLAN_HELP = """\
 Plan one training step of a named model: its FLOPs, its memory (parameters, gradients,
 optimizer state, master weights, activations, and the peak), whether it fits the device,
 and its time. Nothing is allocated: the step is dry-run on meta tensors, with the kernels
-the device planned for runs.
+the device planned for runs. With a parallel layout (--dp, --zero, --tp, --sp, --pp,
+--microbatches), rank 0's share of the step: the model split by torch's own sharding
+under a fake process group of the layout's size, and the collectives it issues.
 """
 
 #: The named models of typedflops.nn.CONFIGS (a test holds them equal), for --help and for
@@ -99,6 +103,17 @@ def _flop_per_sec(text: str) -> float:
     return value
 
 
+def _model(text: str) -> str:
+    # A named model, a JSON file or package.module:factory; the file and the factory are
+    # read once torch is imported.
+    if text in MODEL_NAMES or text.endswith(".json") or os.path.isfile(text) or ":" in text:
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is no model: {_one_of(MODEL_NAMES)}, a JSON config file, or "
+        "package.module:factory"
+    )
+
+
 def _add_plan_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "plan",
@@ -107,7 +122,12 @@ def _add_plan_parser(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--model", required=True, choices=MODEL_NAMES, metavar="NAME", help=_one_of(MODEL_NAMES)
+        "--model",
+        required=True,
+        type=_model,
+        metavar="MODEL",
+        help=f"{_one_of(MODEL_NAMES)}; or a JSON config (TransformerConfig's fields, or a "
+        "Hugging Face config.json of GPT-2 or LLaMA); or package.module:factory",
     )
     parser.add_argument(
         "--batch", type=_size, required=True, metavar="B", help="sequences per step"
@@ -143,6 +163,23 @@ def _add_plan_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--checkpoint", action="store_true", help="recompute each block's forward in backward"
+    )
+    ranks = parser.add_argument_group(
+        "parallel layout", "plan each rank's share of the step (torch's own sharding, dry-run)"
+    )
+    ranks.add_argument("--dp", type=_size, default=1, metavar="N", help="data-parallel ranks")
+    ranks.add_argument(
+        "--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage (3: fully_shard)"
+    )
+    ranks.add_argument("--tp", type=_size, default=1, metavar="T", help="tensor-parallel ranks")
+    ranks.add_argument("--sp", action="store_true", help="sequence parallelism (with --tp)")
+    ranks.add_argument("--pp", type=_size, default=1, metavar="P", help="pipeline stages (1F1B)")
+    ranks.add_argument(
+        "--microbatches",
+        type=_size,
+        default=1,
+        metavar="M",
+        help="microbatches a step, per data-parallel rank",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument(

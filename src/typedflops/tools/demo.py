@@ -18,7 +18,15 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ..errors import UsageError
-from ..text import TERMINAL_WIDTH, fit_table, format_percent, format_si, text_table, wrap_lines
+from ..text import (
+    TERMINAL_WIDTH,
+    dtype_name,
+    fit_table,
+    format_percent,
+    format_si,
+    text_table,
+    wrap_lines,
+)
 from .plot_path import check_plot_path
 
 if TYPE_CHECKING:
@@ -129,10 +137,10 @@ def demo(
         sizes = DemoSizes(*QUICK, dtype=sizes.dtype)
     width = None if wide else TERMINAL_WIDTH
     torch.manual_seed(0)
-    dtype_name = str(sizes.dtype).removeprefix("torch.")
+    dtype_text = dtype_name(sizes.dtype)
     lines = [*_shape_error_demo(), ""]
     lines.append(
-        f"The lecture's models on {target} ({dtype_name}), B={sizes.batch}, D={sizes.d}, "
+        f"The lecture's models on {target} ({dtype_text}), B={sizes.batch}, D={sizes.d}, "
         f"K={sizes.k}; the input needs no grad:"
     )
     x = torch.randn(sizes.batch, sizes.d, device=target, dtype=sizes.dtype)
@@ -221,15 +229,15 @@ def _timing_report(timed: Sequence[tuple[str, Measurement]], width: int | None) 
 def _peak_report(target: torch.device, dtype: torch.dtype, first: Measurement) -> list[str]:
     from .. import devices as device_module
 
-    dtype_name = str(dtype).removeprefix("torch.")
+    dtype_text = dtype_name(dtype)
     peak, source = device_module.peak_source(dtype, target)
     if peak is None:
         return [
-            f"MFU n/a: no peak FLOP/s for {dtype_name} on {target}: {source}",
+            f"MFU n/a: no peak FLOP/s for {dtype_text} on {target}: {source}",
             f"Set {device_module.ENV_PEAK_FLOPS}=<FLOP/s> to give one (see `typedflops devices`).",
         ]
     lines = [
-        f"MFU = measured FLOP/s / peak {format_si(peak, 'FLOP/s')} ({dtype_name}); {source}",
+        f"MFU = measured FLOP/s / peak {format_si(peak, 'FLOP/s')} ({dtype_text}); {source}",
     ]
     if first.ridge is not None:
         bandwidth = peak / first.ridge

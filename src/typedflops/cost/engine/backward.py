@@ -5,7 +5,9 @@ and its arguments' shapes, strides, dtypes and ``requires_grad``) under ``FakeTe
 (nothing allocated) and differentiated with ``torch.autograd.grad``; the ops autograd runs
 are counted by the same rules as forward ops. So a matmul's backward is the two grad
 matmuls FlopCounterMode counts, a fused attention kernel's is its backward kernel, and an
-op that autograd does not differentiate costs nothing.
+op that autograd does not differentiate costs nothing. A ``torch.autograd.Function``'s
+backward, Python code that no op replay shows, is run on fake tensors when an op takes
+its output (see :func:`.counter.custom_backward_event`).
 """
 
 from __future__ import annotations
@@ -58,7 +60,10 @@ class _ListSink:
 
 
 def backward_of(event: Event) -> BackwardResult:
-    """The backward ops of ``event`` (cached per signature)."""
+    """The backward ops of ``event`` (cached per signature); for an event that is not an
+    op (a ``torch.autograd.Function``'s backward, counted as it was seen), its own."""
+    if event.func is None:
+        return BackwardResult(event.backward)
     key: Any = event.signature
     try:
         hash(key)

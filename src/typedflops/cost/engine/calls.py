@@ -11,10 +11,11 @@ from typing import Any
 from ...contract.function import CheckedFunction
 from .counter import suspended
 from .events import Event, Group, new_serial
-from .fit import Size, evaluate, size_value
+from .fit import Size, size_value
 from .frames import Frame, in_frame, owned_by
 from .kernels import TargetKernels
 from .probes import call_dims
+from .rules import declared_flops
 from .session import RunSession, declared_event
 from .shortcut import Shortcut, shortcut_of, stand_in
 from .signature import structural_signature
@@ -104,7 +105,8 @@ class CallHandle:
         parent = self.frame.parent
         if self.kind == "count" and declared is not None:
             dims = call_dims(self.fn, self.args, self.kwargs, sizes)
-            value = int(evaluate(declared, {k: size_value(v) for k, v in dims.items()}))
+            values = {k: size_value(v) for k, v in dims.items()}
+            value = declared_flops(self.fn.name, declared, values)
             session.events.append(declared_event(self.fn.name, value, self.frame))
         if self.kind == "count" and self.replay is not None:
             key = self.replay[0]

@@ -15,25 +15,38 @@ import contextlib
 import functools
 import sys
 import types
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch._library.autograd as torch_autograd_impl
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.function import BackwardCFunction
 from torch.nested._internal.nested_tensor import NestedTensor
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..storage import nbytes
+from .distributed import in_sharding_propagation, is_dtensor_call
 from .events import Event, Sink, current_group, group, named_event, new_group
+from .frames import current_frame, no_frame
 from .functions import inside_rule, watching
 from .kernels import on_target
-from .rules import OpCall, RuleEntry, find_rule, is_torch_counted, op_name
+from .rules import FREE, Free, OpCall, RuleEntry, find_rule, is_torch_counted, is_view, op_name
 from .saved import in_checkpoint
 from .tensors import describe, flat_tensors, is_float, nbytes_of
 
-__all__ = ["CountingMode", "GroupingMode", "counting", "make_event", "paused", "suspended"]
+__all__ = [
+    "CountingMode",
+    "GroupingMode",
+    "count_custom_backwards",
+    "counting",
+    "custom_backward_event",
+    "make_event",
+    "paused",
+    "suspended",
+]
 
 
 def _words(text: str) -> frozenset[str]:
@@ -78,8 +91,14 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # A dry run on meta tensors for a call that would run on this device type: its
         # attention takes the kernel that device would pick (see .attention).
         self.target: str | None = None
-        # Custom autograd Functions already listed as uncounted.
-        self.custom: set[type] = set()
+        # In a dry run on meta tensors, a real tensor the body reaches (a global module's
+        # weight, a closure's constant) takes part through a meta copy, made once per
+        # tensor, as FakeTensorMode(allow_non_fake_inputs=True) converts real tensors to
+        # fake ones: the op runs on meta and nothing real is read or written.
+        self.to_meta = False
+        self.meta_copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # The autograd.Function nodes whose backward is counted already.
+        self.custom_nodes: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def __torch_dispatch__(
         self,
@@ -95,10 +114,16 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return func(*args, **kwargs)
         if self.phase == "forward" and torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)
+        if is_dtensor_call(types):
+            return NotImplemented  # DTensor runs it as this rank's local ops, counted then
+        if in_sharding_propagation():
+            return func(*args, **kwargs)  # DTensor's pass over global shapes: not this rank's
+        if self.to_meta and _returns_tensor(func):  # (a query such as an SDPA choice: as is)
+            args, kwargs = self._on_meta(args, kwargs, _writes(func))
         if _JAGGED in types:
             # A jagged tensor runs each op on its dense values: count those. Its backward
             # runs on jagged tensors, which no replay builds: named, not predicted.
-            if _needs_grad(args, kwargs) and find_rule(func) != "free":
+            if _needs_grad(args, kwargs) and find_rule(func) is not FREE:
                 self.sink.add(named_event(f"{op_name(func)} (backward, jagged)"))
             with self, torch.no_grad():
                 return _JAGGED.__torch_dispatch__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
@@ -123,18 +148,143 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self._custom_backwards(args, kwargs)
         return out
 
+    def _on_meta(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], writes: bool
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments with every real tensor replaced by its meta copy. A CPU scalar,
+        which mixes with meta tensors and whose value ``.item()`` may read, is kept, unless
+        the op writes to an argument: nothing real is written in a dry run."""
+        if not any(_real(t, writes) for t in _tensors((args, tuple(kwargs.values())))):
+            return args, kwargs
+
+        def copy(tensor: torch.Tensor) -> torch.Tensor:
+            return self._meta_copy(tensor) if _real(tensor, writes) else tensor
+
+        return _map_tensors(args, copy), {
+            key: _map_tensors(value, copy) for key, value in kwargs.items()
+        }
+
+    def _meta_copy(self, tensor: torch.Tensor) -> torch.Tensor:
+        known = self.meta_copies.get(id(tensor))
+        if known is not None and known[0] is tensor:
+            return known[1]
+        copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta")
+        if tensor.requires_grad and (copy.is_floating_point() or copy.is_complex()):
+            copy.requires_grad_(True)
+        self.meta_copies[id(tensor)] = (tensor, copy)  # the original kept: ids stay unique
+        return copy
+
     def _custom_backwards(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Name, once, the ``torch.autograd.Function`` whose output an op takes: its backward
-        is Python code that no op replay shows, so it is listed as uncounted."""
+        """Count, once per call, the backward of each ``torch.autograd.Function`` whose
+        output an op takes (see :func:`custom_backward_event`)."""
         for tensor in _tensors((args, tuple(kwargs.values()))):
-            node = tensor.grad_fn
-            if not isinstance(node, BackwardCFunction) or _generated_for_custom_op(
-                node._forward_cls
-            ):
-                continue
-            if node._forward_cls not in self.custom:
-                self.custom.add(node._forward_cls)
-                self.sink.add(named_event(f"{node._forward_cls.__name__} (backward)"))
+            self.custom_backward(tensor.grad_fn)
+
+    def custom_backward(self, node: Any) -> None:
+        """Count the backward of ``node`` if it is a ``torch.autograd.Function``'s not
+        counted yet (``torch.library`` custom ops excepted: a replay counts theirs)."""
+        if not isinstance(node, BackwardCFunction) or _generated_for_custom_op(
+            node._forward_cls  # type: ignore[attr-defined]
+        ):
+            return
+        if node in self.custom_nodes:
+            return
+        self.custom_nodes.add(node)
+        self.sink.add(custom_backward_event(node, to_meta=self.to_meta))
+
+
+def _real(tensor: torch.Tensor, scalars: bool = False) -> bool:
+    """A tensor with storage that a meta dry run must not compute on (``scalars``: CPU
+    scalars too)."""
+    if tensor.is_meta or isinstance(tensor, FakeTensor) or tensor.is_nested:
+        return False
+    if type(tensor).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+        return False  # a tensor subclass: its own dispatch decides
+    if tensor.layout is not torch.strided:
+        return False
+    return scalars or tensor.dim() > 0 or tensor.device.type != "cpu"
+
+
+@functools.lru_cache(maxsize=4096)
+def _returns_tensor(func: Any) -> bool:
+    return any("Tensor" in str(r.type) for r in func._schema.returns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _writes(func: Any) -> bool:
+    return any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+
+
+def _map_tensors(tree: Any, fn: Any) -> Any:
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, list | tuple):
+        return type(tree)(_map_tensors(item, fn) for item in tree)
+    return tree
+
+
+def custom_backward_event(node: Any, *, to_meta: bool = False) -> Event:
+    """The backward of one ``torch.autograd.Function`` call, as an event with no forward
+    FLOPs whose backward is what the Function's ``backward`` runs.
+
+    Its ``backward`` is called with ``node`` as its ``ctx`` and a gradient of each output's
+    shape, on fake tensors (the saved tensors and any real tensor it reaches converted on
+    the fly, nothing computed), under a counting mode. When it cannot run so (it reads a
+    value, ``ctx`` lacks what it needs), it is listed as uncounted, with the reason.
+    """
+    cls = node._forward_cls
+    name = f"{cls.__name__} (backward)"
+    sink = _ListSink()
+    try:
+        saved = node.saved_tensors
+        real = any(_real(t) for t in saved if isinstance(t, torch.Tensor))
+        fake = FakeTensorMode(allow_non_fake_inputs=True) if real else contextlib.nullcontext()
+        with no_frame(), fake, torch.no_grad():
+            grads = [
+                torch.zeros(tuple(meta.shape), dtype=meta.dtype, device=meta.device)
+                for meta in node._input_metadata
+            ]
+            with counting(sink, phase="backward") as mode:
+                mode.to_meta = to_meta
+                cls.backward(node, *grads)
+    except Exception as exc:  # its backward cannot run on shapes alone
+        reason = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
+        return named_event(f"{cls.__name__} (backward: {reason})")
+    event = named_event(name, 0)
+    event.needs_grad = True
+    event.backward = sink.events
+    return event
+
+
+class _ListSink:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def add(self, event: Event) -> None:
+        self.events.append(event)
+
+
+def count_custom_backwards(result: Any, mode: Any = None) -> Any:
+    """Count the backward of each ``torch.autograd.Function`` whose output is in
+    ``result`` (a call's return value, which no op inside the call took), into ``mode``
+    (by default the mode of the session counting now); return ``result``."""
+    if mode is None:
+        mode = getattr(getattr(current_frame(), "session", None), "mode", None)
+    if isinstance(mode, CountingMode):
+        for tensor in _result_tensors(result):
+            mode.custom_backward(tensor.grad_fn)
+    return result
+
+
+def _result_tensors(tree: Any, depth: int = 0) -> Iterator[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif depth < 4 and isinstance(tree, list | tuple):
+        for item in tree:
+            yield from _result_tensors(item, depth + 1)
+    elif depth < 4 and isinstance(tree, dict):
+        for item in tree.values():
+            yield from _result_tensors(item, depth + 1)
 
 
 _JAGGED = NestedTensor
@@ -156,13 +306,13 @@ def _nested_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def make_event(
     func: Any,
-    found: RuleEntry | str | None,
+    found: RuleEntry | Free | None,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     out: Any,
 ) -> Event:
     """The event of one op that ran: its costs by its rule (``found``), its metadata."""
-    if found == "free" and not _needs_grad(args, kwargs):
+    if found is FREE and not _needs_grad(args, kwargs):
         return _free_event(func, args, kwargs, out)
     described_args = describe(args)
     described_kwargs = tuple((key, describe(value)) for key, value in kwargs.items())
@@ -178,7 +328,7 @@ def make_event(
         flops = entry.count(call, args, kwargs, out)
     elif found is None and not any(is_float(t) for t in (*inputs, *outputs)):
         counted = True  # no floating-point values: 0 FLOPs by convention, nothing missed
-    view = found == "free" and _is_view(func)
+    view = found is FREE and is_view(func)
     read = 0 if view else _unique_bytes(args, kwargs)
     written = 0 if view else sum(nbytes_of(t) for t in outputs)
     recorded = torch.is_grad_enabled() or _in_custom_op_autograd(func)
@@ -246,7 +396,7 @@ def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 def _free_event(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Event:
     """A zero-FLOP op that needs no backward: its bytes, not its arguments' description."""
     name = op_name(func)
-    view = _is_view(func)
+    view = is_view(func)
     return Event(
         op=name,
         func=func,
@@ -263,16 +413,6 @@ def _free_event(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: A
         needs_grad=False,
         torch_counted=False,
         recomputed=in_checkpoint(),
-    )
-
-
-@functools.lru_cache(maxsize=2048)
-def _is_view(func: Any) -> bool:
-    if func._overloadpacket is torch.ops.aten._unsafe_view:
-        return True  # a view of a fresh tensor (the copy before it already moved the bytes)
-    returns = func._schema.returns
-    return bool(returns) and all(
-        r.alias_info is not None and not r.alias_info.is_write for r in returns
     )
 
 
@@ -376,6 +516,7 @@ def counting(
     ``target``: the device type a meta dry run stands for."""
     mode = CountingMode(sink, phase)
     mode.target = target
+    mode.to_meta = target is not None  # a dry run on meta tensors
     with mode:
         if phase == "forward":
             mode.grouping = GroupingMode(mode)

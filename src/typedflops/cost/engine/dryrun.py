@@ -1,185 +1,69 @@
-"""Dry runs under ``FakeTensorMode`` at several sizes, and the Cost they add up to.
+"""The Cost of a call from dry runs at several sizes: formulas in the call's dims, each
+symbol of which was changed and checked.
 
-A :class:`Probe` knows how to build a call at any sizes of its dims (tensors from
-annotations or from the shapes of a call that ran, a module's parameters as fake copies, or
-a typed module rebuilt at other sizes). :func:`measure` runs it at the base sizes, once per
-dim with that dim changed, and once with all changed; :mod:`.fit` turns the runs into
-formulas. Fake tensors carry shapes, dtypes and devices but no storage, so nothing is
-allocated, and kernels are chosen as on the device the call would run on.
+:func:`measure` runs the call (a :class:`~.runs.Probe`) at its own sizes, then changes each
+of its sizes in turn: the call's dims, and the module's own sizes, by building the module
+again at other values (:mod:`.rebuild`). Each size is then one of:
+
+- *regular*: the body runs the same ops at another value; its ops' sizes are fitted op by
+  op (:mod:`.fit`) and checked by a run with every such size changed at once;
+- *in the op sequence*: the body runs other ops at other values (a loop or a branch on
+  the size); its counts are interpolated over several values (:mod:`.sequence`), or the
+  Cost is marked inexact;
+- *stuck*: no other value runs (a dim the module's weights fix). Sizes stuck at one value
+  are changed together (the ``d`` of the input with the ``n_embd`` the module is built
+  from): where they run, they are one symbol, named after the call's dim. A size that
+  nothing changes is a number in the formulas and is listed in ``Cost.fixed``.
+
+Two sizes that happen to be equal are told apart because each is changed alone. Every
+formula is then checked again at sizes no fit used: the count of each block of a
+``ModuleList`` at one more block, and the call's dims far above and below their values
+(a branch on ``x.shape[0] > 100``). A formula a check refutes is marked inexact.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import inspect
-import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import sympy
-import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ...config import disabled
-from ...errors import ContractError
-from ..types import Cost, OpCost
-from .backward import backward_of
+from ..types import Cost, Term
+from .axes import Axis, axes_of, named_by_call, study, third, tied
 from .events import Event
-from .fit import Plan, Size, evaluate, fit, size_value, total
-from .kernels import meta_target
-from .saved import SavedTensors
-from .session import RunSession
+from .fit import Fitted, Plan, Size, fit, size_value
+from .rebuild import OWN
+from .rules import declared_flops
+from .runs import TERMS, Probe, Run, Runner, Thunk, run_once
+from .sequence import MAX_DEGREE, interpolated, points_from
+from .terms import fitted_terms, op_costs, uncounted
 
-__all__ = ["Probe", "Run", "measure", "run_once"]
+__all__ = ["Probe", "Run", "Thunk", "measure", "run_once"]
 
-Thunk = Callable[[], Any]
-
-
-@dataclass
-class Probe:
-    """A call that can be built at any sizes of its dims.
-
-    ``dims`` are the base sizes of every dim of the call, ``variable`` those that may be
-    changed independently, ``names`` other named sizes (a module's own), ``repeats`` names
-    for a module's count of repeated blocks, ``build`` makes the call at an assignment of
-    sizes with its tensors on a device (``"meta"``), ``device`` the device type the call
-    would run on, ``declared`` a ``flops=`` formula replacing the outermost call's count.
-    """
-
-    function: str
-    dims: dict[str, Size]
-    variable: list[str]
-    build: Callable[[Mapping[str, Size], str], Thunk]
-    device: str = "cpu"
-    names: dict[str, int] = field(default_factory=dict)
-    repeats: dict[str, int] = field(default_factory=dict)
-    declared: sympy.Expr | None = None
+# Checks far from the call's sizes: each dim at 2, and at this many times its size plus
+# one (odd, so that a branch on parity shows) or at least at _FAR_FLOOR. A branch on a
+# size at a threshold between those is seen.
+_FAR = 64
+_FAR_FLOOR = 1025
 
 
 @dataclass
-class Run:
-    """The events of one dry run, the dims its outermost call bound, and the bytes of the
-    activations autograd saved for backward (each storage once, weights not included)."""
+class _Fitting:
+    """An op-by-op fit at one set of sizes: its plan, the formula of each op, the bytes
+    saved in each run, the axes it changed and their values there."""
 
-    events: list[Event]
-    bound: dict[str, Size]
-    saved: list[Event] = field(default_factory=list)
+    plan: Plan
+    fitted: Fitted
+    saved: list[list[Event]]
+    varied: list[Axis]
+    values: dict[str, int]
 
-
-@contextlib.contextmanager
-def _quiet_fake_tensors() -> Iterator[None]:
-    """Keep FakeTensorMode from logging the errors of runs at sizes the body refuses (a
-    changed dim that the weights fix): those runs are expected to fail, quietly."""
-    logger = logging.getLogger("torch._subclasses.fake_tensor")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False) -> Run:
-    """Run the probe's call once at ``assignment`` and collect its events (and backward).
-
-    On ``meta`` tensors (the default: fast, and tensors made inside the body are meta too),
-    attention taking the kernel the call's device would pick; with ``fake=True`` under
-    ``FakeTensorMode`` on the call's own device (slower; for bodies that mix in tensors
-    that are not arguments, such as module-level constants).
-    """
-    target = None if fake else probe.device
-    if target == "meta":
-        target = meta_target()
-    session = RunSession(probe.function, target)
-    device = probe.device if fake else "meta"
-    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
-    saved = SavedTensors()
-    session.saved = saved
-    with mode, torch.device(device), disabled(False), _quiet_fake_tensors():
-        thunk = probe.build(assignment, device)
-        with (
-            session.active(),
-            torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
-        ):
-            _finish(thunk())
-    for event in session.events:
-        # A repeated block's events share their first call's list: filled once.
-        if event.needs_grad and not event.backward:
-            event.backward.extend(backward_of(event).events)
-    return Run(session.events, dict(session.bound), saved.events())
-
-
-def _finish(result: Any) -> Any:
-    """Run a coroutine or generator body to its end (a dry run costs the whole body)."""
-    if inspect.iscoroutine(result):
-        return _drive(result)
-    if inspect.isgenerator(result):
-        return list(result)
-    if inspect.isasyncgen(result):
-
-        async def drain() -> list[Any]:
-            return [item async for item in result]
-
-        return _drive(drain())
-    return result
-
-
-def _drive(coroutine: Any) -> Any:
-    """Run a coroutine to completion without an event loop when it never waits on one."""
-    try:
-        while True:
-            coroutine.send(None)
-    except StopIteration as stop:
-        return stop.value
-    except RuntimeError:
-        coroutine.close()
-        raise
-    finally:
-        with contextlib.suppress(RuntimeError):
-            coroutine.close()
-
-
-def _run_or_none(
-    probe: Probe, assignment: Mapping[str, Size], ops: list[str], fake: bool
-) -> Run | None:
-    try:
-        run = run_once(probe, assignment, fake=fake)
-    except Exception:
-        return None
-    return run if [event.op for event in run.events] == ops else None
-
-
-def _candidates(size: Size) -> list[Size]:
-    if isinstance(size, tuple):
-        if not size:
-            return []
-        return [(value, *size[1:]) for value in _candidates_int(size[0])]
-    return list(_candidates_int(size))
-
-
-def _candidates_int(value: int) -> list[int]:
-    found = [2 * value, value + 1]
-    if value % 2 == 0 and value // 2 >= 2:
-        found.append(value // 2)
-    return [v for v in dict.fromkeys(found) if v != value and v >= 1]
-
-
-def _third(size: Size, taken: Size, attempt: int) -> Size:
-    # A variadic dim is one symbol, the product of its sizes: both the change and the
-    # check scale its first axis, so that each of its axes stays a function of the product.
-    if isinstance(size, tuple):
-        first = taken[0] if isinstance(taken, tuple) else taken
-        return (_third_int(size[0], first, attempt), *size[1:])
-    assert isinstance(taken, int)
-    return _third_int(size, taken, attempt)
-
-
-def _third_int(value: int, taken: int, attempt: int) -> int:
-    options = [3 * value, value + 2, 5 * value, value + 3]
-    options = [v for v in options if v not in (value, taken)]
-    return options[attempt % len(options)]
+    def terms(self, repeat: Mapping[int, sympy.Symbol] | None = None) -> dict[str, Term]:
+        """The terms of the fit's base run (``repeat``: names for counts of blocks)."""
+        repeat = repeat or {}
+        values = {**self.values, **{str(symbol): count for count, symbol in repeat.items()}}
+        return fitted_terms(self.plan, self.fitted, self.saved, repeat, values)
 
 
 def measure(probe: Probe, *, shifted: bool = False) -> Cost:
@@ -190,277 +74,329 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     and up instead; a formula from there replaces the base run's where it gives the base
     run's count at size 1, so that every formula still evaluates to its count.
     """
-    fake = False
-    try:
-        base = run_once(probe, probe.dims)
-    except (RuntimeError, NotImplementedError, TypeError) as exc:
-        if isinstance(exc, ContractError):
-            raise
-        fake = True  # e.g. a module-level tensor the body uses: meta cannot mix with it
-        base = run_once(probe, probe.dims, fake=True)
-    ops = [event.op for event in base.events]
-    runs = [base.events]
-    saved = [base.saved]
-    assignments: list[dict[str, Size]] = [dict(probe.dims)]
-    varied: list[str] = []
-    for name in probe.variable:
-        for candidate in _candidates(probe.dims[name])[:3]:
-            assignment = {**probe.dims, name: candidate}
-            found = _run_or_none(probe, assignment, ops, fake)
-            if found is not None:
-                varied.append(name)
-                runs.append(found.events)
-                saved.append(found.saved)
-                assignments.append(assignment)
-                break
-    checked = not varied
-    for attempt in range(3 if varied else 0):
-        assignment = dict(probe.dims)
-        for index, name in enumerate(varied):
-            assignment[name] = _third(probe.dims[name], assignments[1 + index][name], attempt)
-        found = _run_or_none(probe, assignment, ops, fake)
-        if found is not None:
-            runs.append(found.events)
-            saved.append(found.saved)
-            assignments.append(assignment)
-            checked = True
-            break
-    dims = {**base.bound, **probe.dims}
-    # A count of repeated blocks is not an axis size: no constant is named after it.
-    names = _fixed_names(
-        {name: size for name, size in dims.items() if name not in probe.repeats},
-        varied,
-        {name: size for name, size in probe.names.items() if name not in probe.repeats},
-    )
-    plan = Plan(assignments, runs, varied, checked, names)
-    fitted = fit(plan)
-    cost = assemble(probe, plan, fitted.forward, fitted.backward, fitted.exact, dims)
-    cost = _with_activations(cost, probe, plan, saved)
-    stuck = [
-        name for name in probe.variable if name not in varied and size_value(probe.dims[name]) == 1
+    runner = Runner(probe)
+    start: dict[str, Size] = dict(probe.dims)
+    rebuild = probe.rebuild
+    if rebuild is not None and not rebuild.declared:
+        start.update({rebuild.key(name): size for name, size in rebuild.sizes.items()})
+    base = runner.base(start)
+    bound = {**base.bound, **probe.dims}
+    studies = [study(runner, start, base, axis) for axis in axes_of(probe, bound)]
+    studies = named_by_call(tied(runner, start, base, studies), start, base)
+    at_one = [
+        s.axis
+        for s in studies
+        if not s.regular and s.axis.keys[0] in probe.variable and _is_one(start[s.axis.keys[0]])
     ]
-    if stuck and not shifted:
-        cost = _fitted_above_one(probe, cost, stuck)
+    regular = [s.axis for s in studies if s.regular]
+    sequence = [s.axis for s in studies if s.other_ops and s.axis not in at_one]
+    fitting = _fit_at(runner, start, regular, base)
+    assert fitting is not None  # the base run ran
+    values = _values(start, [*fitting.varied, *sequence])
+    repeat = _repeat_symbols(probe, values)
+    repeat = _verified_repeats(runner, start, probe, fitting, repeat, values)
+    values.update({str(symbol): count for count, symbol in repeat.items()})
+    terms = fitting.terms(repeat)
+    if sequence:
+        axes = [*fitting.varied, *sequence]
+        over = _over_sequence(runner, start, fitting.varied, sequence)
+        if over is not None and not _refuted_anywhere(runner, start, axes, over, values, probe):
+            terms = {name: term.checked_at(values) for name, term in over.items()}
+        else:
+            terms = {name: dataclasses.replace(t, exact=False) for name, t in terms.items()}
+    terms = _far_checked(runner, start, fitting.varied, terms, values, probe)
+    if probe.declared is not None:
+        shown = {**{k: size_value(v) for k, v in bound.items()}, **values}
+        flops = declared_flops(probe.function, probe.declared, shown)
+        terms["forward"] = Term(flops, probe.declared)
+    changed = {name for s in studies if not s.stuck for name in _names(s.axis)}
+    changed |= {str(symbol) for symbol in repeat.values()}
+    cost = _cost(probe, base, fitting, terms, bound, values, changed)
+    moving = any(s.other_ops for s in studies if s.axis in at_one)
+    if at_one and not shifted:
+        cost = _fitted_above_one(probe, cost, at_one, moving)
+    elif moving:
+        cost = _inexact(cost)
     return cost
 
 
-_FORMULAS = (
-    ("flops", "formula"),
-    ("backward_flops", "backward_formula"),
-    ("matmul_flops", "matmul_formula"),
-    ("recompute_flops", "recompute_formula"),
-    ("activation_bytes", "activation_formula"),
-)
+def _inexact(cost: Cost) -> Cost:
+    terms = {name: dataclasses.replace(term, exact=False) for name, term in cost.terms.items()}
+    return _with_terms(cost, terms, cost.dims, cost.fixed)
 
 
-def _fitted_above_one(probe: Probe, cost: Cost, stuck: list[str]) -> Cost:
-    """``cost`` with the formulas fitted with the ``stuck`` dims at 2 (and varied from
-    there) wherever they evaluate, at size 1, to ``cost``'s own counts."""
-    dims = dict(probe.dims)
-    for name in stuck:
-        size = dims[name]
-        dims[name] = (2, *size[1:]) if isinstance(size, tuple) else 2
-    try:
-        above = measure(dataclasses.replace(probe, dims=dims), shifted=True)
-    except Exception:  # the call cannot run at 2: the base run's formulas stand
-        return cost
-    values = dict(cost.dims)
-    changes: dict[str, Any] = {}
-    for count_field, formula_field in _FORMULAS:
-        formula: sympy.Expr = getattr(above, formula_field)
-        if not {str(symbol) for symbol in formula.free_symbols} <= values.keys():
-            continue
-        if evaluate(formula, values) == getattr(cost, count_field):
-            changes[formula_field] = formula
-    return dataclasses.replace(cost, **changes) if changes else cost
-
-
-def _with_activations(cost: Cost, probe: Probe, plan: Plan, saved: list[list[Event]]) -> Cost:
-    """The activation bytes of the base run, fitted like FLOPs (each saved storage's shape),
-    the bytes saved in each of k identical blocks written ``n_layers * B`` as FLOPs are."""
-    count = sum(event.flops for event in saved[0])
-    formula: sympy.Expr = sympy.Integer(count)
-    if all([e.op for e in run] == [e.op for e in saved[0]] for run in saved) and count:
-        bytes_plan = dataclasses.replace(plan, runs=saved, _series={}, _rules={})
-        fitted = fit(bytes_plan)
-        values = {name: size_value(size) for name, size in cost.dims.items()}
-        repeat = _repeat_symbols(probe.repeats, plan.names, values)
-        candidate = _with_repeats(saved[0], fitted.forward, repeat)
-        if fitted.exact and evaluate(candidate, values) == count:
-            used = {str(s) for s in candidate.free_symbols}
-            formula = candidate if used <= set(cost.dims) else formula
-    return dataclasses.replace(cost, activation_bytes=count, activation_formula=formula)
-
-
-def _fixed_names(
-    dims: Mapping[str, Size], varied: Sequence[str], extra: Mapping[str, int]
-) -> dict[int, str]:
-    """Names for sizes that stayed fixed: the call's own dims first, then the module's.
-
-    A value that two names share at the same level is left a number (naming it after
-    either could be wrong), and so are 0 and 1.
-    """
-    names: dict[int, str] = {}
-    blocked: set[int] = set()
-    fixed = {name: size_value(size) for name, size in dims.items() if name not in varied}
-    for level in (fixed, {n: v for n, v in extra.items() if n not in dims}):
-        by_value: dict[int, set[str]] = {}
-        for name, value in level.items():
-            by_value.setdefault(value, set()).add(name)
-        for value, found in by_value.items():
-            if value < 2 or value in names or value in blocked:
-                continue
-            if len(found) == 1:
-                names[value] = found.pop()
-            else:
-                blocked.add(value)
-    return names
-
-
-def assemble(
-    probe: Probe,
-    plan: Plan,
-    forward: Sequence[sympy.Expr],
-    backward: Sequence[sympy.Expr],
-    exact: bool,
-    dims: Mapping[str, Size],
+def _with_terms(
+    cost: Cost, terms: Mapping[str, Term], dims: Mapping[str, int], fixed: Mapping[str, int]
 ) -> Cost:
-    """Per-op costs of the base run, grouped by the call the user wrote, and their sum."""
-    events = plan.runs[0]
-    values = {name: size_value(size) for name, size in dims.items()}
-    for value, name in plan.names.items():
-        values.setdefault(name, value)
-    ops: list[OpCost] = []
-    start = 0
-    while start < len(events):
-        end = start + 1
-        while end < len(events) and events[end].group.serial == events[start].group.serial:
-            end += 1
-        ops.append(_op_cost(events[start:end], forward[start:end], backward[start:end]))
-        start = end
-    flops = sum(op.flops for op in ops)
-    backward_flops = sum(op.backward_flops for op in ops)
-    repeat = _repeat_symbols(probe.repeats, plan.names, values)
-    formula = _with_repeats(events, forward, repeat)
-    backward_formula = _with_repeats(events, backward, repeat)
-    for name in repeat.values():
-        values[str(name)] = probe.repeats[str(name)]
-    matmul_forward = [
-        formula if event.entry is not None and event.entry.matmul else sympy.Integer(0)
-        for event, formula in zip(events, forward, strict=True)
-    ]
-    matmul_flops = sum(e.flops for e in events if e.entry is not None and e.entry.matmul)
-    matmul_formula = _with_repeats(events, matmul_forward, repeat)
-    if evaluate(matmul_formula, values) != matmul_flops:
-        matmul_formula = sympy.Integer(matmul_flops)
-    recompute_flops = sum(e.flops for e in events if e.recomputed)
-    recompute_formula = _with_repeats(
-        events,
-        [f if e.recomputed else sympy.Integer(0) for e, f in zip(events, forward, strict=True)],
-        repeat,
-    )
-    if evaluate(recompute_formula, values) != recompute_flops:
-        recompute_formula = sympy.Integer(recompute_flops)
-    if probe.declared is not None:
-        formula = probe.declared
-        flops = int(evaluate(formula, values))
-    if evaluate(formula, values) != flops:
-        formula, exact = sympy.Integer(flops), False
-    if evaluate(backward_formula, values) != backward_flops:
-        backward_formula, exact = sympy.Integer(backward_flops), False
-    used = {
-        str(s)
-        for f in (formula, backward_formula, matmul_formula, recompute_formula)
-        for s in f.free_symbols
-    }
-    shown = {name: values[name] for name in dims}
-    shown.update({name: values[name] for name in sorted(used - set(shown))})
-    return Cost(
-        flops=flops,
-        backward_flops=backward_flops,
-        formula=formula,
-        backward_formula=backward_formula,
-        dims=shown,
-        bytes_read=sum(op.bytes_read for op in ops),
-        bytes_written=sum(op.bytes_written for op in ops),
-        ops=tuple(ops),
-        uncounted=_uncounted(events),
-        function=probe.function,
-        exact=exact,
-        matmul_flops=matmul_flops,
-        matmul_formula=matmul_formula,
-        recompute_flops=recompute_flops,
-        recompute_formula=recompute_formula,
+    return dataclasses.replace(
+        cost,
+        forward=terms["forward"],
+        backward=terms["backward"],
+        matmul=terms["matmul"],
+        recompute=terms["recompute"],
+        activation=terms["activation"],
+        dims=dims,
+        fixed=fixed,
     )
 
 
-def _repeat_symbols(
-    repeats: Mapping[str, int], names: Mapping[int, str], values: Mapping[str, int]
-) -> dict[int, sympy.Symbol]:
+def _is_one(size: Size) -> bool:
+    """A size fitted from 2 up: 1 (torch may run other kernels there) or 0 (no work)."""
+    return size_value(size) in (0, 1)
+
+
+def _names(axis: Axis) -> set[str]:
+    return {axis.name, *(key.removeprefix(OWN) for key in axis.keys)}
+
+
+def _fit_at(
+    runner: Runner, at: Mapping[str, Size], axes: Sequence[Axis], base: Run | None = None
+) -> _Fitting | None:
+    """The op-by-op fit at sizes ``at``: a run with each axis changed alone, and a check
+    with all of them changed at once (None where the body does not run at ``at``)."""
+    base = base if base is not None else runner.run(at)
+    if base is None:
+        return None
+    runs = [base]
+    points: list[dict[str, Size]] = [{}]
+    varied: list[Axis] = []
+    for axis in axes:
+        found = study(runner, at, base, axis)
+        if found.regular and found.run is not None and found.value is not None:
+            varied.append(axis)
+            runs.append(found.run)
+            points.append({axis.name: found.value})
+    checked = not varied
+    for attempt in range(3 if varied else 0):
+        change: dict[str, Size] = {}
+        sizes: dict[str, Size] = {}
+        for index, axis in enumerate(varied):
+            value = third(at[axis.keys[0]], points[1 + index][axis.name], attempt)
+            change.update(axis.assign(value))
+            sizes[axis.name] = value
+        run = runner.run({**at, **change})
+        if run is not None and run.ops == base.ops:
+            runs.append(run)
+            points.append(sizes)
+            checked = True
+            break
+    own = {axis.name: at[axis.keys[0]] for axis in varied}
+    assignments = [{**own, **point} for point in points]
+    plan = Plan(assignments, [run.events for run in runs], [a.name for a in varied], checked)
+    saved = [run.saved for run in runs]
+    return _Fitting(plan, fit(plan), saved, varied, _values(at, varied))
+
+
+def _values(at: Mapping[str, Size], axes: Sequence[Axis]) -> dict[str, int]:
+    return {axis.name: size_value(at[axis.keys[0]]) for axis in axes}
+
+
+def _repeat_symbols(probe: Probe, values: Mapping[str, int]) -> dict[int, sympy.Symbol]:
+    """Names for a module's count of identical blocks that a rebuild can change."""
+    rebuild = probe.rebuild
+    if rebuild is None:
+        return {}
     by_value: dict[int, list[str]] = {}
-    for name, value in repeats.items():
-        by_value.setdefault(value, []).append(name)
+    for name, value in probe.repeats.items():
+        if name in rebuild.sizes and rebuild.sizes[name] == value and name not in values:
+            by_value.setdefault(value, []).append(name)
     return {
         value: sympy.Symbol(found[0])
         for value, found in by_value.items()
-        if len(found) == 1
-        and value >= 2
-        and (names.get(value, found[0]) == found[0])
-        and values.get(found[0], value) == value
+        if len(found) == 1 and value >= 2
     }
 
 
-def _with_repeats(
-    events: Sequence[Event], formulas: Sequence[sympy.Expr], repeat: Mapping[int, sympy.Symbol]
-) -> sympy.Expr:
-    """The sum of the formulas, with k identical calls of one block written ``n_layers * F``
-    when the module names k (its ``num_layers`` beside a ``ModuleList`` of k blocks)."""
-    own: list[sympy.Expr] = []
-    calls: dict[int, list[sympy.Expr]] = {}
-    names: dict[int, tuple[str, ...]] = {}
-    for event, formula in zip(events, formulas, strict=True):
-        if len(event.calls) >= 2:
-            calls.setdefault(event.calls[1], []).append(formula)
-            names[event.calls[1]] = event.path[:2]
-        else:
-            own.append(formula)
-    if not repeat:
-        return total([*own, *(f for group in calls.values() for f in group)])
-    blocks: dict[tuple[tuple[str, ...], sympy.Expr], int] = {}
-    for serial, group in calls.items():
-        key = (names[serial], total(group, factor=False))
-        blocks[key] = blocks.get(key, 0) + 1
-    terms = list(own)
-    for (_, formula), count in blocks.items():
-        terms.append(repeat.get(count, count) * formula)
-    summed = sympy.expand(sympy.Add(*terms))
-    return sympy.factor(summed) if summed.free_symbols else summed
+def _verified_repeats(
+    runner: Runner,
+    at: Mapping[str, Size],
+    probe: Probe,
+    fitting: _Fitting,
+    repeat: Mapping[int, sympy.Symbol],
+    values: Mapping[str, int],
+) -> dict[int, sympy.Symbol]:
+    """The counts of blocks whose formula (``n_layers * F``) gives the count of a run with
+    the module built with one more block; a count no such run confirms stays a number."""
+    kept: dict[int, sympy.Symbol] = {}
+    rebuild = probe.rebuild
+    for count, symbol in repeat.items():
+        assert rebuild is not None
+        terms = fitting.terms({count: symbol})
+        run = runner.run({**at, rebuild.key(str(symbol)): count + 1})
+        if run is None:
+            continue
+        if not _refuted(run, terms, {**values, str(symbol): count + 1}, probe):
+            kept[count] = symbol
+    return kept
 
 
-def _op_cost(
-    events: Sequence[Event], forward: Sequence[sympy.Expr], backward: Sequence[sympy.Expr]
-) -> OpCost:
-    first = events[0]
-    free = all(event.entry is None and event.counted for event in events)
-    return OpCost(
-        op=first.group.name,
-        pattern=first.group.pattern,
-        flops=sum(event.flops for event in events),
-        formula=total(forward),
-        backward_flops=sum(sum(b.flops for b in event.backward) for event in events),
-        backward_formula=total(backward),
+def _refuted(
+    run: Run, terms: Mapping[str, Term], values: Mapping[str, int], probe: Probe
+) -> set[str]:
+    """The exact terms whose formulas do not give ``run``'s counts at ``values``."""
+    counts = run.counts()
+    return {
+        name
+        for name in TERMS
+        if terms[name].exact
+        and not (name == "forward" and probe.declared is not None)
+        and terms[name].at(values) != counts[name]
+    }
+
+
+def _over_sequence(
+    runner: Runner, at: Mapping[str, Size], regular: Sequence[Axis], sequence: Sequence[Axis]
+) -> dict[str, Term] | None:
+    """The terms as polynomials in the ``sequence`` axes (whose values change the ops),
+    each coefficient fitted op by op in the ``regular`` ones; None where none fits."""
+    if not sequence:
+        fitting = _fit_at(runner, at, regular)
+        return None if fitting is None else fitting.terms()
+    axis, rest = sequence[0], sequence[1:]
+    size = at[axis.keys[0]]
+    first = size[0] if isinstance(size, tuple) else size
+    points: list[tuple[int, dict[str, Term]]] = []
+    for value in points_from(first):
+        moved: Size = (value, *size[1:]) if isinstance(size, tuple) else value
+        found = _over_sequence(runner, {**at, **axis.assign(moved)}, regular, rest)
+        if found is None:
+            if not points:
+                return None  # the body does not run at ``at`` itself
+            continue
+        points.append((size_value(moved), found))
+        result = interpolated(points, sympy.Symbol(axis.name))
+        if result is not None:
+            return result
+        if len(points) >= MAX_DEGREE + 2:
+            return None
+    return None
+
+
+def _refuted_anywhere(
+    runner: Runner,
+    at: Mapping[str, Size],
+    axes: Sequence[Axis],
+    terms: Mapping[str, Term],
+    values: Mapping[str, int],
+    probe: Probe,
+) -> bool:
+    """Whether a run with every axis changed at once to a value no fit used gives other
+    counts than the formulas (a run the body refuses confirms nothing and refutes nothing)."""
+    for attempt in range(3):
+        change: dict[str, Size] = {}
+        sizes: dict[str, int] = {}
+        for axis in axes:
+            size = at[axis.keys[0]]
+            value = third(size, size, attempt + 2)
+            change.update(axis.assign(value))
+            sizes[axis.name] = size_value(value)
+        run = runner.run({**at, **change})
+        if run is not None:
+            return bool(_refuted(run, terms, {**values, **sizes}, probe))
+    return False
+
+
+def _far(size: Size, up: bool) -> Size:
+    if isinstance(size, tuple):
+        return (_far_int(size[0], up), *size[1:]) if size else size
+    return _far_int(size, up)
+
+
+def _far_int(size: int, up: bool) -> int:
+    return max(_FAR * size + 1, _FAR_FLOOR) if up else 2
+
+
+def _far_checked(
+    runner: Runner,
+    at: Mapping[str, Size],
+    axes: Sequence[Axis],
+    terms: dict[str, Term],
+    values: Mapping[str, int],
+    probe: Probe,
+) -> dict[str, Term]:
+    """The terms, those that runs with the call's dims far above and far below their
+    values refute marked inexact (a branch on a size that the fit's runs did not reach:
+    ``if x.shape[0] > 100`` fitted at 8)."""
+    far = [axis for axis in axes if axis.far]
+    for up in (True, False):
+        change: dict[str, Size] = {}
+        sizes: dict[str, int] = {}
+        for axis in far:
+            size = at[axis.keys[0]]
+            value = _far(size, up)
+            if value != size:
+                change.update(axis.assign(value))
+                sizes[axis.name] = size_value(value)
+        run = runner.run({**at, **change}) if change else None
+        if run is None:
+            continue
+        for name in _refuted(run, terms, {**values, **sizes}, probe):
+            terms[name] = dataclasses.replace(terms[name], exact=False)
+    return terms
+
+
+def _cost(
+    probe: Probe,
+    base: Run,
+    fitting: _Fitting,
+    terms: Mapping[str, Term],
+    bound: Mapping[str, Size],
+    values: Mapping[str, int],
+    changed: set[str],
+) -> Cost:
+    """The Cost: the base run's ops and counts, the terms, the call's dims and the sizes of
+    its formulas, and the sizes that no run changed."""
+    dims = {name: size_value(size) for name, size in bound.items()}
+    used = {str(symbol) for term in terms.values() for symbol in term.formula.free_symbols}
+    dims.update({name: values[name] for name in sorted(used - dims.keys()) if name in values})
+    fixed = {name: size for name, size in dims.items() if name not in changed}
+    # A module that cannot be built again holds its sizes (``self.d_ff``) at their values;
+    # one that can was changed in each (its submodules' names are no sizes of its own).
+    for name, size in probe.names.items() if probe.rebuild is None else ():
+        if name not in changed and name not in fixed and name not in bound:
+            fixed[name] = size
+    events = base.events
+    return Cost(
+        forward=terms["forward"],
+        backward=terms["backward"],
+        dims=dims,
         bytes_read=sum(event.bytes_read for event in events),
         bytes_written=sum(event.bytes_written for event in events),
-        view=all(event.view for event in events) if free else None,
-        path=first.path,
+        ops=op_costs(events, fitting.fitted),
+        uncounted=uncounted(events),
+        function=probe.function,
+        matmul=terms["matmul"],
+        recompute=terms["recompute"],
+        activation=terms["activation"],
+        fixed=fixed,
     )
 
 
-def _uncounted(events: Sequence[Event]) -> tuple[str, ...]:
-    found: list[str] = []
-    for event in events:
-        if not event.counted:
-            found.append(event.op)
-        if event.needs_grad:
-            found.extend(backward_of(event).uncounted)
-    return tuple(dict.fromkeys(found))
+def _fitted_above_one(probe: Probe, cost: Cost, stuck: Sequence[Axis], moving: bool) -> Cost:
+    """``cost`` with the formulas fitted with the ``stuck`` dims at 2 (and changed from
+    there) wherever they evaluate, at size 1, to ``cost``'s own counts. Where one does not
+    and the ops at 1 differ from those at 2 (``moving``), the base run's is not exact."""
+    dims = dict(probe.dims)
+    for axis in stuck:
+        for key in axis.keys:
+            size = dims.get(key)
+            if size is not None:
+                dims[key] = (2, *size[1:]) if isinstance(size, tuple) else 2
+    try:
+        above: Cost | None = measure(dataclasses.replace(probe, dims=dims), shifted=True)
+    except Exception:  # the call cannot run at 2: the base run's formulas stand
+        above = None
+    values = {**(above.dims if above is not None else {}), **cost.dims}
+    terms: dict[str, Term] = {}
+    for name, term in cost.terms.items():
+        if above is not None:
+            candidate = above.terms[name]
+            moved = Term(term.count, candidate.formula, candidate.exact)
+            if moved.holds_at(values):
+                terms[name] = moved
+                continue
+        terms[name] = dataclasses.replace(term, exact=False) if moving else term
+    used = {str(symbol) for term in terms.values() for symbol in term.formula.free_symbols}
+    shown = {**cost.dims, **{name: values[name] for name in sorted(used - cost.dims.keys())}}
+    fixed = {name: size for name, size in cost.fixed.items() if name not in used}
+    return _with_terms(cost, terms, shown, fixed)

@@ -9,8 +9,9 @@ op's rule is then applied to the fitted sizes, giving its FLOPs as a formula in 
 from names, and nothing is assumed about which ops keep which axes: reshapes, tensors made
 inside the body and anything torch does between the ops are seen only through the sizes.
 
-A size that stays constant across all runs is a number, named after a fixed dim of the same
-value where there is one (a weight's ``d_model``), so that formulas read in the code's names.
+A size that stays constant across all runs is a number: a name is only ever a dim that the
+runs changed (a module's own sizes are changed by building the module again, see
+:mod:`.rebuild`), never a guess from a value two sizes may share.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .events import Event
 from .rules import OpCall
 from .tensors import TensorMeta, flat_tensors, map_meta
 
-__all__ = ["Fitted", "Plan", "fit", "fit_count"]
+__all__ = ["Fitted", "Plan", "fit", "fit_count", "fit_event"]
 
 Size = int | tuple[int, ...]
 
@@ -43,13 +44,14 @@ def size_value(size: Size) -> int:
 @dataclass
 class Plan:
     """Runs of one body: ``runs[0]`` at the base sizes, ``runs[1 + i]`` with ``varied[i]``
-    changed, and (when ``checked``) a last run with every varied dim changed."""
+    changed, and (when ``checked``) a last run with every varied dim changed;
+    ``assignments[i]`` holds the value of each varied dim (by its name in formulas) in run
+    ``i``."""
 
     assignments: list[dict[str, Size]]
     runs: list[list[Event]]
     varied: list[str]
     checked: bool
-    names: Mapping[int, str]
     _series: dict[tuple[int, ...], tuple[sympy.Expr | None, bool]] = field(default_factory=dict)
     _rules: dict[Any, sympy.Expr | None] = field(default_factory=dict)
     _values: dict[int, dict[sympy.Symbol, int]] = field(default_factory=dict)
@@ -61,19 +63,23 @@ class Plan:
 
 @dataclass
 class Fitted:
-    """Per base event: its forward and backward formulas, and whether all were verified."""
+    """Per base event: its forward and backward formulas, and whether each was verified."""
 
     forward: list[sympy.Expr]
     backward: list[sympy.Expr]
-    exact: bool
+    forward_exact: list[bool]
+    backward_exact: list[bool]
+
+    @property
+    def exact(self) -> bool:
+        """Whether every formula was verified."""
+        return all(self.forward_exact) and all(self.backward_exact)
 
 
 def fit(plan: Plan) -> Fitted:
     """Formulas for every event of ``plan.runs[0]`` (a count where none could be verified)."""
     base = plan.runs[0]
-    forward: list[sympy.Expr] = []
-    backward: list[sympy.Expr] = []
-    exact = True
+    found = Fitted([], [], [], [])
     # Events copied from a repeated block's first call, in every run, are fitted as their
     # originals were (the next of 96 identical layers is not fitted again).
     fitted: dict[tuple[int, ...], tuple[sympy.Expr, bool, sympy.Expr, bool]] = {}
@@ -82,15 +88,16 @@ def fit(plan: Plan) -> Fitted:
         origins = tuple(id(event.origin) if event.origin is not None else 0 for event in series)
         known = fitted.get(origins) if all(origins) else None
         if known is None:
-            expr, ok = _fit_event(plan, series)
+            expr, ok = fit_event(plan, series)
             back_expr, back_ok = _fit_backward(plan, series)
             known = (expr, ok, back_expr, back_ok)
             keys = tuple(id(event.origin or event) for event in series)
             fitted[keys] = known
-        forward.append(known[0])
-        backward.append(known[2])
-        exact &= known[1] and known[3]
-    return Fitted(forward, backward, exact)
+        found.forward.append(known[0])
+        found.forward_exact.append(known[1])
+        found.backward.append(known[2])
+        found.backward_exact.append(known[3])
+    return found
 
 
 def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
@@ -102,7 +109,7 @@ def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
         total: sympy.Expr = sympy.Integer(0)
         exact = True
         for position in range(len(base)):
-            expr, ok = _fit_event(plan, [event.backward[position] for event in series])
+            expr, ok = fit_event(plan, [event.backward[position] for event in series])
             total += expr
             exact &= ok
         return total, exact
@@ -110,7 +117,9 @@ def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
     return fit_count(plan, counts)
 
 
-def _fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
+def fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
+    """One op's FLOPs, seen once in each run, as a formula: its rule applied to its axis
+    sizes fitted across the runs, else its counts fitted (see :func:`fit_count`)."""
     base = series[0]
     counts = [event.flops for event in series]
     if all(count == 0 for count in counts):
@@ -122,7 +131,7 @@ def _fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
             fitted: list[sympy.Expr] = []
             exact = True
             for values in zip(*columns, strict=True):
-                expr, ok = _fit_series(plan, tuple(values), name_constants=True)
+                expr, ok = _fit_series(plan, tuple(values))
                 if expr is None:
                     break
                 fitted.append(expr)
@@ -141,7 +150,7 @@ def _fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
 def fit_count(plan: Plan, counts: Sequence[int]) -> tuple[sympy.Expr, bool]:
     """A count seen in every run (an op's FLOPs, the bytes saved for backward) as a formula
     in the varied dims; its base value, not exact, when it fits none."""
-    expr, ok = _fit_series(plan, tuple(counts), name_constants=False)
+    expr, ok = _fit_series(plan, tuple(counts))
     if expr is None:
         return sympy.Integer(counts[0]), False
     return expr, ok
@@ -184,34 +193,21 @@ def _value(plan: Plan, formula: sympy.Expr, run: int) -> Any:
         values = {
             sympy.Symbol(name): size_value(size) for name, size in plan.assignments[run].items()
         }
-        for value, name in plan.names.items():
-            values.setdefault(sympy.Symbol(name), value)
         plan._values[run] = values
     return formula.xreplace(values)
 
 
-def _fit_series(
-    plan: Plan, values: tuple[int, ...], *, name_constants: bool
-) -> tuple[sympy.Expr | None, bool]:
-    key = (*values, int(name_constants))
-    if key in plan._series:
-        return plan._series[key]
-    found = _monomial(plan, values, name_constants)
+def _fit_series(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr | None, bool]:
+    if values in plan._series:
+        return plan._series[values]
+    found = _monomial(plan, values)
     if found[0] is None:
         found = _affine(plan, values)
-    plan._series[key] = found
+    plan._series[values] = found
     return found
 
 
-def _constant(plan: Plan, value: Fraction, name_constants: bool) -> sympy.Expr:
-    if name_constants and value.denominator == 1 and int(value) in plan.names and value >= 2:
-        return sympy.Symbol(plan.names[int(value)])
-    return sympy.Rational(value.numerator, value.denominator)
-
-
-def _monomial(
-    plan: Plan, values: tuple[int, ...], name_constants: bool
-) -> tuple[sympy.Expr | None, bool]:
+def _monomial(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr | None, bool]:
     base = values[0]
     if base == 0 or any(v == 0 for v in values):
         return None, False
@@ -233,7 +229,7 @@ def _monomial(
             predicted *= Fraction(plan.x(len(plan.runs) - 1, index)) ** exponent
         if predicted != values[-1]:
             return None, False
-    expr: sympy.Expr = _constant(plan, coefficient, name_constants)
+    expr: sympy.Expr = sympy.Rational(coefficient.numerator, coefficient.denominator)
     for index, exponent in enumerate(exponents):
         if exponent:
             expr = expr * sympy.Symbol(plan.varied[index]) ** exponent

@@ -17,6 +17,7 @@ import torch
 from ...contract.function import CheckedFunction, attach_counter, notify_observers
 from ...contract.scope import CallState, call_scope
 from .calls import begin_call
+from .counter import count_custom_backwards
 from .frames import Frame
 from .session import RunSession
 from .works import count_recorded_call, count_recorded_coroutine
@@ -48,7 +49,7 @@ class Counter:
         try:
             with handle.scope():
                 if handle.shortcut is None:
-                    result = function.body(*args, **kwargs)
+                    result = count_custom_backwards(function.body(*args, **kwargs))
                 else:
                     result = handle.stand_in(args, kwargs)
             with torch._C.DisableTorchFunction():

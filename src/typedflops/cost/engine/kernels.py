@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import _disable_current_modes
 
 from . import stand_ins  # noqa: F401  (defines torch.ops.typedflops._fused_rms_norm)
 from .frames import no_frame
@@ -182,6 +183,21 @@ def _cached_choice(
     is_causal: bool,
     enable_gqa: bool,
     flags: tuple[bool, ...],
+) -> int:
+    # Asked of torch's own kernels with every mode set aside: under a FakeTensorMode (a
+    # dry run of FSDP) torch would answer for fake tensors (math), and the answer is kept.
+    with _disable_current_modes():
+        return _ask_torch(target, dtype, heads, mask, dropout_p, is_causal, enable_gqa)
+
+
+def _ask_torch(
+    target: str,
+    dtype: torch.dtype,
+    heads: tuple[int, int, int],
+    mask: tuple[int, torch.dtype] | None,
+    dropout_p: float,
+    is_causal: bool,
+    enable_gqa: bool,
 ) -> int:
     query = torch.zeros(1, 1, 1, heads[0], dtype=dtype, device=target)
     key = torch.zeros(1, 1, 1, heads[1], dtype=dtype, device=target)

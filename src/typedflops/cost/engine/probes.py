@@ -8,17 +8,20 @@
 
 Tensors are built on the device a dry run gives (``meta``: shapes, dtypes and
 ``requires_grad``, no storage). A module (``self``) takes part with such copies of its
-parameters and buffers, or, for the typed modules of :mod:`typedflops.nn`, rebuilt there
-at other sizes of its own dims.
+parameters and buffers, or built again there at other sizes of its own (:mod:`.rebuild`);
+a module given as another argument (``f(model, ids)``) takes part with such copies too,
+and a real tensor the body reaches otherwise (a global module's weight) through a meta
+copy made as the op runs (see :mod:`.counter`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
@@ -28,9 +31,11 @@ from ...contract.compiled import TensorParameter
 from ...contract.function import CheckedFunction
 from ...errors import SpecError
 from ..types import Cost
+from .counter import count_custom_backwards
 from .dryrun import Probe, Thunk, measure
 from .fit import Size
 from .module_sizes import held_dims, module_dims, module_names, module_repeats
+from .rebuild import Rebuild, rebuild_of
 
 __all__ = [
     "TensorStub",
@@ -214,46 +219,79 @@ def _module_device(module: Any) -> str | None:
     return None
 
 
-def _resizable(module: Any) -> bool:
-    return callable(getattr(module, "typedflops_resized", None))
-
-
 def _with_module(
     module: Any,
+    rebuild: Rebuild | None,
     device: str,
     sizes: Mapping[str, Size],
     dtype: torch.dtype | None,
     rebuilt_cache: dict[Any, torch.nn.Module] | None = None,
 ) -> tuple[Any, Callable[[Thunk], Any]]:
-    """The module to call at ``sizes`` and how to run a thunk with its state on ``device``
-    (``rebuilt_cache``: typed modules already rebuilt for the runs of one estimate, by
-    their sizes: runs that change only the input's dims share one)."""
+    """The module to call at ``sizes`` and how to run a thunk with its state on ``device``:
+    the module with fake copies of its tensors, or, where ``sizes`` change its own sizes
+    (or it declares them), the module built again at them (``rebuilt_cache``: those already
+    built for the runs of one estimate, by their sizes)."""
     if not isinstance(module, torch.nn.Module):
         return module, lambda thunk: thunk()
-    own = module_dims(module)
-    if _resizable(module) and own:
-        wanted = {name: sizes.get(name, size) for name, size in own.items()}
-        key = (device, dtype, tuple(wanted.items()), module.training)
-        if rebuilt_cache is not None and key in rebuilt_cache:
-            return rebuilt_cache[key], lambda thunk: thunk()
-        with torch.device(device):
-            resize = cast(Callable[..., torch.nn.Module], module.typedflops_resized)
-            rebuilt = resize(wanted, dtype)  # built on the dry run's device: no storage
-        if rebuilt_cache is not None:
-            rebuilt_cache[key] = rebuilt
-        rebuilt.train(module.training)
-        original = dict(module.named_parameters())
-        for name, parameter in rebuilt.named_parameters():
-            if name in original:
-                parameter.requires_grad_(original[name].requires_grad)
-        return rebuilt, lambda thunk: thunk()
-    state = _module_state(device, module, dtype)
+    changes = rebuild.changes(sizes) if rebuild is not None else {}
+    # A module that declares its sizes is always built again (on meta, all its state is
+    # meta: the backward a planner runs after the call needs no reparametrization).
+    rebuilt = rebuild is not None and (rebuild.declared or bool(changes))
+    if rebuild is not None and rebuilt:
+        key = (device, dtype, tuple(sorted(changes.items())))
+        target = rebuilt_cache.get(key) if rebuilt_cache is not None else None
+        if target is None:
+            with torch.device(device):
+                target = rebuild.at(changes, dtype)  # on the dry run's device: no storage
+            if rebuilt_cache is not None:
+                rebuilt_cache[key] = target
+        module = target
+    state = {
+        name: tensor
+        for name, tensor in _module_state(device, module, dtype).items()
+        if not rebuilt or tensor.device.type != device
+    }
 
     def run(thunk: Thunk) -> Any:
+        if not state:
+            return thunk()
         with _reparametrize_module(module, state, strict=False):
             return thunk()
 
     return module, run
+
+
+def _argument_modules(values: Sequence[Any], own: Any) -> list[torch.nn.Module]:
+    """The modules among a call's other arguments (``f(model, ids)``), also inside a list,
+    tuple or dict, each once and not ``own`` (the call's ``self``)."""
+    found: dict[int, torch.nn.Module] = {}
+    for value in values:
+        items = value.values() if isinstance(value, dict) else value
+        for item in items if isinstance(value, list | tuple | dict) else (value,):
+            if isinstance(item, torch.nn.Module) and item is not own:
+                found.setdefault(id(item), item)
+    return list(found.values())
+
+
+def _with_modules(
+    runner: Callable[[Thunk], Any],
+    modules: Sequence[torch.nn.Module],
+    device: str,
+    dtype: torch.dtype | None,
+) -> Callable[[Thunk], Any]:
+    """``runner`` with each of ``modules`` taking part through storage-less copies of its
+    parameters and buffers on ``device`` (a module given as an argument, as ``self`` is)."""
+    if not modules:
+        return runner
+    states = [(module, _module_state(device, module, dtype)) for module in modules]
+
+    def run(thunk: Thunk) -> Any:
+        with contextlib.ExitStack() as stack:
+            for module, state in states:
+                stack.enter_context(_reparametrize_module(module, state, strict=False))
+            return runner(thunk)
+
+    return run
 
 
 def _default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
@@ -384,14 +422,22 @@ def estimate_probe(
     base: dict[str, Size] = {**own, **held, **sizes}
     device = _module_device(module) or "cpu"
     repeats = module_repeats(module)
-    variable = list(sizes)
-    if _resizable(module):  # a count of blocks changes the op sequence: never varied
-        variable += [n for n in own if n not in sizes and n not in repeats]
+    rebuild = rebuild_of(module, {**held, **sizes})
+    # Held dims are changed too: with the module's own sizes, where it can be rebuilt.
+    variable = [*sizes, *held]
+    if rebuild is not None and rebuild.declared:  # a count of blocks is checked apart
+        variable += [n for n in own if n not in variable and n not in repeats]
 
     rebuilt: dict[Any, torch.nn.Module] = {}
+    others = _argument_modules(
+        (*(args[1:] if module is not None else args), *passthrough.values()), module
+    )
+    if device == "cpu" and others:
+        device = _module_device(others[0]) or device
 
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
-        target, runner = _with_module(module, run_device, assignment, dtype, rebuilt)
+        target, own_runner = _with_module(module, rebuild, run_device, assignment, dtype, rebuilt)
+        runner = _with_modules(own_runner, others, run_device, dtype)
         positional = [target, *args[1:]] if module is not None else list(args)
         kwargs: dict[str, Any] = {}
         for key, value in passthrough.items():
@@ -404,7 +450,7 @@ def estimate_probe(
             if p.name in grad and tensor.is_floating_point():
                 tensor.requires_grad_(True)
             kwargs[p.name] = tensor
-        return lambda: runner(lambda: call(*positional, **kwargs))
+        return lambda: runner(lambda: count_custom_backwards(call(*positional, **kwargs)))
 
     return Probe(
         function=function,
@@ -415,6 +461,7 @@ def estimate_probe(
         names=module_names(module),
         repeats=repeats,
         declared=call.declared,
+        rebuild=rebuild,
     )
 
 
@@ -455,7 +502,8 @@ def call_probe(
     own = module_dims(module)
     variable = [n for n in dims if n in in_arguments and n not in own]
     repeats = module_repeats(module)
-    if _resizable(module):
+    rebuild = rebuild_of(module, dims)
+    if rebuild is not None and rebuild.declared:  # a count of blocks is checked apart
         variable += [n for n in own if n not in variable and n not in repeats]
     devices = [value.device for _, value, _ in found.values()]
     device = devices[0] if devices else _module_device(module) or "cpu"
@@ -463,7 +511,7 @@ def call_probe(
     rebuilt: dict[Any, torch.nn.Module] = {}
 
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
-        target, runner = _with_module(module, run_device, assignment, None, rebuilt)
+        target, runner = _with_module(module, rebuild, run_device, assignment, None, rebuilt)
         call_args = [materialize(a, run_device) for a in positional]
         call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
         if module is not None:
@@ -477,7 +525,7 @@ def call_probe(
                 call_args[index] = tensor
             else:
                 call_kwargs[name] = tensor
-        return lambda: runner(lambda: call(*call_args, **call_kwargs))
+        return lambda: runner(lambda: count_custom_backwards(call(*call_args, **call_kwargs)))
 
     return Probe(
         function=function,
@@ -488,6 +536,7 @@ def call_probe(
         names=module_names(module),
         repeats=repeats,
         declared=call.declared,
+        rebuild=rebuild,
     )
 
 
@@ -530,7 +579,7 @@ def plain_probe(
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
         call_args = [materialize(a, run_device) for a in positional]
         call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
-        return lambda: fn(*call_args, **call_kwargs)
+        return lambda: count_custom_backwards(fn(*call_args, **call_kwargs))
 
     return Probe(function=function, dims={}, variable=[], build=build, device=device)
 

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import sympy
 
-from ..types import Cost, OpCost
+from ..types import Cost, OpCost, Term
 from .backward import backward_of
 from .dryrun import measure
 from .events import Event
@@ -153,10 +153,8 @@ def _op_cost(
     return OpCost(
         op=name,
         pattern=pattern,
-        flops=counts.forward,
-        formula=sympy.Integer(counts.forward),
-        backward_flops=counts.backward,
-        backward_formula=sympy.Integer(counts.backward),
+        forward=Term.of_count(counts.forward),
+        backward=Term.of_count(counts.backward),
         bytes_read=counts.read,
         bytes_written=counts.written,
         view=all(e.view for e in events) if free else None,
@@ -211,10 +209,8 @@ def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:
 
 # A fit that could not be made: counts against the bound, gives no row's counts.
 _FAILED = Cost(
-    flops=-1,
-    backward_flops=-1,
-    formula=sympy.Integer(-1),
-    backward_formula=sympy.Integer(-1),
+    forward=Term.of_count(-1),
+    backward=Term.of_count(-1),
     dims={},
     bytes_read=0,
     bytes_written=0,
@@ -302,24 +298,24 @@ def work_cost(work: Work) -> Cost:
         if known:
             used |= {str(s) for s in fitted.activation_formula.free_symbols}
         shown = {**dims, **{name: values[name] for name in sorted(used - set(dims))}}
+        activation_term = (
+            Term(activation_bytes, fitted.activation_formula, fitted.activation.exact)
+            if known
+            else Term(0, sympy.Integer(0))
+        )
         cost = Cost(
-            flops=counts.forward,
-            backward_flops=counts.backward,
-            formula=fitted.formula,
-            backward_formula=fitted.backward_formula,
+            forward=Term(counts.forward, fitted.formula, fitted.forward.exact),
+            backward=Term(counts.backward, fitted.backward_formula, fitted.backward.exact),
             dims=shown,
             bytes_read=counts.read,
             bytes_written=counts.written,
             ops=ops,
             uncounted=tuple(counts.uncounted),
             function=work.function,
-            exact=fitted.exact,
-            activation_bytes=activation_bytes,
-            activation_formula=fitted.activation_formula if known else sympy.Integer(0),
-            matmul_flops=counts.matmul,
-            matmul_formula=matmul,
-            recompute_flops=counts.recompute,
-            recompute_formula=recompute,
+            matmul=_term(matmul, counts.matmul, fitted.matmul),
+            recompute=_term(recompute, counts.recompute, fitted.recompute),
+            activation=activation_term,
+            fixed={name: size for name, size in fitted.fixed.items() if name not in used},
         )
     work._cost = cost
     return cost
@@ -329,25 +325,26 @@ def _formula_or_count(formula: sympy.Expr, values: dict[str, int], count: int) -
     return formula if _value(formula, values) == count else sympy.Integer(count)
 
 
+def _term(formula: sympy.Expr, count: int, fitted: Term) -> Term:
+    """``count`` with ``formula`` (the fit's, or the count where the fit's gave another),
+    exact where it is the fit's formula and the fit's was."""
+    return Term(count, formula, fitted.exact and formula == fitted.formula)
+
+
 def _numbers(
     counts: Counts, dims: dict[str, int], ops: tuple[OpCost, ...], function: str | None, exact: bool
 ) -> Cost:
     return Cost(
-        flops=counts.forward,
-        backward_flops=counts.backward,
-        formula=sympy.Integer(counts.forward),
-        backward_formula=sympy.Integer(counts.backward),
+        forward=Term.of_count(counts.forward, exact=exact),
+        backward=Term.of_count(counts.backward, exact=exact),
         dims=dims,
         bytes_read=counts.read,
         bytes_written=counts.written,
         ops=ops,
         uncounted=tuple(counts.uncounted),
         function=function,
-        exact=exact,
-        matmul_flops=counts.matmul,
-        matmul_formula=sympy.Integer(counts.matmul),
-        recompute_flops=counts.recompute,
-        recompute_formula=sympy.Integer(counts.recompute),
+        matmul=Term.of_count(counts.matmul, exact=exact),
+        recompute=Term.of_count(counts.recompute, exact=exact),
     )
 
 
@@ -444,25 +441,53 @@ def merged_total(rows: list[Row], session: RecordSession) -> Cost:
             exact = False
         used = {str(s) for s in formula.free_symbols | backward_formula.free_symbols}
         dims = {name: value for name, value in dims.items() if name in used}
+    others = {
+        name: _summed_term(costs, name, count, exact and len(terms) <= _TERMS)
+        for name, count in (
+            ("matmul", counts.matmul),
+            ("recompute", counts.recompute),
+            ("activation", fields),
+        )
+    }
+    for term in others.values():
+        for symbol in term.formula.free_symbols:
+            dims.setdefault(str(symbol), _agreed(costs)[str(symbol)])
     return Cost(
-        flops=counts.forward,
-        backward_flops=counts.backward,
-        formula=formula,
-        backward_formula=backward_formula,
+        forward=Term(counts.forward, formula, exact),
+        backward=Term(counts.backward, backward_formula, exact),
         dims=dims,
         bytes_read=counts.read,
         bytes_written=counts.written,
         ops=tuple(ops),
         uncounted=tuple(counts.uncounted),
         function=None,
-        exact=exact,
-        matmul_flops=counts.matmul,
-        matmul_formula=sympy.Integer(counts.matmul),
-        recompute_flops=counts.recompute,
-        recompute_formula=sympy.Integer(counts.recompute),
-        activation_bytes=fields,
-        activation_formula=sympy.Integer(fields),
+        matmul=others["matmul"],
+        recompute=others["recompute"],
+        activation=others["activation"],
     )
+
+
+def _agreed(costs: list[tuple[Row, Cost]]) -> dict[str, int]:
+    """The rows' dims, where every row that names a dim gives it one size ({} otherwise)."""
+    found: dict[str, int] = {}
+    for _, cost in costs:
+        for name, size in cost.dims.items():
+            if found.setdefault(name, size) != size:
+                return {}
+    return found
+
+
+def _summed_term(costs: list[tuple[Row, Cost]], name: str, count: int, exact: bool) -> Term:
+    """The record's ``name`` term: the rows' formulas times their calls where the rows
+    agree on their dims' sizes and the sum gives ``count`` (exact where each row's is),
+    else the count, exact only where no row has a dim."""
+    agreed = _agreed(costs)
+    if not agreed:
+        no_dims = all(not cost.dims for _, cost in costs)
+        return Term.of_count(count, exact=exact and no_dims)
+    formula = sympy.Add(*(row.calls * cost.terms[name].formula for row, cost in costs))
+    verified = exact and all(cost.terms[name].exact for _, cost in costs)
+    return Term(count, formula, verified).checked_at(agreed)
 
 
 def _summed(costs: list[tuple[Row, Cost]], counts: Counts) -> int:

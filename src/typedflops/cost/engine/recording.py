@@ -37,7 +37,7 @@ from .events import Event, Group, current_group
 from .events import _group as _current_group
 from .functions import inside_rule
 from .kernels import RMS_NORM, SDPA, meta_target, on_target
-from .rules import RuleEntry, find_rule, function_rules
+from .rules import Free, RuleEntry, find_rule, function_rules
 from .saved import in_checkpoint
 
 __all__ = [
@@ -82,7 +82,7 @@ class _Plan:
         # What calling the op does (OpOverload.__call__ is one more Python frame).
         self.run: Callable[..., Any] = getattr(func, "_op", func) if overload else func
         found = find_rule(func) if overload and not self.metadata else None
-        self.found: RuleEntry | str | None = found
+        self.found: RuleEntry | Free | None = found
         user = isinstance(found, RuleEntry) and found.source == "user"
         # Ops without a rule go through the counting mode's own path (decompositions, nested
         # kernels); a user's rule may read values, so it is asked every time.

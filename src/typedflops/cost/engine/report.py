@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import sympy
+import torch
 
 from ...contract.function import counting_frame
 from ...text import format_count, text_table
 from ..types import Cost
+from .ranks import AcrossRanks, across_ranks
 from .recorder import Row, loose_counts, merged_total
 from .recording import entered, left
 from .works import RecordSession
@@ -32,6 +34,8 @@ class Recorder:
     def __init__(self) -> None:
         self.session = RecordSession()
         self._total: Cost | None = None
+        #: Seconds the ``with record()`` block took (after the GPU's queued work finished).
+        self.seconds = 0.0
 
     @property
     def calls(self) -> list[Row]:
@@ -132,25 +136,31 @@ class Recorder:
         """Everything recorded as JSON: the rows (depth-first) and the total."""
         return json.dumps({"calls": self.rows(), "total": self.total.to_dict()}, indent=2)
 
+    def across_ranks(
+        self,
+        *,
+        backward: bool = True,
+        seconds: float | None = None,
+        dtype: torch.dtype | None = None,
+        peak: float | None = None,
+        group: Any = None,
+    ) -> AcrossRanks:
+        """In a distributed run (``torchrun``), every rank's counts and time, gathered: a
+        row per rank and the run's FLOP/s and MFU (FLOPs summed over the ranks, the slowest
+        rank's time, the sum of the ranks' peaks). Every rank of ``group`` calls it.
+        ``seconds`` defaults to the ``with`` block's own time; ``backward`` says whether the
+        block ran the backward pass; ``peak`` and ``dtype`` as in :func:`.ranks.across_ranks`.
+        """
+        elapsed = self.seconds if seconds is None else seconds
+        return across_ranks(
+            self.total, elapsed, backward=backward, dtype=dtype, peak=peak, group=group
+        )
+
 
 def _fields(cost: Cost) -> dict[str, Any]:
     """``cost.to_dict()`` without its ops, formulas printed once each (a thousand rows of
     one function share their formulas)."""
-    found: dict[str, Any] = {"function": cost.function}
-    for field in dataclasses.fields(cost):
-        value = getattr(cost, field.name)
-        if field.name in ("ops", "function"):
-            continue
-        if isinstance(value, sympy.Expr):
-            found[field.name] = _text(value)
-        elif isinstance(value, Mapping):
-            found[field.name] = {name: int(size) for name, size in value.items()}
-        elif isinstance(value, tuple):
-            found[field.name] = list(value)
-        else:
-            found[field.name] = value
-    found["intensity"] = cost.intensity
-    return found
+    return cost.to_dict(ops=False, text=_text)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -182,9 +192,13 @@ def record() -> Iterator[Recorder]:
     mine = [c for c in outer if c.session.thread == session.thread] if type(outer) is tuple else []
     token = counting_frame.set((*mine, session.root))
     entered()
+    start = time.perf_counter()
     try:
         yield recorder
     finally:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            torch.cuda.synchronize()
+        recorder.seconds = time.perf_counter() - start
         left()
         counting_frame.reset(token)
         session.close()

@@ -11,26 +11,36 @@ Conventions (the only place they are written; the documentation quotes them):
 - Wherever ``torch.utils.flop_counter.FlopCounterMode`` counts an op (the matmul family
   ``mm``/``addmm``/``bmm``/``baddbmm``, convolutions, transposed too, and the fused attention
   kernels, forward and backward) its own formula is used: 2·m·n·k per matrix product, the
-  bias of ``addmm`` not counted, attention 2·b·h·s_q·s_k·(d_q + d_v) forward.
+  bias of ``addmm`` not counted, attention 2·b·h·s_q·s_k·(d_q + d_v) forward; except where
+  it counts other work than the kernel does (:data:`FLOP_COUNTER_CORRECTIONS`): a grouped
+  convolution's backward is 2·N for the input's and for the weight's gradient, N the
+  grouped iteration space (FlopCounterMode takes the weight's as ungrouped).
 - What it leaves at 0 is counted here: an elementwise (pointwise) op costs one FLOP per
   output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3); a reduction one per input element
   (``mean`` adds a divide per output element, ``var``/``std`` 3 per input element and 1 per
   output, vector norms 2 and 1); ``mv``/``dot``/``addmv`` 2·m·n; softmax and log-softmax 5
   per element (max, subtract, exp, sum, divide), their backward 4; layer, group and batch
-  norm 5 per element, 2 more with an affine weight and bias, their backward 8 (+2 for the
-  weight, +1 for the bias); fused RMS norm 3 per element (+1 with a weight); CPU flash
+  norm with batch statistics 5 per element, 2 more with an affine weight and bias, their
+  backward 8 (+2 for the weight, +1 for the bias); batch norm with running statistics
+  (eval) 2 per element (+2 affine), its input's gradient 2; max pooling a compare per window
+  element of each output, average pooling an add per window element and a divide per
+  output, adaptive pooling one per input element (+1 per output for the average), their
+  backward an add per gradient value (average: the window's adds and a divide); fused RMS
+  norm 3 per element (+1 with a weight); CPU flash
   attention (which FlopCounterMode counts 0) like the other fused kernels; ``nll_loss`` one
   add per target (and a divide); accumulating scatters (``index_add``, ``scatter_add``,
   ``index_put`` with accumulate, ``embedding``'s backward) one add per value.
-- Views, copies, casts, creation, random numbers, indexing, gathers and selects (``where``,
-  ``masked_fill``) cost 0 FLOPs. Bytes: each op reads its input tensors once and writes its
+- Views (those made in place too: ``unsqueeze_``, ``as_strided_``), copies, casts,
+  creation, random numbers, indexing, gathers and selects (``where``, ``masked_fill``) cost
+  0 FLOPs (:data:`FREE`). Bytes: each op reads its input tensors once and writes its
   outputs once, at their dtypes; an op that returns a view moves 0 bytes.
 - Backward is what autograd runs for each op, counted by the same rules: the op is replayed
   on fake tensors and differentiated (a matmul adds 2·m·n·k for each operand that requires
   grad, as FlopCounterMode counts the grad matmuls; ``x + y`` adds nothing; ``relu`` one op
   per element; fused attention its backward kernel, 2.5 times the forward).
-- A ``torch.autograd.Function``'s forward ops are counted; its backward is Python code no
-  replay shows, so ``Name (backward)`` is listed as uncounted once an op takes its output.
+- A ``torch.autograd.Function``'s forward ops are counted, and its backward is its own
+  ``backward`` run on fake tensors once an op takes its output (or a checked call returns
+  it), each call once; one that cannot run on shapes alone is listed as uncounted.
   A TorchScript function's ops go through the dispatcher and are counted like eager ones.
 - Nested tensors: an op on a jagged tensor is counted as the ops it runs on its dense values
   (rows only), and its backward, which runs on jagged tensors, is listed as uncounted
@@ -49,22 +59,35 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+import sympy
 import torch
 from torch.utils import flop_counter
 
 from ...errors import SpecError
 from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
-from .tensors import TensorMeta, flat_tensors, is_float, map_meta, numel
+from .layer_rules import (
+    FLOP_COUNTER_CORRECTIONS,
+    convolution_backward_flops,
+    layer_rules,
+    norm_backward,
+)
+from .opcall import OpCall, Rule
+from .tensors import TensorMeta, is_float, map_meta, numel
 
 __all__ = [
+    "FLOP_COUNTER_CORRECTIONS",
     "FREE",
+    "Free",
     "OpCall",
     "RuleEntry",
+    "convolution_backward_flops",
+    "declared_flops",
     "find_rule",
     "function_rules",
     "is_torch_counted",
+    "is_view",
     "register_rule",
 ]
 
@@ -74,42 +97,6 @@ aten = torch.ops.aten
 def _words(text: str) -> frozenset[str]:
     """A set of op names written as words (easier to read and extend than a list)."""
     return frozenset(text.split())
-
-
-@dataclass(frozen=True)
-class OpCall:
-    """One op call as a rule sees it: the arguments with tensors as :class:`TensorMeta`.
-
-    ``out`` is the output (a :class:`TensorMeta`, or a tuple for several); sizes are ints for
-    an op that ran, sympy expressions when a formula is being built.
-    """
-
-    name: str
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
-    out: Any
-
-    @property
-    def inputs(self) -> list[TensorMeta]:
-        """The tensor arguments, in order (nested lists included)."""
-        return flat_tensors((self.args, tuple(self.kwargs.values())))
-
-    @property
-    def output(self) -> TensorMeta:
-        """The first output tensor."""
-        found = flat_tensors(self.out)
-        if not found:
-            raise ValueError(f"{self.name}: no tensor output")
-        return found[0]
-
-    def arg(self, index: int, name: str, default: Any = None) -> Any:
-        """A positional-or-keyword argument of the op's schema."""
-        if index < len(self.args):
-            return self.args[index]
-        return self.kwargs.get(name, default)
-
-
-Rule = Callable[[OpCall], Any]
 
 
 @dataclass(frozen=True)
@@ -257,37 +244,6 @@ def _attention_backward(call: OpCall) -> Any:
     )
 
 
-def _layer_norm(call: OpCall) -> Any:
-    x = call.inputs[0]
-    weight = call.arg(2, "weight")
-    bias = call.arg(3, "bias")
-    affine = (weight is not None) + (bias is not None)
-    return (5 + affine) * numel(x)
-
-
-def _group_norm(call: OpCall) -> Any:
-    x = call.inputs[0]
-    affine = (call.arg(1, "weight") is not None) + (call.arg(2, "bias") is not None)
-    return (5 + affine) * numel(x)
-
-
-def _batch_norm(call: OpCall) -> Any:
-    x = call.inputs[0]
-    affine = (call.arg(1, "weight") is not None) + (call.arg(2, "bias") is not None)
-    training = call.name in ("_native_batch_norm_legit", "_native_batch_norm_legit_functional")
-    if call.name == "native_batch_norm":
-        training = bool(call.arg(5, "training"))
-    return ((5 if training else 2) + affine) * numel(x)
-
-
-def _norm_backward(call: OpCall) -> Any:
-    grad = call.inputs[0]
-    mask = call.arg(len(call.args) - 1, "output_mask", (True, True, True))
-    mask = tuple(mask) if isinstance(mask, tuple | list) else (True, True, True)
-    weights = (2 if len(mask) > 1 and mask[1] else 0) + (1 if len(mask) > 2 and mask[2] else 0)
-    return ((8 if mask[0] else 0) + weights) * numel(grad)
-
-
 def _rms_norm(call: OpCall) -> Any:
     x = call.inputs[0]
     weight = call.arg(2, "weight")
@@ -339,27 +295,13 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         "_scaled_dot_product_fused_attention_overrideable_backward",
     ):
         table[getattr(aten, name)] = entry(_attention_backward, matmul=True)
-    table[aten.native_layer_norm] = entry(_layer_norm)
-    table[aten.native_group_norm] = entry(_group_norm)
-    for name in (
-        "native_batch_norm",
-        "_native_batch_norm_legit",
-        "_native_batch_norm_legit_functional",
-        "_native_batch_norm_legit_no_training",
-    ):
-        table[getattr(aten, name)] = entry(_batch_norm)
-    for name in (
-        "native_layer_norm_backward",
-        "native_group_norm_backward",
-        "native_batch_norm_backward",
-        "batch_norm_backward",
-    ):
-        table[getattr(aten, name)] = entry(_norm_backward)
+    for target, rule in layer_rules().items():
+        table[target] = entry(rule, matmul=target is aten.convolution_backward)
     table[aten._fused_rms_norm] = entry(_rms_norm)
-    table[aten._fused_rms_norm_backward] = entry(_norm_backward)
+    table[aten._fused_rms_norm_backward] = entry(norm_backward)
     # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.
     table[torch.ops.typedflops._fused_rms_norm] = entry(_rms_norm)
-    table[torch.ops.typedflops._fused_rms_norm_backward] = entry(_norm_backward)
+    table[torch.ops.typedflops._fused_rms_norm_backward] = entry(norm_backward)
     table[aten.nll_loss_forward] = entry(_nll_loss)
     table[aten.nll_loss2d_forward] = entry(_nll_loss)
     table[aten.nll_loss_backward] = entry(_accumulate(1))
@@ -381,7 +323,7 @@ def _saved_bytes(call: OpCall) -> Any:
 saved_bytes_rule = RuleEntry(_saved_bytes, symbolic=True, source="typedflops")
 
 # Ops that cost 0 FLOPs whatever their inputs: creation, copies, movement, indexing.
-FREE = _words(
+_FREE_OPS = _words(
     """
     select_backward slice_backward diagonal_backward as_strided_backward expand_copy
     permute_copy view_copy transpose_copy unsqueeze_copy squeeze_copy t_copy
@@ -403,8 +345,23 @@ FREE = _words(
     """
 )
 
-_TORCH = _torch_entries()
-_BUILTIN = _builtin_entries()
+
+class Free:
+    """The rule of an op that costs 0 FLOPs whatever its inputs: a view, a copy, creation,
+    movement, indexing (:data:`FREE`, the one instance)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FREE"
+
+
+#: What :func:`find_rule` gives for an op that costs 0 FLOPs.
+FREE: Final = Free()
+
+# FlopCounterMode's formulas, then the built-in rules (which replace the few of its formulas
+# that count other work than the kernel does: see _convolution_backward), by op packet.
+_RULES: dict[Any, RuleEntry] = {**_torch_entries(), **_builtin_entries()}
 _USER: dict[Any, RuleEntry] = {}
 _USER_FUNCTIONS: dict[Any, RuleEntry] = {}
 
@@ -419,49 +376,61 @@ def _base_name(func: torch._ops.OpOverload) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def find_rule(func: torch._ops.OpOverload) -> RuleEntry | str | None:
-    """The rule for an op: a :class:`RuleEntry`, ``"free"`` for a zero-FLOP op, or None.
+def find_rule(func: torch._ops.OpOverload) -> RuleEntry | Free | None:
+    """The rule for an op: a :class:`RuleEntry`, :data:`FREE` for a zero-FLOP op, or None.
 
-    Order: user rules (an overload before its packet), FlopCounterMode's formulas, the
-    built-in rules, then pointwise and reduction ops by their torch tags.
+    Order: a user rule (for the overload, then its packet), the rule of the op's packet,
+    zero-FLOP ops (views, in-place views such as ``unsqueeze_``, copies, creation, random
+    numbers), then pointwise and reduction ops by their torch tags (an in-place op as its
+    out-of-place form).
     """
     packet = func._overloadpacket
-    for table in (_USER, _TORCH, _BUILTIN):
-        for key in (func, packet):
-            if key in table:
-                return table[key]
+    user = _USER.get(func) or _USER.get(packet)
+    if user is not None:
+        return user
+    entry = _RULES.get(packet)
+    if entry is not None:
+        return entry
     name = _base_name(func)
     inplace = name.endswith("_") and not name.startswith("_") and name != "_"
     base = name[:-1] if inplace else name
-    if base in FREE or name in FREE:
-        return "free"
     tags = set(func.tags)
-    if torch.Tag.nondeterministic_seeded in tags or torch.Tag.view_copy in tags:
-        return "free"
-    if _returns_view(func):
-        return "free"
+    if base in _FREE_OPS or name in _FREE_OPS or is_view(func) or tags & _FREE_TAGS:
+        return FREE
     if inplace:
         outplace = getattr(aten, base, None)
         if outplace is not None and base not in _NOT_ARITHMETIC:
-            for key in (outplace,):
-                for table in (_TORCH, _BUILTIN):
-                    if key in table:
-                        return table[key]
+            entry = _RULES.get(outplace)
+            if entry is not None:
+                return entry
             tags |= {tag for overload in _overloads(outplace) for tag in overload.tags}
     if torch.Tag.pointwise in tags:
         if base in _NOT_ARITHMETIC:
-            return "free"
+            return FREE
         return RuleEntry(_pointwise, symbolic=True, source="typedflops", extra={"name": base})
     if torch.Tag.reduction in tags:
         return RuleEntry(_reduction, symbolic=True, source="typedflops", extra={"name": base})
     return None
 
 
+# Creation with random values, copies of views, and views made in place (``unsqueeze_``,
+# ``as_strided_``, ``t_``): 0 FLOPs.
+_FREE_TAGS = frozenset(
+    {torch.Tag.nondeterministic_seeded, torch.Tag.view_copy, torch.Tag.inplace_view}
+)
+
+
 def _overloads(packet: Any) -> list[Any]:
     return [getattr(packet, name) for name in packet.overloads()]
 
 
-def _returns_view(func: torch._ops.OpOverload) -> bool:
+@functools.lru_cache(maxsize=4096)
+def is_view(func: torch._ops.OpOverload) -> bool:
+    """Whether an op returns a view of its input, moving no bytes: a view op, a view made in
+    place (``unsqueeze_``), or ``_unsafe_view`` (a view of a tensor just made: the copy
+    before it moved the bytes)."""
+    if func._overloadpacket is aten._unsafe_view or torch.Tag.inplace_view in func.tags:
+        return True
     returns = func._schema.returns
     return bool(returns) and all(
         r.alias_info is not None and not r.alias_info.is_write for r in returns
@@ -557,6 +526,28 @@ def op_name(func: torch._ops.OpOverload) -> str:
     namespace = getattr(packet, "_qualified_op_name", "aten::").split("::")[0]
     name = _base_name(func)
     return name if namespace in ("aten", "typedflops") else f"{namespace}.{name}"
+
+
+def declared_flops(function: str, formula: sympy.Expr, dims: Mapping[str, int]) -> int:
+    """The count a ``flops=`` formula gives at ``dims``, or a SpecError where it is negative
+    (a formula that is negative for every size is refused at decoration instead).
+
+    >>> declared_flops("f", sympy.sympify("n - d"), {"n": 4, "d": 3})
+    1
+    >>> declared_flops("f", sympy.sympify("n - d"), {"n": 2, "d": 3})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+      ...
+    typedflops.errors.SpecError: f(): flops=-d + n gives -1 FLOPs at n=2, d=3; a count is ...
+    """
+    value = formula.xreplace({sympy.Symbol(name): size for name, size in dims.items()})
+    if value < 0:
+        used = {str(symbol) for symbol in formula.free_symbols}
+        shown = ", ".join(f"{name}={size}" for name, size in dims.items() if name in used)
+        raise SpecError.at(
+            f"{function}()",
+            f"flops={formula} gives {value} FLOPs at {shown}; a count is never negative",
+        )
+    return int(value)
 
 
 def count_of(value: Any) -> int:

@@ -19,7 +19,7 @@ from .events import Event, saved_event
 from .frames import Frame, owner
 from .tensors import TensorMeta, describe
 
-__all__ = ["SavedEntry", "SavedTensors", "in_checkpoint"]
+__all__ = ["SavedEntry", "SavedTensors", "in_checkpoint", "recomputing"]
 
 _copies = itertools.count()
 
@@ -38,6 +38,13 @@ def in_checkpoint() -> bool:
     """
     pack = _top_pack_hook()
     return pack is not None and "_checkpoint_hook" in getattr(pack, "__qualname__", "")
+
+
+def recomputing() -> bool:
+    """Whether ops run as a ``torch.utils.checkpoint`` region's forward again, during
+    backward (torch names the hooks it saves them with ``_recomputation_hook``)."""
+    pack = _top_pack_hook()
+    return pack is not None and "_recomputation_hook" in getattr(pack, "__qualname__", "")
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,14 @@ from ...contract.function import CheckedFunction, counting_frame, notify_observe
 from ...contract.function import _observers as _observed
 from ...contract.scope import CallState, call_scope
 from ..types import Cost
+from .counter import count_custom_backwards
 from .dryrun import Probe
 from .events import Event
-from .fit import Size, evaluate, size_value
+from .fit import Size, size_value
 from .frames import no_frame
 from .probes import call_dims, call_probe, stub
-from .recording import group_label
+from .recording import group_label, thread_mode
+from .rules import declared_flops
 from .session import declared_event
 from .signature import signature_without_sizes
 
@@ -179,7 +181,9 @@ class RecordSession:
         flat = self._flat(call.items, call.declared)
         if call.declared:
             assert fn.declared is not None
-            value = int(evaluate(fn.declared, {k: size_value(v) for k, v in dims.items()}))
+            value = declared_flops(
+                fn.name, fn.declared, {k: size_value(v) for k, v in dims.items()}
+            )
             flat.append((fn.name, None))
             flat.append(self._declared(fn.name, value))
         key = (fn, tuple(dims.items()), tuple(flat))
@@ -369,7 +373,7 @@ def count_recorded_call(
             deep = True
             sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
     try:
-        result = function.body(*args, **kwargs)
+        result = count_custom_backwards(function.body(*args, **kwargs), thread_mode())
     except BaseException:
         _abandon(inner, calls)
         raise

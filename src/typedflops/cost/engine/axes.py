@@ -1,0 +1,182 @@
+"""The sizes dry runs change (axes), and what changing each alone shows.
+
+An axis is a call's dim (``batch``, the ``d`` of the input) or a module's own size read
+from its constructor (``n_embd`` of ``GPT(config)``, changed by building the module again,
+see :mod:`.rebuild`). Changed alone, an axis is *regular* (the body runs the same ops),
+*in the op sequence* (other ops: a loop or a branch on it) or *stuck* (no other value
+runs: the module's weights fix the input's ``d``). Stuck axes of one value are changed
+together: the ``d`` of the input with the ``n_embd`` the module is built from make one
+axis, named after the call's dim, where that run runs. Equal sizes never share a name by
+their value alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .fit import Size
+from .runs import Probe, Run, Runner
+
+__all__ = ["Axis", "Study", "axes_of", "candidates", "named_by_call", "study", "third", "tied"]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A size the dry runs change: ``name`` in formulas, ``keys`` the sizes of a run set to
+    its value (a call's dim, a module's own size, or both where one follows the other),
+    ``far`` whether it is the call's own (far checks change those)."""
+
+    name: str
+    keys: tuple[str, ...]
+    far: bool
+
+    def assign(self, value: Size) -> dict[str, Size]:
+        """The sizes of a run that give this axis ``value``."""
+        return dict.fromkeys(self.keys, value)
+
+
+@dataclass
+class Study:
+    """What changing one axis alone showed: ``run`` at ``value`` with the base run's ops;
+    ``other_ops`` when a run at another value ran other ops (a loop or branch on it)."""
+
+    axis: Axis
+    value: Size | None = None
+    run: Run | None = None
+    other_ops: bool = False
+
+    @property
+    def regular(self) -> bool:
+        """It changes, and the ops stay the same."""
+        return self.run is not None and not self.other_ops
+
+    @property
+    def stuck(self) -> bool:
+        """No other value runs."""
+        return self.run is None and not self.other_ops
+
+
+def axes_of(probe: Probe, bound: Mapping[str, Size]) -> list[Axis]:
+    """The call's dims that may change, then the module's own sizes read from its
+    constructor (a size the module declares is one of the call's dims already)."""
+    rebuild = probe.rebuild
+    module_keys = {rebuild.key(n) for n in rebuild.sizes} if rebuild is not None else set()
+    axes = [Axis(name, (name,), name not in module_keys) for name in probe.variable]
+    if rebuild is None or rebuild.declared:
+        return axes
+    by_name = {axis.name: index for index, axis in enumerate(axes)}
+    for name, size in rebuild.sizes.items():
+        if name in probe.repeats:
+            continue
+        key = rebuild.key(name)
+        if name in by_name:  # an argument named as a dim of the call: one size, if equal
+            axis = axes[by_name[name]]
+            if probe.dims[name] == size:
+                axes[by_name[name]] = Axis(name, (*axis.keys, key), axis.far)
+        elif name in probe.dims:  # a dim the module holds, by its argument's name
+            if probe.dims[name] == size:
+                axes.append(Axis(name, (name, key), False))
+        elif bound.get(name, size) == size:
+            axes.append(Axis(name, (key,), False))
+    return axes
+
+
+def candidates(size: Size) -> list[Size]:
+    """Values to change a size to: twice it, one more, half of it."""
+    if isinstance(size, tuple):
+        if not size:
+            return []
+        return [(value, *size[1:]) for value in _candidates_int(size[0])]
+    return list(_candidates_int(size))
+
+
+def _candidates_int(value: int) -> list[int]:
+    if value == 0:
+        return []  # a size-0 axis: fitted from size 2 up (see dryrun.measure)
+    found = [2 * value, value + 1]
+    if value % 2 == 0 and value // 2 >= 2:
+        found.append(value // 2)
+    return [v for v in dict.fromkeys(found) if v != value and v >= 1]
+
+
+def study(runner: Runner, at: Mapping[str, Size], base: Run, axis: Axis) -> Study:
+    """Change ``axis`` alone: the first value that runs the base run's ops, and whether a
+    value before it ran other ops."""
+    found = Study(axis)
+    for candidate in candidates(at[axis.keys[0]])[:3]:
+        run = runner.run({**at, **axis.assign(candidate)})
+        if run is None:
+            continue
+        if run.ops == base.ops:
+            found.value, found.run = candidate, run
+            return found
+        found.other_ops = True
+    return found
+
+
+def tied(runner: Runner, at: Mapping[str, Size], base: Run, studies: list[Study]) -> list[Study]:
+    """Stuck axes of one value, a module's own size among them, changed together: each of
+    the module's with the call's, else all at once (a call whose contract makes two of
+    the module's sizes equal). The axis they make is named after the call's dim."""
+    groups: dict[int, list[Study]] = {}
+    for found in studies:
+        value = at[found.axis.keys[0]]
+        if found.stuck and isinstance(value, int) and value >= 2:
+            groups.setdefault(value, []).append(found)
+    result = list(studies)
+    for members in groups.values():
+        calls = [s.axis for s in members if s.axis.far]
+        owns = [s.axis for s in members if not s.axis.far]
+        if not owns or len(members) < 2:
+            continue
+        for together in (*([*calls, own] for own in owns), [*calls, *owns]):
+            if len(together) < 2:
+                continue
+            keys = tuple(key for axis in together for key in axis.keys)
+            joint = study(runner, at, base, Axis(together[0].name, keys, together[0].far))
+            if joint.stuck:
+                continue
+            result = [s for s in result if s.axis not in together]
+            result.append(joint)
+            break
+    return result
+
+
+def named_by_call(studies: list[Study], at: Mapping[str, Size], base: Run) -> list[Study]:
+    """A module's own size that a dim of the call follows (the return value's ``vocab``
+    when the module is built at another ``vocab_size``) is named after that dim."""
+    taken = {s.axis.name for s in studies} | {key for s in studies for key in s.axis.keys}
+    renamed: list[Study] = []
+    for found in studies:
+        axis = found.axis
+        if not axis.far and found.run is not None and found.value is not None:
+            size = at[axis.keys[0]]
+            follows = [
+                name
+                for name, value in base.bound.items()
+                if name not in taken and value == size and found.run.bound.get(name) == found.value
+            ]
+            if follows:
+                taken.add(follows[0])
+                axis = dataclasses.replace(axis, name=follows[0])
+        renamed.append(dataclasses.replace(found, axis=axis))
+    return renamed
+
+
+def third(size: Size, taken: Size, attempt: int) -> Size:
+    """A value for a check run: neither ``size`` nor ``taken`` (the value a fit used)."""
+    # A variadic dim is one symbol, the product of its sizes: both the change and the
+    # check scale its first axis, so that each of its axes stays a function of the product.
+    if isinstance(size, tuple):
+        first = taken[0] if isinstance(taken, tuple) else taken
+        return (_third_int(size[0], first, attempt), *size[1:])
+    assert isinstance(taken, int)
+    return _third_int(size, taken, attempt)
+
+
+def _third_int(value: int, taken: int, attempt: int) -> int:
+    options = [3 * value, value + 2, 5 * value, value + 3]
+    options = [v for v in options if v not in (value, taken)]
+    return options[attempt % len(options)]

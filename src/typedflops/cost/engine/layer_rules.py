@@ -1,0 +1,218 @@
+"""The FLOP rules of normalisation, convolution-backward and pooling kernels (the
+conventions they follow are written in :mod:`.rules`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .opcall import OpCall, Rule
+from .tensors import is_float, numel
+
+__all__ = ["FLOP_COUNTER_CORRECTIONS", "convolution_backward_flops", "layer_rules", "norm_backward"]
+
+aten = torch.ops.aten
+
+
+def _layer_norm(call: OpCall) -> Any:
+    x = call.inputs[0]
+    weight = call.arg(2, "weight")
+    bias = call.arg(3, "bias")
+    affine = (weight is not None) + (bias is not None)
+    return (5 + affine) * numel(x)
+
+
+def _group_norm(call: OpCall) -> Any:
+    x = call.inputs[0]
+    affine = (call.arg(1, "weight") is not None) + (call.arg(2, "bias") is not None)
+    return (5 + affine) * numel(x)
+
+
+def _batch_norm(call: OpCall) -> Any:
+    """Batch statistics (training): 5 per element, as layer norm; running statistics
+    (eval): 2 (subtract the mean, divide by the deviation). Weight and bias add 1 each."""
+    x = call.inputs[0]
+    affine = (call.arg(1, "weight") is not None) + (call.arg(2, "bias") is not None)
+    training = call.name in ("_native_batch_norm_legit", "_native_batch_norm_legit_functional")
+    if call.name in ("native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm"):
+        training = bool(call.arg(5, "training"))
+    return ((5 if training else 2) + affine) * numel(x)
+
+
+def norm_backward(call: OpCall) -> Any:
+    grad = call.inputs[0]
+    mask = call.arg(len(call.args) - 1, "output_mask", (True, True, True))
+    mask = tuple(mask) if isinstance(mask, tuple | list) else (True, True, True)
+    weights = (2 if len(mask) > 1 and mask[1] else 0) + (1 if len(mask) > 2 and mask[2] else 0)
+    # With running statistics (eval mode) the input's gradient is a scale: times the
+    # weight, divided by the deviation; with batch statistics, 8 per element.
+    per_input = 2 if call.name == "native_batch_norm_backward" and not call.arg(7, "train") else 8
+    return ((per_input if mask[0] else 0) + weights) * numel(grad)
+
+
+def convolution_backward_flops(
+    grad_out_shape: Sequence[Any],
+    x_shape: Sequence[Any],
+    w_shape: Sequence[Any],
+    transposed: bool,
+    output_mask: Sequence[bool],
+) -> Any:
+    """The FLOPs of a convolution's backward kernel: the input's gradient and the
+    weight's, each 2·N over the forward's iteration space of N multiply-adds.
+
+    N is batch x output positions x C_out x C_in/groups x kernel size (for a transposed
+    convolution: batch x input positions x C_in x C_out/groups x kernel size), that is
+    numel(out) (numel(x) transposed) x prod(weight.shape[1:]). FlopCounterMode's formula
+    takes the weight's gradient as an ungrouped convolution, ``groups`` times this (a
+    96-channel depthwise 7x7 at 56x56: 2.83e9 where the kernel does 2.95e7); with
+    groups=1 the two agree. The bias's gradient is not counted, as the forward's bias is
+    not.
+
+    >>> convolution_backward_flops((1, 96, 56, 56), (1, 96, 56, 56), (96, 1, 7, 7), False,
+    ...                            (True, True, False))
+    59006976
+    """
+    positions = math.prod(x_shape if transposed else grad_out_shape)
+    products = positions * math.prod(w_shape[1:])
+    return 2 * products * (bool(output_mask[0]) + bool(output_mask[1]))
+
+
+def _convolution_backward(call: OpCall) -> Any:
+    grad_out, x, weight = call.inputs[:3]
+    return convolution_backward_flops(
+        grad_out.shape,
+        x.shape,
+        weight.shape,
+        bool(call.arg(7, "transposed")),
+        call.arg(10, "output_mask", (True, True, True)),
+    )
+
+
+def _convolution_backward_shapes(
+    grad_out_shape: Any,
+    x_shape: Any,
+    w_shape: Any,
+    _bias: Any,
+    _stride: Any,
+    _padding: Any,
+    _dilation: Any,
+    transposed: bool,
+    _output_padding: Any,
+    _groups: Any,
+    output_mask: Any,
+    out_shape: Any = None,
+) -> Any:
+    return convolution_backward_flops(grad_out_shape, x_shape, w_shape, transposed, output_mask)
+
+
+#: Where FlopCounterMode's formula counts other work than the kernel does, the formula
+#: typedflops uses, as a ``FlopCounterMode(custom_mapping=...)`` takes it (shapes in), so
+#: that FlopCounterMode and typedflops can be compared everywhere else.
+FLOP_COUNTER_CORRECTIONS: dict[Any, Callable[..., Any]] = {
+    aten.convolution_backward: _convolution_backward_shapes,
+}
+
+
+def _window(call: OpCall, position: int) -> Any:
+    """The number of elements a pooling window holds (its kernel size over its axes)."""
+    axes = int(call.name.split("pool")[1][0])  # max_pool2d_with_indices: 2
+    kernel = call.arg(position, "kernel_size")
+    sizes = list(kernel) if isinstance(kernel, tuple | list) else [kernel]
+    if len(sizes) == 1:
+        sizes = sizes * axes
+    return math.prod(sizes)
+
+
+def _pool(call: OpCall) -> Any:
+    """Max pooling: a compare per window element of each output; average pooling an add
+    per window element and a divide per output."""
+    x = call.inputs[0]
+    if not is_float(x):
+        return 0
+    extra = 1 if call.name.startswith("avg") else 0
+    return numel(call.output) * (_window(call, 1) + extra)
+
+
+def _pool_backward(call: OpCall) -> Any:
+    """Max pooling's backward adds each output's gradient to the input it came from;
+    average pooling's divides it and adds it to each element of its window."""
+    grad = call.inputs[0]
+    if call.name.startswith("avg"):
+        return numel(grad) * (_window(call, 2) + 1)
+    return numel(grad)
+
+
+def _adaptive_pool(call: OpCall) -> Any:
+    """Adaptive pooling over windows that tile the input: one op per input element (an add
+    or a compare), and a divide per output for the average."""
+    x = call.inputs[0]
+    extra = numel(call.output) if "avg" in call.name else 0
+    return numel(x) + extra if is_float(x) else 0
+
+
+def _adaptive_pool_backward(call: OpCall) -> Any:
+    """Adaptive pooling's backward adds each gradient value to the inputs it came from."""
+    grad = call.inputs[0]
+    return numel(grad) if is_float(grad) else 0
+
+
+def layer_rules() -> dict[Any, Rule]:
+    """The rules of this module, by the op each counts."""
+    rules: dict[Any, Rule] = {}
+    rules[aten.native_layer_norm] = _layer_norm
+    rules[aten.native_group_norm] = _group_norm
+    for name in (
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_functional",
+        "_native_batch_norm_legit_no_training",
+        "cudnn_batch_norm",
+        "miopen_batch_norm",
+    ):
+        rules[getattr(aten, name)] = _batch_norm
+    for name in (
+        "native_layer_norm_backward",
+        "native_group_norm_backward",
+        "native_batch_norm_backward",
+        "batch_norm_backward",
+        "cudnn_batch_norm_backward",
+        "miopen_batch_norm_backward",
+    ):
+        rules[getattr(aten, name)] = norm_backward
+    rules[aten.convolution_backward] = _convolution_backward
+    for name in (
+        "max_pool1d",
+        "max_pool2d",
+        "max_pool3d",
+        "max_pool2d_with_indices",
+        "max_pool3d_with_indices",
+        "avg_pool1d",
+        "avg_pool2d",
+        "avg_pool3d",
+    ):
+        rules[getattr(aten, name)] = _pool
+    for name in (
+        "max_pool2d_with_indices_backward",
+        "max_pool3d_with_indices_backward",
+        "avg_pool2d_backward",
+        "avg_pool3d_backward",
+    ):
+        rules[getattr(aten, name)] = _pool_backward
+    for name in (
+        "_adaptive_avg_pool2d",
+        "_adaptive_avg_pool3d",
+        "adaptive_max_pool2d",
+        "adaptive_max_pool3d",
+    ):
+        rules[getattr(aten, name)] = _adaptive_pool
+    for name in (
+        "_adaptive_avg_pool2d_backward",
+        "_adaptive_avg_pool3d_backward",
+        "adaptive_max_pool2d_backward",
+        "adaptive_max_pool3d_backward",
+    ):
+        rules[getattr(aten, name)] = _adaptive_pool_backward
+    return rules

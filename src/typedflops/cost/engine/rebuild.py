@@ -1,0 +1,431 @@
+"""A module built again at other sizes of its own, so that a dry run can check a formula
+in them (``n_embd``, ``d_ff``, ``n_layers``) instead of trusting a value.
+
+A module can be rebuilt in two ways, tried in order:
+
+- ``typedflops_resized(sizes, dtype)``, with ``typedflops_dims()`` naming its sizes (the
+  modules of :mod:`typedflops.nn` declare both);
+- its class's constructor, called again with the arguments read back from the module: an
+  attribute of each parameter's name (on the module, or the one value its submodules all
+  hold under that name), a submodule passed in, the call's dim of that name, a config of
+  the dataclass the parameter is annotated with (made of such values), or the parameter's
+  default. Its sizes are the int arguments and the int fields of a config object passed
+  in (a dataclass, a namespace): ``GPT(config)`` is rebuilt with ``config.n_embd`` changed.
+
+A plain module whose constructor cannot be called again, over typed submodules (a typed
+``Linear`` inside), is copied with those submodules rebuilt at the sizes they declare.
+
+A constructor is trusted only where the module it builds at the original sizes is the
+original's twin: the same submodules (names and classes), parameters and buffers (names
+and shapes), and the same plain attributes. Building happens with the output muted and
+the random state restored, on the dry run's device (``meta``: nothing is allocated).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import inspect
+import io
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .module_sizes import module_dims
+
+__all__ = ["OWN", "Rebuild", "rebuild_of"]
+
+_MISSING = object()
+
+Make = Callable[[Mapping[str, int], torch.dtype | None], torch.nn.Module]
+
+
+# The key of a module's size in the sizes of a dry run, beside the call's dims: a size
+# the module declares (``typedflops_dims()``) is a dim of its calls by that name; one read
+# from its constructor is the module's own until dry runs show a dim that follows it.
+OWN = "self."
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """How to build ``module`` again: ``sizes`` are the sizes that can be changed (by the
+    name a formula gives them) at their values in ``module``; ``declared`` when the module
+    names them itself (``typedflops_dims()``)."""
+
+    module: torch.nn.Module
+    sizes: dict[str, int]
+    make: Make
+    declared: bool = False
+
+    def key(self, name: str) -> str:
+        """The key of size ``name`` in a dry run's sizes."""
+        return name if self.declared else OWN + name
+
+    def changes(self, assignment: Mapping[str, Any]) -> dict[str, int]:
+        """The sizes that ``assignment`` (a dry run's sizes, by key) changes."""
+        found: dict[str, int] = {}
+        for name, size in self.sizes.items():
+            value = assignment.get(self.key(name), size)
+            if isinstance(value, int) and value != size:
+                found[name] = value
+        return found
+
+    def at(self, sizes: Mapping[str, int], dtype: torch.dtype | None) -> torch.nn.Module:
+        """The module with ``sizes`` changed (the others as they are), on the current
+        default device, its floating tensors in ``dtype`` (or as the original's), each
+        parameter's ``requires_grad`` and each submodule's ``training`` as the original's."""
+        with _quiet_build():
+            rebuilt = self.make({**self.sizes, **sizes}, dtype)
+        _match(rebuilt, self.module, dtype)
+        return rebuilt
+
+
+def rebuild_of(module: Any, known: Mapping[str, Any] | None = None) -> Rebuild | None:
+    """How to build ``module`` at other sizes of its own, or None when it cannot be
+    (``known``: the call's dims, for constructor arguments the module does not keep)."""
+    if not isinstance(module, torch.nn.Module):
+        return None
+    resize = getattr(module, "typedflops_resized", None)
+    own = module_dims(module)
+    if callable(resize) and own:
+
+        def resized(sizes: Mapping[str, int], dtype: torch.dtype | None) -> torch.nn.Module:
+            rebuilt: torch.nn.Module = resize(dict(sizes), dtype)
+            return rebuilt
+
+        return Rebuild(module, own, resized, declared=True)
+    return _by_constructor(module, known or {}) or _by_typed_submodules(module)
+
+
+def _resizable(module: torch.nn.Module) -> bool:
+    return callable(getattr(module, "typedflops_resized", None)) and bool(module_dims(module))
+
+
+def _by_typed_submodules(module: torch.nn.Module) -> Rebuild | None:
+    """A module its constructor cannot rebuild, over typed submodules that can be: a copy
+    with those submodules rebuilt (the sizes they declare, where all agree on a value)."""
+    seen: dict[str, set[int]] = {}
+    for sub in module.modules():
+        if sub is not module and _resizable(sub):
+            for name, size in module_dims(sub).items():
+                seen.setdefault(name, set()).add(size)
+    sizes = {name: next(iter(values)) for name, values in seen.items() if len(values) == 1}
+    if not sizes:
+        return None
+
+    def swapped(changed: Mapping[str, int], dtype: torch.dtype | None) -> torch.nn.Module:
+        return _swapped(module, changed, dtype)
+
+    return Rebuild(module, sizes, swapped)
+
+
+def _swapped(
+    module: torch.nn.Module, changed: Mapping[str, int], dtype: torch.dtype | None
+) -> torch.nn.Module:
+    """``module`` with each typed submodule whose sizes ``changed`` changes rebuilt at them
+    (the modules on the way copied, the others shared)."""
+    own = module_dims(module)
+    if _resizable(module) and any(changed.get(name, size) != size for name, size in own.items()):
+        resize = module.typedflops_resized
+        wanted = {name: changed.get(name, size) for name, size in own.items()}
+        rebuilt: torch.nn.Module = resize(wanted, dtype)  # type: ignore[operator]
+        return rebuilt
+    children = {
+        name: _swapped(child, changed, dtype)
+        for name, child in module._modules.items()
+        if child is not None
+    }
+    if all(child is module._modules[name] for name, child in children.items()):
+        return module
+    twin = copy.copy(module)
+    twin._modules = {**module._modules, **children}
+    return twin
+
+
+@dataclass(frozen=True)
+class _Argument:
+    name: str
+    value: Any
+    positional: bool
+
+
+def _by_constructor(module: torch.nn.Module, known: Mapping[str, int]) -> Rebuild | None:
+    cls = type(module)
+    if cls.__module__.startswith("torch."):
+        return None  # torch's own modules: their sizes are their callers' to change
+    try:
+        signature = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return None
+    arguments: list[_Argument] = []
+    for parameter in list(signature.parameters.values())[1:]:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        value = _read_back(module, parameter, known)
+        if value is _MISSING:
+            if parameter.default is parameter.empty:
+                return None
+            value = parameter.default
+        positional = parameter.kind is parameter.POSITIONAL_ONLY
+        arguments.append(_Argument(parameter.name, value, positional))
+    where = _size_places(arguments)
+    if not where:
+        return None
+    sizes = {name: _value_at(arguments, place) for name, place in where.items()}
+
+    def construct(changed: Mapping[str, int], dtype: torch.dtype | None) -> torch.nn.Module:
+        values = {argument.name: argument.value for argument in arguments}
+        fields: dict[str, dict[str, int]] = {}
+        for name, size in changed.items():
+            argument, field = where[name]
+            if field is None:
+                values[argument] = size
+            else:
+                fields.setdefault(argument, {})[field] = size
+        for argument, changes in fields.items():
+            config = values[argument]
+            # A config is copied only where a field changes (the original object at its
+            # own sizes: a plain class compares by identity).
+            changes = {f: v for f, v in changes.items() if getattr(config, f) != v}
+            if changes:
+                values[argument] = _replaced(config, changes)
+        positional = [values[a.name] for a in arguments if a.positional]
+        keyword = {a.name: values[a.name] for a in arguments if not a.positional}
+        built: torch.nn.Module = cls(*positional, **keyword)
+        return built
+
+    try:
+        with torch.device("meta"), _quiet_build():
+            twin = construct(sizes, None)
+    except Exception:
+        return None
+    if not _twins(module, twin):
+        return None
+    return Rebuild(module, sizes, construct)
+
+
+def _read_back(
+    module: torch.nn.Module, parameter: inspect.Parameter, known: Mapping[str, int]
+) -> Any:
+    """The value a constructor parameter had: the module's attribute of its name (or
+    ``_name``), a submodule of that name, the one value every submodule holding an
+    attribute of that name holds, the call's dim of that name (``known``), or a config of
+    the dataclass the parameter is annotated with, made of such values and its defaults."""
+    name = parameter.name
+    own = vars(module)
+    for key in (name, f"_{name}"):
+        if key in own and not isinstance(own[key], torch.Tensor):
+            return own[key]
+    if name in module._modules:
+        return module._modules[name]
+    found = _held_by_submodules(module, name)
+    if found is not _MISSING:
+        return found
+    if type(known.get(name)) is int:
+        return known[name]
+    config = _annotated_dataclass(type(module), parameter)
+    return _MISSING if config is None else _config_of(config, module, known)
+
+
+def _held_by_submodules(module: torch.nn.Module, name: str) -> Any:
+    found = [vars(sub)[name] for sub in module.modules() if sub is not module and name in vars(sub)]
+    plain = (int, float, bool, str, type(None))
+    if (
+        found
+        and isinstance(found[0], plain)
+        and all(type(v) is type(found[0]) and v == found[0] for v in found)
+    ):
+        return found[0]
+    return _MISSING
+
+
+def _annotated_dataclass(cls: type, parameter: inspect.Parameter) -> type | None:
+    """The dataclass a parameter is annotated with (a name is looked up in the module the
+    constructor is written in, never evaluated)."""
+    hint = parameter.annotation
+    if isinstance(hint, str) and hint.isidentifier():
+        init = next((vars(c)["__init__"] for c in cls.__mro__ if "__init__" in vars(c)), None)
+        hint = getattr(init, "__globals__", {}).get(hint)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return hint
+    return None
+
+
+def _config_of(config: type, module: torch.nn.Module, known: Mapping[str, int]) -> Any:
+    """A config made of the values the module's submodules hold, the call's dims and the
+    fields' defaults (a wrong guess builds another module, which the twin check refuses)."""
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(config):
+        if not field.init:
+            continue
+        value = _held_by_submodules(module, field.name)
+        if value is _MISSING and type(known.get(field.name)) is int:
+            value = known[field.name]
+        if value is _MISSING and field.default is not dataclasses.MISSING:
+            value = field.default
+        if value is _MISSING and field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        if value is _MISSING:
+            return _MISSING
+        values[field.name] = value
+    try:
+        return config(**values)
+    except Exception:
+        return _MISSING
+
+
+def _is_config(value: Any) -> bool:
+    if isinstance(value, type) or callable(value):
+        return False
+    if isinstance(value, torch.nn.Module | torch.Tensor):
+        return False
+    return dataclasses.is_dataclass(value) or hasattr(value, "__dict__")
+
+
+def _int_fields(config: Any) -> dict[str, int]:
+    if dataclasses.is_dataclass(config):
+        names = [f.name for f in dataclasses.fields(config) if f.init]
+        values = {name: getattr(config, name) for name in names}
+    else:
+        values = dict(vars(config))
+    return {
+        name: value
+        for name, value in values.items()
+        if type(value) is int and not name.startswith("_")
+    }
+
+
+def _size_places(arguments: list[_Argument]) -> dict[str, tuple[str, str | None]]:
+    """Each size's place among the arguments: an int argument ``(name, None)`` or a config
+    field ``(argument, field)``; a name found in two places is left out (ambiguous)."""
+    where: dict[str, tuple[str, str | None]] = {}
+    doubled: set[str] = set()
+    for argument in arguments:
+        places: dict[str, tuple[str, str | None]]
+        if type(argument.value) is int:
+            places = {argument.name: (argument.name, None)}
+        elif _is_config(argument.value):
+            fields = _int_fields(argument.value)
+            places = {field: (argument.name, field) for field in fields}
+        else:
+            continue
+        for name, place in places.items():
+            if name in where:
+                doubled.add(name)
+            where[name] = place
+    return {name: place for name, place in where.items() if name not in doubled}
+
+
+def _value_at(arguments: list[_Argument], place: tuple[str, str | None]) -> int:
+    argument, field = place
+    value = next(a.value for a in arguments if a.name == argument)
+    return int(value if field is None else getattr(value, field))
+
+
+def _replaced(config: Any, changes: Mapping[str, int]) -> Any:
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return dataclasses.replace(config, **changes)
+    changed = copy.copy(config)
+    for name, value in changes.items():
+        setattr(changed, name, value)
+    return changed
+
+
+def _twins(original: torch.nn.Module, twin: torch.nn.Module) -> bool:
+    """Whether ``twin`` has ``original``'s submodules, tensors (by shape) and attributes."""
+    modules = dict(original.named_modules(remove_duplicate=False))
+    twins = dict(twin.named_modules(remove_duplicate=False))
+    if list(modules) != list(twins):
+        return False
+    for name, module in modules.items():
+        other = twins[name]
+        if type(module) is not type(other):
+            return False
+        if not _same_tensors(module, other) or not _same_attributes(module, other):
+            return False
+    return True
+
+
+def _same_tensors(module: torch.nn.Module, other: torch.nn.Module) -> bool:
+    def shapes(m: torch.nn.Module) -> dict[str, tuple[int, ...] | None]:
+        found: dict[str, tuple[int, ...] | None] = {}
+        for store in (m._parameters, m._buffers):
+            for key, tensor in store.items():
+                found[key] = None if tensor is None else tuple(tensor.shape)
+        return found
+
+    return shapes(module) == shapes(other)
+
+
+def _same_attributes(module: torch.nn.Module, other: torch.nn.Module) -> bool:
+    mine = {k: v for k, v in vars(module).items() if not k.startswith("_") and k != "training"}
+    theirs = {k: v for k, v in vars(other).items() if not k.startswith("_") and k != "training"}
+    if mine.keys() != theirs.keys():
+        return False
+    for key, value in mine.items():
+        twin = theirs[key]
+        if isinstance(value, torch.Tensor):
+            if not isinstance(twin, torch.Tensor) or value.shape != twin.shape:
+                return False
+            continue
+        try:
+            if not (value is twin or bool(value == twin)):
+                return False
+        except Exception:
+            return False
+    return True
+
+
+def _match(rebuilt: torch.nn.Module, original: torch.nn.Module, dtype: torch.dtype | None) -> None:
+    """Give ``rebuilt`` the original's dtypes (or ``dtype`` for floats), ``requires_grad``
+    and ``training`` flags, name by name."""
+    modules = dict(original.named_modules(remove_duplicate=False))
+    for name, sub in rebuilt.named_modules(remove_duplicate=False):
+        twin = modules.get(name)
+        if twin is sub:
+            continue  # shared with the original (a copy's untouched part): left as it is
+        if twin is not None:
+            sub.training = twin.training
+        for key, tensor in list(sub._parameters.items()):
+            if tensor is None or (twin is not None and twin._parameters.get(key) is tensor):
+                continue
+            source = None if twin is None else twin._parameters.get(key)
+            cast = _dtype(tensor, source, dtype)
+            if cast != tensor.dtype:
+                tensor.data = tensor.data.to(cast)
+            if source is not None:
+                tensor.requires_grad_(source.requires_grad)
+        for key, buffer in list(sub._buffers.items()):
+            if buffer is None or (twin is not None and twin._buffers.get(key) is buffer):
+                continue
+            source = None if twin is None else twin._buffers.get(key)
+            cast = _dtype(buffer, source, dtype)
+            if cast != buffer.dtype:
+                sub._buffers[key] = buffer.to(cast)
+
+
+def _dtype(
+    tensor: torch.Tensor, source: torch.Tensor | None, dtype: torch.dtype | None
+) -> torch.dtype:
+    if not tensor.is_floating_point():
+        return tensor.dtype
+    if dtype is not None:
+        return dtype
+    return source.dtype if source is not None else tensor.dtype
+
+
+@contextlib.contextmanager
+def _quiet_build() -> Iterator[None]:
+    """Build without printing, warning or moving the random state (nanoGPT prints its
+    parameter count; initialisers draw random numbers)."""
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        warnings.catch_warnings(),
+        torch.random.fork_rng(devices=[]),
+    ):
+        warnings.simplefilter("ignore")
+        yield

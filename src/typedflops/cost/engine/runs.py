@@ -1,0 +1,291 @@
+"""Dry runs of a call on fake tensors: a :class:`Probe` builds the call at any sizes, and
+:func:`run_once` runs it and collects what each op cost (its backward included).
+
+Fake tensors carry shapes, dtypes and devices but no storage, so nothing is allocated, and
+kernels are chosen as on the device the call would run on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import os
+import re
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
+
+from ...config import disabled
+from ...errors import ContractError, DryRunError
+from .backward import backward_of
+from .events import Event
+from .fit import Size
+from .kernels import meta_target
+from .rebuild import Rebuild
+from .saved import SavedTensors
+from .session import RunSession
+
+__all__ = ["TERMS", "Probe", "Run", "Runner", "Thunk", "dry_run_error", "run_once"]
+
+Thunk = Callable[[], Any]
+
+#: The counts a dry run gives, each fitted as a formula (the terms of a Cost).
+TERMS = ("forward", "backward", "matmul", "recompute", "activation")
+
+
+@dataclass
+class Probe:
+    """A call that can be built at any sizes of its dims.
+
+    ``dims`` are the base sizes of every dim of the call, ``variable`` those that may be
+    changed independently, ``names`` other named sizes (a module's own), ``repeats`` names
+    for a module's count of repeated blocks, ``rebuild`` how to build the module at other
+    sizes of its own (keys :meth:`Rebuild.key` in an assignment), ``build`` makes the call
+    at an assignment of sizes with its tensors on a device (``"meta"``), ``device`` the
+    device type the call would run on, ``declared`` a ``flops=`` formula replacing the
+    outermost call's count.
+    """
+
+    function: str
+    dims: dict[str, Size]
+    variable: list[str]
+    build: Callable[[Mapping[str, Size], str], Thunk]
+    device: str = "cpu"
+    names: dict[str, int] = field(default_factory=dict)
+    repeats: dict[str, int] = field(default_factory=dict)
+    declared: sympy.Expr | None = None
+    rebuild: Rebuild | None = None
+
+
+@dataclass
+class Run:
+    """The events of one dry run, the dims its outermost call bound, and the bytes of the
+    activations autograd saved for backward (each storage once, weights not included)."""
+
+    events: list[Event]
+    bound: dict[str, Size]
+    saved: list[Event] = field(default_factory=list)
+
+    @property
+    def ops(self) -> list[str]:
+        """The names of its ops, in order."""
+        return [event.op for event in self.events]
+
+    def counts(self) -> dict[str, int]:
+        """Its count of each of :data:`TERMS`."""
+        events = self.events
+        return {
+            "forward": sum(e.flops for e in events),
+            "backward": sum(b.flops for e in events for b in e.backward),
+            "matmul": sum(e.flops for e in events if e.entry is not None and e.entry.matmul),
+            "recompute": sum(e.flops for e in events if e.recomputed),
+            "activation": sum(e.flops for e in self.saved),
+        }
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensors() -> Iterator[None]:
+    """Keep FakeTensorMode from logging the errors of runs at sizes the body refuses (a
+    changed dim that the weights fix): those runs are expected to fail, quietly."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False) -> Run:
+    """Run the probe's call once at ``assignment`` and collect its events (and backward).
+
+    On ``meta`` tensors (the default: fast, and tensors made inside the body are meta too),
+    attention taking the kernel the call's device would pick; with ``fake=True`` under
+    ``FakeTensorMode`` on the call's own device (slower; for bodies that mix in tensors
+    that are not arguments, such as module-level constants).
+    """
+    target = None if fake else probe.device
+    if target == "meta":
+        target = meta_target()
+    session = RunSession(probe.function, target)
+    device = probe.device if fake else "meta"
+    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+    saved = SavedTensors()
+    session.saved = saved
+    with mode, torch.device(device), disabled(False), _quiet_fake_tensors():
+        thunk = probe.build(assignment, device)
+        with (
+            session.active(),
+            torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
+        ):
+            _finish(thunk())
+    for event in session.events:
+        # A repeated block's events share their first call's list: filled once.
+        if event.needs_grad and not event.backward:
+            event.backward.extend(backward_of(event).events)
+    return Run(session.events, dict(session.bound), saved.events())
+
+
+class Runner:
+    """The dry runs of one probe, each set of sizes run once: on ``meta``, or under
+    ``FakeTensorMode`` where the base run cannot run on meta (a module-level tensor the
+    body uses cannot mix with meta ones)."""
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+        self.fake = False
+        self._runs: dict[tuple[tuple[str, Size], ...], Run | None] = {}
+
+    def base(self, assignment: Mapping[str, Size]) -> Run:
+        """The run at the call's own sizes; its errors are the call's."""
+        try:
+            run = run_once(self.probe, assignment)
+        except (RuntimeError, NotImplementedError, TypeError) as exc:
+            if isinstance(exc, ContractError):
+                raise
+            if _too_large(exc):
+                raise dry_run_error(self.probe, exc) from None
+            self.fake = True  # a tensor the body reaches that meta cannot stand in for
+            try:
+                run = run_once(self.probe, assignment, fake=True)
+            except (
+                DynamicOutputShapeException,
+                DataDependentOutputException,
+                RuntimeError,
+            ) as error:
+                if isinstance(error, ContractError) or not _explained(error):
+                    raise
+                raise dry_run_error(self.probe, error) from None
+        self._runs[_key(assignment)] = run
+        return run
+
+    def run(self, assignment: Mapping[str, Size]) -> Run | None:
+        """The run at ``assignment``, or None where the body refuses those sizes."""
+        key = _key(assignment)
+        if key not in self._runs:
+            try:
+                self._runs[key] = run_once(self.probe, assignment, fake=self.fake)
+            except Exception:
+                self._runs[key] = None
+        return self._runs[key]
+
+
+def _key(assignment: Mapping[str, Size]) -> tuple[tuple[str, Size], ...]:
+    return tuple(sorted(assignment.items()))
+
+
+def _finish(result: Any) -> Any:
+    """Run a coroutine or generator body to its end (a dry run costs the whole body)."""
+    if inspect.iscoroutine(result):
+        return _drive(result)
+    if inspect.isgenerator(result):
+        return list(result)
+    if inspect.isasyncgen(result):
+
+        async def drain() -> list[Any]:
+            return [item async for item in result]
+
+        return _drive(drain())
+    return result
+
+
+def _drive(coroutine: Any) -> Any:
+    """Run a coroutine to completion without an event loop when it never waits on one."""
+    try:
+        while True:
+            coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value
+    except RuntimeError:
+        coroutine.close()
+        raise
+    finally:
+        with contextlib.suppress(RuntimeError):
+            coroutine.close()
+
+
+# Ops whose output depends on values, by what the user wrote.
+_VALUE_OPS = {
+    "_local_scalar_dense": "a tensor's value (.item(), bool(), int(), an `if` on a tensor)",
+    "nonzero": "nonzero (what x[mask] runs)",
+    "_unique2": "unique",
+    "unique_dim": "unique",
+    "unique_consecutive": "unique_consecutive",
+}
+
+
+def _too_large(exc: BaseException) -> bool:
+    return "overflow" in str(exc).lower() and "size" in str(exc).lower()
+
+
+def _explained(exc: BaseException) -> bool:
+    return isinstance(exc, DynamicOutputShapeException | DataDependentOutputException) or (
+        _too_large(exc)
+    )
+
+
+def dry_run_error(probe: Probe, exc: BaseException) -> DryRunError:
+    """One line for an exception a dry run cannot go past: what the body ran, the user's
+    line that ran it, and the way out."""
+    where = _user_line(exc)
+    at = f" at {where}" if where else ""
+    if _too_large(exc):
+        shape = re.search(r"sizes=\[([0-9, ]*)\]", str(exc))
+        tensor = f"a tensor of shape ({shape.group(1)})" if shape else "a tensor"
+        given = [name for name in probe.dims if name in probe.variable] or list(probe.dims)
+        sizes = ", ".join(f"{name}={probe.dims[name]}" for name in given)
+        return DryRunError.at(
+            f"{probe.function}()",
+            f"at {sizes}, {tensor}{at} has more bytes than torch can address (2**63), even on meta",
+            hint="estimate at smaller sizes and evaluate cost.formula at these",
+        )
+    func = exc.args[0] if exc.args else None
+    name = str(getattr(getattr(func, "_overloadpacket", None), "__name__", func))
+    shown = _VALUE_OPS.get(name, name)
+    error = DryRunError.at(
+        f"{probe.function}()",
+        f"a dry run cannot go past {shown}{at}: its result depends on the tensors' values, "
+        "not only their shapes",
+        hint="record a real run instead (with typedflops.record() as rec: ...)",
+    )
+    error.reads_values = f"{shown}{at}"
+    return error
+
+
+# Where code that is not the user's lives: torch, sympy, typedflops, the standard library.
+_LIBRARIES = (
+    *(os.path.dirname(module.__file__ or "") + os.sep for module in (torch, sympy)),
+    os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep,
+)
+_STDLIB = os.path.dirname(contextlib.__file__) + os.sep
+
+
+def _library(filename: str) -> bool:
+    return (
+        filename.startswith(_LIBRARIES)
+        or filename.startswith("<")
+        or (filename.startswith(_STDLIB) and "-packages" not in filename)
+    )
+
+
+def _user_line(exc: BaseException) -> str | None:
+    """``file.py:12 (the line)`` of the innermost frame of the traceback outside torch,
+    typedflops and the standard library."""
+    found = None
+    for summary in traceback.extract_tb(exc.__traceback__):
+        if not _library(summary.filename):
+            found = summary
+    if found is None:
+        return None
+    line = f" ({found.line.strip()})" if found.line else ""
+    return f"{os.path.basename(found.filename)}:{found.lineno}{line}"

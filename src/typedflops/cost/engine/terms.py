@@ -1,0 +1,145 @@
+"""The terms of a Cost from a fit: per-op costs of the base run, and each count of
+:data:`~.runs.TERMS` as a :class:`~typedflops.cost.types.Term` (its formula the sum of the
+ops' formulas, ``n_layers * F`` for the calls of identical blocks)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import sympy
+
+from ..types import OpCost, Term
+from .backward import backward_of
+from .events import Event
+from .fit import Fitted, Plan, fit, total
+
+__all__ = ["fitted_terms", "op_costs", "uncounted", "with_repeats"]
+
+
+def fitted_terms(
+    plan: Plan,
+    fitted: Fitted,
+    saved: Sequence[Sequence[Event]],
+    repeat: Mapping[int, sympy.Symbol],
+    values: Mapping[str, int],
+) -> dict[str, Term]:
+    """Each term of the base run of ``plan``, its formula checked at ``values`` (a formula
+    that does not give its count there is replaced by the count, not exact)."""
+    events = plan.runs[0]
+
+    def summed(chosen: Sequence[bool], backward: bool = False) -> Term:
+        formulas = fitted.backward if backward else fitted.forward
+        verified = fitted.backward_exact if backward else fitted.forward_exact
+        count = sum(
+            (sum(b.flops for b in e.backward) if backward else e.flops)
+            for e, keep in zip(events, chosen, strict=True)
+            if keep
+        )
+        parts = [f if keep else sympy.Integer(0) for f, keep in zip(formulas, chosen, strict=True)]
+        exact = all(ok for ok, keep in zip(verified, chosen, strict=True) if keep)
+        return Term(count, with_repeats(events, parts, repeat), exact).checked_at(values)
+
+    every = [True] * len(events)
+    return {
+        "forward": summed(every),
+        "backward": summed(every, backward=True),
+        "matmul": summed([e.entry is not None and e.entry.matmul for e in events]),
+        "recompute": summed([e.recomputed for e in events]),
+        "activation": _activation(plan, saved, repeat, values),
+    }
+
+
+def _activation(
+    plan: Plan,
+    saved: Sequence[Sequence[Event]],
+    repeat: Mapping[int, sympy.Symbol],
+    values: Mapping[str, int],
+) -> Term:
+    """The bytes saved for backward in the base run, fitted like FLOPs (each saved storage's
+    shape), the bytes saved in each of k identical blocks written ``n_layers * B``."""
+    count = sum(event.flops for event in saved[0])
+    ops = [e.op for e in saved[0]]
+    if not any(run for run in saved):
+        return Term(0, sympy.Integer(0))
+    if not all([e.op for e in run] == ops for run in saved):
+        return Term.of_count(count)
+    bytes_plan = dataclasses.replace(plan, runs=[list(run) for run in saved], _series={}, _rules={})
+    fitted = fit(bytes_plan)
+    formula = with_repeats(saved[0], fitted.forward, repeat)
+    return Term(count, formula, all(fitted.forward_exact)).checked_at(values)
+
+
+def with_repeats(
+    events: Sequence[Event], formulas: Sequence[sympy.Expr], repeat: Mapping[int, sympy.Symbol]
+) -> sympy.Expr:
+    """The sum of the formulas, with k identical calls of one block written ``n_layers * F``
+    when ``repeat`` names k (a module's ``n_layers`` beside a ``ModuleList`` of k blocks)."""
+    own: list[sympy.Expr] = []
+    calls: dict[int, list[sympy.Expr]] = {}
+    names: dict[int, tuple[str, ...]] = {}
+    for event, formula in zip(events, formulas, strict=True):
+        if len(event.calls) >= 2:
+            calls.setdefault(event.calls[1], []).append(formula)
+            names[event.calls[1]] = event.path[:2]
+        else:
+            own.append(formula)
+    if not repeat:
+        return total([*own, *(f for group in calls.values() for f in group)])
+    blocks: dict[tuple[tuple[str, ...], sympy.Expr], int] = {}
+    for serial, group in calls.items():
+        key = (names[serial], total(group, factor=False))
+        blocks[key] = blocks.get(key, 0) + 1
+    terms = list(own)
+    for (_, formula), count in blocks.items():
+        terms.append(repeat.get(count, count) * formula)
+    summed = sympy.expand(sympy.Add(*terms))
+    return sympy.factor(summed) if summed.free_symbols else summed
+
+
+def op_costs(events: Sequence[Event], fitted: Fitted) -> tuple[OpCost, ...]:
+    """The base run's ops, grouped by the call the user wrote, with their formulas."""
+    ops: list[OpCost] = []
+    start = 0
+    while start < len(events):
+        end = start + 1
+        while end < len(events) and events[end].group.serial == events[start].group.serial:
+            end += 1
+        chunk = events[start:end]
+        first = chunk[0]
+        free = all(event.entry is None and event.counted for event in chunk)
+        forward = Term(
+            sum(event.flops for event in chunk),
+            total(fitted.forward[start:end]),
+            all(fitted.forward_exact[start:end]),
+        )
+        backward = Term(
+            sum(sum(b.flops for b in event.backward) for event in chunk),
+            total(fitted.backward[start:end]),
+            all(fitted.backward_exact[start:end]),
+        )
+        ops.append(
+            OpCost(
+                op=first.group.name,
+                pattern=first.group.pattern,
+                forward=forward,
+                backward=backward,
+                bytes_read=sum(event.bytes_read for event in chunk),
+                bytes_written=sum(event.bytes_written for event in chunk),
+                view=all(event.view for event in chunk) if free else None,
+                path=first.path,
+            )
+        )
+        start = end
+    return tuple(ops)
+
+
+def uncounted(events: Sequence[Event]) -> tuple[str, ...]:
+    """The ops that ran without a rule, forward and backward, each once."""
+    found: list[str] = []
+    for event in events:
+        if not event.counted:
+            found.append(event.op)
+        if event.needs_grad:
+            found.extend(backward_of(event).uncounted)
+    return tuple(dict.fromkeys(found))

@@ -1,0 +1,195 @@
+"""``typedflops.estimate``: the cost of any model or function at named sizes, annotated or
+not: its inputs' annotations given with the call (``Int[Tensor, "batch seq"]``), so that
+a model nobody annotated (a Hugging Face or torchvision model) is costed in ``batch`` and
+``seq`` without a wrapper."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..contract.annotation import is_tensor_annotation, tensor_spec
+from ..contract.function import CheckedFunction
+from ..errors import SpecError
+from .model import estimate as estimate_checked
+from .types import Cost
+
+__all__ = ["estimate"]
+
+
+def estimate(
+    model: Callable[..., Any],
+    /,
+    *inputs: Any,
+    dtype: torch.dtype | None = None,
+    grad: Sequence[str] = (),
+    **named: Any,
+) -> Cost:
+    """The cost of one call of ``model`` at the given sizes, from dry runs on meta tensors
+    (nothing is allocated; formulas in the dims the annotations name).
+
+    ``model`` is an ``nn.Module`` (its ``forward`` is called through the module, hooks
+    included) or any function. Its inputs are given as jaxtyping annotations, positionally
+    for its leading parameters or by parameter name: ``Int[Tensor, "batch seq"]`` is built
+    as a tensor of shape ``(batch, seq)`` and dtype int64 (``Float[...]``: float32 or
+    ``dtype``). Other values given for parameters are passed as they are (``use_cache=False``;
+    a real tensor takes part through a meta copy). The remaining keywords are the dims'
+    sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``. ``grad`` names the inputs
+    whose tensors require grad; the module's parameters follow their ``requires_grad``, so
+    ``backward_flops`` is the backward of a training step.
+
+    A ``@typed_flops`` function, or a module whose ``forward`` is one, needs no annotations:
+    ``estimate(model, batch=8)`` is ``model.forward.estimate(batch=8)``. Missing, unknown or
+    bad sizes, and inputs that are not annotations, raise :class:`SpecError`.
+
+    >>> import torch
+    >>> from torch import Tensor, nn
+    >>> from jaxtyping import Float, Int
+    >>> from typedflops import estimate
+    >>> mlp = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+    >>> cost = estimate(mlp, Float[Tensor, "batch 64"], batch=32)
+    >>> cost.matmul_flops == 2 * 32 * 64 * 256 * 2
+    True
+    >>> cost.formula.free_symbols == {cost.formula.free_symbols.pop()}  # one symbol: batch
+    True
+    >>> lm = nn.Sequential(nn.Embedding(1000, 64), nn.Linear(64, 1000, bias=False))
+    >>> cost = estimate(lm, Int[Tensor, "batch seq"], batch=8, seq=128)
+    >>> cost.formula
+    128000*batch*seq
+    >>> cost.backward_flops == 2 * cost.flops + 8 * 128 * 64  # weight grads, embedding's adds
+    True
+    """
+    owner, call = _target(model)
+    signature = _forward_signature(call, owner)
+    names = list(signature.parameters)
+    positional = _positional_names(signature)
+    arguments: dict[str, Any] = {}
+    if len(inputs) > len(positional):
+        raise SpecError.at(
+            f"estimate({_label(model)})",
+            f"{len(inputs)} inputs given, but its forward takes {len(positional)} positionally "
+            f"({', '.join(positional) or 'none'})",
+        )
+    arguments.update(zip(positional, inputs, strict=False))
+    hints = [value for value in (*arguments.values(), *named.values())]
+    dim_names = {dim for hint in hints if is_tensor_annotation(hint) for dim in _dims_of(hint)}
+    dims: dict[str, Any] = {}
+    for key, value in named.items():
+        if key in names and (key not in dim_names or is_tensor_annotation(value)):
+            if key in arguments:
+                raise SpecError.at(
+                    f"estimate({_label(model)})", f"{key} is given twice (by position and name)"
+                )
+            arguments[key] = value
+        else:
+            dims[key] = value
+    for key, value in arguments.items():
+        if isinstance(value, str):
+            raise SpecError.at(
+                f"estimate({_label(model)})",
+                f"{key}={value!r} is a string; an input is given as an annotation",
+                hint=f"write {key}=Float[Tensor, {value!r}] (or Int[...] for ids)",
+            )
+    checked = _checked(owner, call)
+    specs = {name: value for name, value in arguments.items() if is_tensor_annotation(value)}
+    if not specs:
+        if checked is not None and not arguments:
+            objects = (owner,) if owner is not None else ()
+            return estimate_checked(checked, objects, dims, dtype, tuple(grad))
+        raise SpecError.at(
+            f"estimate({_label(model)})",
+            "no input is annotated, so no tensor can be built",
+            hint="give each tensor input as an annotation: "
+            "estimate(model, Float[Tensor, 'batch d'], batch=...)",
+        )
+    wrapper = _wrapper(model, owner, positional, arguments, specs)
+    objects = (owner,) if owner is not None else ()
+    return estimate_checked(wrapper, objects, dims, dtype, tuple(grad))
+
+
+def _label(model: Any) -> str:
+    if isinstance(model, torch.nn.Module):
+        return type(model).__name__
+    return str(getattr(model, "__qualname__", None) or getattr(model, "__name__", repr(model)))
+
+
+def _target(model: Any) -> tuple[torch.nn.Module | None, Callable[..., Any]]:
+    """The module (if any) and the function whose parameters the inputs fill."""
+    if isinstance(model, torch.nn.Module):
+        return model, type(model).forward
+    if not callable(model):
+        raise SpecError.at("estimate()", f"{model!r} is not a module or a function")
+    return None, model
+
+
+def _forward_signature(call: Callable[..., Any], owner: Any) -> inspect.Signature:
+    try:
+        signature = inspect.signature(call)
+    except (TypeError, ValueError):
+        raise SpecError.at(
+            f"estimate({_label(owner or call)})", "its signature cannot be read"
+        ) from None
+    if owner is not None:  # forward's self
+        parameters = list(signature.parameters.values())[1:]
+        signature = signature.replace(parameters=parameters)
+    return signature
+
+
+def _positional_names(signature: inspect.Signature) -> list[str]:
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [name for name, p in signature.parameters.items() if p.kind in kinds]
+
+
+def _dims_of(hint: Any) -> set[str]:
+    spec = tensor_spec(hint)
+    return set(spec.names) | set(spec.variadic_names)
+
+
+def _checked(owner: Any, call: Any) -> CheckedFunction[..., Any] | None:
+    found = getattr(call, "__func__", call)
+    return found if isinstance(found, CheckedFunction) else None
+
+
+def _wrapper(
+    model: Callable[..., Any],
+    owner: torch.nn.Module | None,
+    positional: list[str],
+    arguments: Mapping[str, Any],
+    specs: Mapping[str, Any],
+) -> CheckedFunction[..., Any]:
+    """A checked function whose tensor parameters are the annotated inputs and whose body
+    calls the model with them (in their places) and with the other arguments given."""
+    fixed = {name: value for name, value in arguments.items() if name not in specs}
+    order = [name for name in positional if name in arguments]
+    # Inputs up to the last one given by position go by position; the rest by name.
+    by_position = order[: _last_leading(positional, arguments)]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        target = args[0] if owner is not None else model
+        values = {**fixed, **kwargs}
+        leading = [values.pop(name) for name in by_position]
+        return target(*leading, **values)
+
+    kind = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter(name, kind, annotation=hint) for name, hint in specs.items()]
+    if owner is not None:
+        parameters.insert(0, inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY))
+    call.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    call.__annotations__ = dict(specs)
+    label = _label(model)
+    call.__name__ = call.__qualname__ = label
+    return CheckedFunction(call, flops=None, name=label)
+
+
+def _last_leading(positional: list[str], arguments: Mapping[str, Any]) -> int:
+    """How many of the leading positional parameters are all given (these go by position,
+    so a forward that takes ``*args`` after them gets them in order)."""
+    count = 0
+    for name in positional:
+        if name not in arguments:
+            break
+        count += 1
+    return count

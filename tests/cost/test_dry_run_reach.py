@@ -1,0 +1,261 @@
+"""A dry run reaches every module and tensor the body does, wherever it comes from (an
+argument, a global, a closure), and ends in a count or in one line that says why not."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+import typedflops.nn as tnn
+from typedflops import SpecError, record, typed_flops
+
+B, D, H = 8, 16, 32
+MLP_FLOPS = 2 * B * D * H + B * H + 2 * B * H * D  # two linears (bias not counted), a relu
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(D, H)
+        self.down = nn.Linear(H, D)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(torch.relu(self.up(x)))  # type: ignore[no-any-return]
+
+
+class _TypedMlp(nn.Module):
+    """Typed submodules (their own contracts check the weights' device too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = tnn.Linear(D, H)
+        self.down = tnn.Linear(H, D)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+_GLOBAL_PLAIN = _Mlp()
+_GLOBAL_TYPED = _TypedMlp()
+_GLOBAL_WEIGHT = torch.randn(D, D, requires_grad=True)
+_GLOBAL_SCALE = torch.tensor(0.5)
+
+
+@typed_flops
+def _through(model: nn.Module, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+    return model(x)  # type: ignore[no-any-return]
+
+
+@typed_flops
+def _through_list(models: list[nn.Module], x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+    for model in models:
+        x = model(x)
+    return x
+
+
+@typed_flops
+def _global_plain(x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+    return _GLOBAL_PLAIN(x)
+
+
+@typed_flops
+def _global_typed(x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+    return _GLOBAL_TYPED(x)
+
+
+@typed_flops
+def _global_tensors(x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+    return (x @ _GLOBAL_WEIGHT) * _GLOBAL_SCALE
+
+
+def _closure() -> Any:
+    weight = torch.randn(D, D)
+
+    @typed_flops
+    def closed(x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+        return x @ weight
+
+    return closed
+
+
+@pytest.mark.parametrize(
+    ("call", "flops"),
+    [
+        (lambda: _through.estimate(_Mlp(), batch=B, d=D), MLP_FLOPS),
+        (lambda: _through.estimate(_TypedMlp(), batch=B, d=D), MLP_FLOPS),
+        (lambda: _through.estimate(model=_TypedMlp(), batch=B, d=D), MLP_FLOPS),
+        (lambda: _through_list.estimate([_Mlp(), _TypedMlp()], batch=B, d=D), 2 * MLP_FLOPS),
+        (lambda: _global_plain.estimate(batch=B, d=D), MLP_FLOPS),
+        (lambda: _global_typed.estimate(batch=B, d=D), MLP_FLOPS),
+        (lambda: _global_tensors.estimate(batch=B, d=D), 2 * B * D * D + B * D),
+        (lambda: _closure().estimate(batch=B, d=D), 2 * B * D * D),
+    ],
+    ids=["arg", "typed-arg", "keyword", "list", "global", "typed-global", "tensors", "closure"],
+)
+def test_every_module_and_tensor_the_body_reaches_takes_part(call: Any, flops: int) -> None:
+    cost = call()
+    assert cost.flops == flops
+    assert cost.uncounted == ()
+
+
+def test_a_modules_parameters_in_an_argument_give_its_backward() -> None:
+    cost = _through.estimate(_TypedMlp(), batch=B, d=D)
+    # weight gradients of both layers, the input gradient of the second, relu's
+    assert cost.backward_flops == 2 * B * D * H + 2 * 2 * B * H * D + B * H
+    frozen = _TypedMlp().requires_grad_(False)
+    assert _through.estimate(frozen, batch=B, d=D).backward_flops == 0
+
+
+def test_a_dry_run_reads_and_writes_nothing_real() -> None:
+    norm = nn.BatchNorm1d(D).train()
+
+    @typed_flops
+    def normed(x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+        return norm(x)  # type: ignore[no-any-return]
+
+    before = {name: t.clone() for name, t in norm.state_dict().items()}
+    cost = normed.estimate(batch=B, d=D)
+    assert cost.flops == 7 * B * D
+    for name, tensor in norm.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    assert norm.num_batches_tracked is not None and int(norm.num_batches_tracked) == 0
+
+
+def test_a_dry_run_with_a_dtype_casts_modules_in_arguments() -> None:
+    cost = _through.estimate(_Mlp(), batch=B, d=D, dtype=torch.bfloat16)
+    as_float = _through.estimate(_Mlp(), batch=B, d=D)
+    assert cost.flops == as_float.flops
+    assert cost.bytes_read < as_float.bytes_read
+
+
+# -- bodies a dry run cannot go through ---------------------------------------------------------
+
+
+@typed_flops
+def _masked(x: Float[Tensor, "n d"]) -> Tensor:
+    y = x * 2
+    return y[y > 0]
+
+
+@typed_flops
+def _nonzero(x: Float[Tensor, "n d"]) -> Tensor:
+    return torch.nonzero(x)
+
+
+@typed_flops
+def _unique(x: Float[Tensor, "n d"]) -> Tensor:
+    found: Tensor = torch.unique(x)
+    return found
+
+
+@typed_flops
+def _counts(ids: Int[Tensor, " n"]) -> Tensor:
+    return torch.bincount(ids)
+
+
+@typed_flops
+def _item(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    return x * float(x.max().item())
+
+
+@typed_flops
+def _branch(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    if x.sum() > 0:
+        return x
+    return -x
+
+
+def _line_of(function: Callable[..., Any], text: str) -> str:
+    import inspect
+
+    lines, start = inspect.getsourcelines(inspect.unwrap(function))
+    found = [start + i for i, line in enumerate(lines) if text in line]
+    return f"test_dry_run_reach.py:{found[0]} ({text})"
+
+
+_VALUES = "its result depends on the tensors' values, not only their shapes; record a real run"
+
+
+@pytest.mark.parametrize(
+    ("function", "dims", "op", "line"),
+    [
+        (_masked, {"n": 3, "d": 4}, "nonzero (what x[mask] runs)", "return y[y > 0]"),
+        (_nonzero, {"n": 3, "d": 4}, "nonzero (what x[mask] runs)", "return torch.nonzero(x)"),
+        (_unique, {"n": 3, "d": 4}, "unique", "found: Tensor = torch.unique(x)"),
+        (_counts, {"n": 5}, "bincount", "return torch.bincount(ids)"),
+        (_item, {"n": 3, "d": 4}, "a tensor's value", "return x * float(x.max().item())"),
+        (_branch, {"n": 3, "d": 4}, "a tensor's value", "if x.sum() > 0:"),
+    ],
+)
+def test_a_body_that_depends_on_values_is_one_line_naming_the_op_and_the_line(
+    function: Any, dims: dict[str, int], op: str, line: str
+) -> None:
+    with pytest.raises(SpecError) as caught:
+        function.estimate(**dims)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{function.name}(): a dry run cannot go past {op}")
+    assert f" at {_line_of(function, line)}: {_VALUES}" in message
+    # .formula too: no size would do, so it says so rather than "estimate first"
+    with pytest.raises(SpecError, match=re.escape(_VALUES)):
+        _ = function.formula
+    # and record() on a real run counts it
+    with record() as rec:
+        function(torch.ones(dims["n"], dims["d"]) if "d" in dims else torch.ones(5).long())
+    assert rec.total.uncounted == ()
+
+
+# -- sizes --------------------------------------------------------------------------------------
+
+
+@typed_flops
+def _linear(x: Float[Tensor, "n d"], w: Float[Tensor, "d e"]) -> Float[Tensor, "n e"]:
+    return x @ w
+
+
+@pytest.mark.parametrize("zero", ["n", "d", "e"])
+def test_a_zero_sized_dim_gives_its_count_and_a_formula_that_holds_elsewhere(zero: str) -> None:
+    dims: dict[str, Any] = {"n": 4, "d": 5, "e": 6, zero: 0}
+    cost = _linear.estimate(**dims)
+    assert cost.flops == 0 and cost.exact
+    assert str(cost.formula) == "2*d*e*n"
+    assert cost.formula.subs({"n": 4, "d": 5, "e": 6}) == _linear.estimate(n=4, d=5, e=6).flops
+
+
+def test_sizes_past_what_torch_can_address_are_a_spec_error_naming_the_tensor() -> None:
+    huge = 2**40
+    assert _linear.estimate(n=huge, d=2**10, e=4).flops == 2 * huge * 2**10 * 4
+    with pytest.raises(SpecError) as caught:
+        _linear.estimate(n=huge, d=huge, e=4)
+    assert str(caught.value) == (
+        f"_linear(): at n={huge}, d={huge}, e=4, a tensor of shape ({huge}, {huge}) has more "
+        "bytes than torch can address (2**63), even on meta; estimate at smaller sizes and "
+        "evaluate cost.formula at these"
+    )
+
+
+def test_plan_at_a_batch_past_what_torch_can_address_prints_one_line() -> None:
+    command = [sys.executable, "-m", "typedflops", "plan", "--model", "gpt2", "--seq", "1024"]
+    run = subprocess.run(
+        [*command, "--batch", str(2**62)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("typedflops: error: TransformerLM.loss(): at vocab=50257, ")
+    assert line.endswith(
+        f"batch={2**62}, seq=1024, a tensor of shape ({2**62}, 1024) has more bytes than torch "
+        "can address (2**63), even on meta; estimate at smaller sizes and evaluate "
+        "cost.formula at these"
+    )

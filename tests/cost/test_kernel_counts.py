@@ -1,0 +1,351 @@
+"""Counts of what the kernels compute, held against hand counts, where FlopCounterMode's own
+formula counts other work (grouped convolution backward) or counts nothing (a
+``torch.autograd.Function``'s backward that is never run, pooling, norms), and the rules'
+edges: views cost 0 and are never uncounted, batch norm's two modes, ``flops=`` signs.
+
+The "Where typedflops and FlopCounterMode differ" table of docs/costs.md quotes these hand counts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import sympy
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jaxtyping import Float
+from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from typedflops import SpecError, record, typed_flops
+from typedflops.cost.engine import rules
+from typedflops.cost.engine.recorder import torch_counts
+from typedflops.cost.engine.rules import FREE, RuleEntry, find_rule
+
+aten = torch.ops.aten
+
+
+def _recorded(body: Any) -> tuple[int, int, tuple[str, ...]]:
+    with record() as rec:
+        body()
+    return rec.total.flops, rec.total.backward_flops, rec.total.uncounted
+
+
+def _torch_backward(out: Tensor) -> int:
+    with FlopCounterMode(display=False) as counter:
+        out.sum().backward()
+    return int(counter.get_total_flops())
+
+
+# -- grouped and depthwise convolutions ------------------------------------------------------
+
+
+def test_depthwise_convolution_backward_is_what_the_kernel_computes() -> None:
+    conv = nn.Conv2d(96, 96, 7, padding=3, groups=96, bias=False)
+    x = torch.randn(1, 96, 56, 56, requires_grad=True)
+    # Hand count: 56*56 positions x 96 channels x 1 input channel each x 49 taps.
+    products = 56 * 56 * 96 * 1 * 49
+    forward, backward, uncounted = _recorded(lambda: conv(x))
+    assert (forward, backward, uncounted) == (2 * products, 2 * 2 * products, ())
+    assert 2 * products == 29_503_488
+    # FlopCounterMode takes the weight's gradient as an ungrouped convolution: 96x.
+    assert _torch_backward(conv(x)) == 2 * products + 96 * 2 * products == 2_861_838_336
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    axes=st.integers(1, 3),
+    groups=st.integers(1, 4),
+    per_group=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    kernel=st.integers(1, 3),
+    stride=st.integers(1, 2),
+    transposed=st.booleans(),
+    needs=st.sampled_from([(True, True), (True, False), (False, True)]),
+)
+def test_convolution_backward_is_two_passes_over_the_grouped_iteration_space(
+    axes: int,
+    groups: int,
+    per_group: tuple[int, int],
+    kernel: int,
+    stride: int,
+    transposed: bool,
+    needs: tuple[bool, bool],
+) -> None:
+    c_in, c_out = groups * per_group[0], groups * per_group[1]
+    size = [kernel + 2] * axes
+    x = torch.empty(2, c_in, *size, device="meta", requires_grad=needs[0])
+    shape = (c_in, per_group[1]) if transposed else (c_out, per_group[0])
+    w = torch.empty(*shape, *[kernel] * axes, device="meta", requires_grad=needs[1])
+    name = f"conv_transpose{axes}d" if transposed else f"conv{axes}d"
+    conv = getattr(F, name)
+    forward, backward, uncounted = _recorded(lambda: conv(x, w, stride=stride, groups=groups))
+    out = conv(x, w, stride=stride, groups=groups)
+    # The iteration space: batch x positions x out channels x in channels per group x taps,
+    # positions of the output (of the input for a transposed convolution).
+    positions = math.prod((x if transposed else out).shape[2:])
+    channels = c_in * per_group[1] if transposed else c_out * per_group[0]
+    products = 2 * positions * channels * kernel**axes
+    assert forward == 2 * products
+    assert backward == 2 * products * (needs[0] + needs[1])
+    assert uncounted == ()
+
+
+def test_ungrouped_convolution_backward_equals_flop_counter_mode() -> None:
+    conv = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+    x = torch.randn(2, 8, 15, 15, requires_grad=True)
+    with record() as rec:
+        conv(x)
+    assert torch_counts(rec.session.root)[1] == _torch_backward(conv(x))
+
+
+# -- a torch.autograd.Function's backward ----------------------------------------------------
+
+
+class _Scaled(torch.autograd.Function):
+    """Saves tensors and a number on ctx; gives a gradient only where one is needed."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, w: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.scale = scale
+        return (x @ w) * scale
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        x, w = ctx.saved_tensors
+        grad = grad * ctx.scale
+        grad_x = grad @ w.T if ctx.needs_input_grad[0] else None
+        grad_w = x.T @ grad if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w, None
+
+
+class _Split(torch.autograd.Function):
+    """Two outputs; its backward takes both gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+        return x * 2, x * 3
+
+    @staticmethod
+    def backward(ctx: Any, first: Tensor, second: Tensor) -> Tensor:
+        return first * 2 + second * 3
+
+
+class _ReadsValues(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return grad[x > 0].sum() * torch.ones_like(x)
+
+
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+def test_a_functions_backward_is_what_its_backward_runs(needs: tuple[bool, bool]) -> None:
+    n, d, e = 6, 5, 4
+    x = torch.randn(n, d, requires_grad=needs[0])
+    w = torch.randn(d, e, requires_grad=needs[1])
+
+    def body() -> Tensor:
+        return _Scaled.apply(x, w, 0.5).sum()  # type: ignore[no-any-return, no-untyped-call]
+
+    forward, backward, uncounted = _recorded(body)
+    assert uncounted == ()
+    assert forward == 2 * n * d * e + n * e + n * e  # matmul, scale, sum
+    assert backward == n * e + 2 * n * d * e * (needs[0] + needs[1])
+    with FlopCounterMode(display=False) as counter:
+        body().backward()
+    assert int(counter.get_total_flops()) == 2 * n * d * e * (1 + needs[0] + needs[1])
+
+
+def test_each_call_of_a_function_is_counted_once() -> None:
+    x = torch.randn(3, 4, requires_grad=True)
+
+    def body() -> None:
+        first, second = _Split.apply(x)  # type: ignore[no-untyped-call]
+        (first + second + first).sum()
+        third, _ = _Split.apply(x)  # type: ignore[no-untyped-call]
+        third.sum()
+
+    _, backward, uncounted = _recorded(body)
+    assert uncounted == ()
+    # Each call's backward: 2 products and an add per element (12 elements), once however
+    # many ops took its outputs; the adds' own backward is free.
+    assert backward == 2 * (3 * 12)
+
+
+def test_a_function_returned_by_a_checked_call_is_counted_by_estimate_and_record() -> None:
+    @typed_flops
+    def scaled(x: Float[Tensor, "n d"], w: Float[Tensor, "d e"]) -> Float[Tensor, "n e"]:
+        return _Scaled.apply(x, w, 2.0)  # type: ignore[no-any-return, no-untyped-call]
+
+    cost = scaled.estimate(n=8, d=5, e=3, grad=("w",))
+    n, d, e = sympy.symbols("n d e")
+    assert sympy.expand(cost.backward_formula - (2 * n * d * e + n * e)) == 0
+    assert cost.uncounted == ()
+    with record() as rec:
+        scaled(torch.randn(8, 5), torch.randn(5, 3, requires_grad=True))
+    assert rec.total.backward_flops == cost.backward_flops
+
+
+def test_a_backward_that_reads_values_is_named_not_counted() -> None:
+    x = torch.randn(4, requires_grad=True)
+    _, _, uncounted = _recorded(lambda: _ReadsValues.apply(x).sum())  # type: ignore[no-untyped-call]
+    assert len(uncounted) == 1 and uncounted[0].startswith("_ReadsValues (backward: ")
+
+
+# -- norms, pooling ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_counts_follow_the_documented_rule_in_both_modes(affine: bool) -> None:
+    norm = nn.BatchNorm2d(8, affine=affine)
+    x = torch.randn(4, 8, 5, 5)
+    elements = x.numel()
+    weights = 2 if affine else 0
+    norm.train()
+    assert _recorded(lambda: norm(x))[0] == (5 + weights) * elements
+    norm.eval()
+    assert _recorded(lambda: norm(x))[0] == (2 + weights) * elements
+    # Its backward in eval mode scales the gradient; with batch statistics it is 8 per
+    # element (and the weight's and bias's gradients, 2 and 1, either way).
+    y = x.clone().requires_grad_(True)
+    norm.eval()
+    assert _recorded(lambda: norm(y))[1] == (2 + (3 if affine else 0)) * elements
+    norm.train()
+    assert _recorded(lambda: norm(y))[1] == (8 + (3 if affine else 0)) * elements
+
+
+def test_batch_norm_in_a_dry_run_counts_as_in_a_real_run() -> None:
+    norm = nn.BatchNorm1d(6).eval()
+
+    @typed_flops
+    def apply(x: Float[Tensor, "b 6"]) -> Float[Tensor, "b 6"]:
+        return norm(x)  # type: ignore[no-any-return]
+
+    cost = apply.estimate(b=10)
+    assert cost.flops == _recorded(lambda: norm(torch.randn(10, 6)))[0] == 4 * 60
+    assert str(cost.formula) == "24*b"
+
+
+@pytest.mark.parametrize(
+    ("pool", "forward", "backward"),
+    [
+        # max over a 3x3 window, 4x4 outputs of 2x3 maps: a compare per window element
+        (lambda x: F.max_pool2d(x, 3, 2, 1), 96 * 9, 96),
+        # average of 2x2: 4 adds and a divide per output; backward the same per gradient
+        (lambda x: F.avg_pool2d(x, 2), 96 * 5, 96 * 5),
+        # adaptive: each input once, a divide per output
+        (lambda x: F.adaptive_avg_pool2d(x, 2), 384 + 24, 24),
+        (lambda x: F.adaptive_max_pool2d(x, 2)[0], 384, 24),
+    ],
+)
+def test_pooling_is_counted(pool: Any, forward: int, backward: int) -> None:
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    assert _recorded(lambda: pool(x)) == (forward, backward, ())
+
+
+# -- views, the rule lookup --------------------------------------------------------------------
+
+
+_VIEWS = [
+    lambda x: x.unsqueeze_(0),
+    lambda x: x.squeeze_(0),
+    lambda x: x.t_(),
+    lambda x: x.transpose_(0, 1),
+    lambda x: x.swapdims_(0, 1),
+    lambda x: x.swapaxes_(0, 1),
+    lambda x: x.as_strided_((3, 4), (4, 1)),
+    lambda x: x.detach_(),
+    lambda x: x.view(4, 3),
+    lambda x: x.view(-1),
+    lambda x: x.reshape(2, 6),
+    lambda x: x.unsqueeze(0),
+    lambda x: x.expand(2, 3, 4),
+    lambda x: x.permute(1, 0),
+    lambda x: x.T,
+    lambda x: x.mT,
+    lambda x: x.narrow(0, 0, 2),
+    lambda x: x.diagonal(),
+    lambda x: x.unfold(1, 2, 1),
+    lambda x: x.unflatten(1, (2, 2)),
+    lambda x: x.movedim(0, 1),
+    lambda x: x.split(1),
+    lambda x: x.chunk(2, 1),
+    lambda x: x.unbind(0),
+    lambda x: x.as_strided((2, 2), (1, 1)),
+    lambda x: x[1:, ::2],
+    lambda x: x.view_as(x),
+    lambda x: torch.view_as_real(x.to(torch.complex64)),
+    # made in place
+    lambda x: x.unsqueeze_(0),
+    lambda x: x.squeeze_(),
+    lambda x: x.as_strided_((2, 2), (1, 1)),
+    lambda x: x.t_(),
+    lambda x: x.transpose_(0, 1),
+    lambda x: x.swapdims_(0, 1),
+    lambda x: x.detach_(),
+]
+
+
+@pytest.mark.parametrize("view", _VIEWS)
+def test_views_cost_nothing_and_are_never_uncounted(view: Any) -> None:
+    x = torch.randn(3, 4)
+    with record() as rec:
+        view(x)
+    assert rec.total.flops == 0
+    assert rec.total.uncounted == ()
+
+
+def test_views_made_in_place_move_no_bytes() -> None:
+    x = torch.randn(3, 4)
+    with record() as rec:
+        x.unsqueeze_(0).squeeze_(0).t_()
+    assert rec.total.bytes_read == rec.total.bytes_written == 0
+
+
+def test_find_rule_gives_a_rule_free_or_none() -> None:
+    assert find_rule(aten.unsqueeze_.default) is FREE
+    assert find_rule(aten.view.default) is FREE
+    assert find_rule(aten.empty.memory_format) is FREE
+    assert isinstance(find_rule(aten.mm.default), RuleEntry)
+    assert isinstance(find_rule(aten.add_.Tensor), RuleEntry)  # as add
+    assert find_rule(aten._native_multi_head_attention.default) is None
+    assert repr(FREE) == "FREE"
+    entry = find_rule(aten.convolution_backward.default)
+    assert isinstance(entry, RuleEntry) and entry.source == "typedflops" and entry.matmul
+
+
+# -- flops= signs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("formula", ["-n*d", "-1", "0 - n", "n - 2*n", "-(n + d)**2"])
+def test_a_formula_negative_at_every_size_is_refused_at_decoration(formula: str) -> None:
+    with pytest.raises(SpecError, match=r"is negative for every size; a count of FLOPs never is"):
+
+        @typed_flops(flops=formula)
+        def f(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+            return x
+
+
+def test_a_formula_negative_at_some_sizes_is_refused_where_it_is_evaluated() -> None:
+    @typed_flops(flops="n - d")
+    def f(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+        return x
+
+    assert f.estimate(n=5, d=3).flops == 2
+    message = "f(): flops=-d + n gives -1 FLOPs at n=2, d=3; a count is never negative"
+    with pytest.raises(SpecError) as caught:
+        f.estimate(n=2, d=3)
+    assert str(caught.value) == message
+    with pytest.raises(SpecError) as caught, record():
+        f(torch.ones(2, 3))
+    assert str(caught.value) == message
+    assert rules.declared_flops("f", sympy.sympify("n - d"), {"n": 3, "d": 3}) == 0

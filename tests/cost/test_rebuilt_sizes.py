@@ -1,0 +1,279 @@
+"""A module's own sizes in formulas: a name stands in a formula marked exact only if the
+module was rebuilt at another value of it and dry-run there. Sizes that coincide are told
+apart by changing each alone; a size no rebuild can change stays a number, listed in
+``Cost.fixed``. Checked here by rebuilding each model by hand at other values."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+import sympy
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jaxtyping import Float
+from nanogpt import GPT, MLP, Block, GPTConfig
+from torch import Tensor, nn
+
+from typedflops import Cost, typed_flops
+from typedflops.nn import TransformerConfig, TransformerLM
+
+SLOW = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def symbols(cost: Cost) -> set[str]:
+    return {str(s) for term in cost.terms.values() for s in term.formula.free_symbols}
+
+
+def assert_holds_where_rebuilt(
+    cost: Cost,
+    cost_at: Callable[[Mapping[str, int]], Cost],
+    changes: Mapping[str, int],
+    *,
+    alone: bool = True,
+) -> None:
+    """Each term of ``cost`` is true at its own sizes and, where marked exact, gives the
+    count of the model rebuilt by ``cost_at`` with ``changes`` (every symbol of it
+    changed alone where ``alone``, then all at once)."""
+    for name, term in cost.terms.items():
+        assert term.holds_at(cost.dims), (name, term, cost.dims)
+    names = symbols(cost)
+    assert names <= set(changes), (names, changes)
+    each = [{s: changes[s]} for s in sorted(names)] if alone else []
+    for changed in [*each, {s: changes[s] for s in names}]:
+        again = cost_at(changed)
+        values = {**cost.dims, **changed}
+        for name, term in cost.terms.items():
+            if term.exact:
+                assert term.at(values) == again.terms[name].count, (name, term, changed)
+
+
+@dataclasses.dataclass
+class Sizes:
+    block_size: int = 256
+    n_embd: int = 64
+    vocab_size: int = 50
+
+
+class KeptConfigMLP(nn.Module):
+    """A nanoGPT-style MLP that keeps its config; the input's width is called ``d``."""
+
+    def __init__(self, config: Sizes) -> None:
+        super().__init__()
+        self.config = config
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "batch seq d"]) -> Float[Tensor, "batch seq d"]:
+        out: Tensor = self.c_proj(nn.functional.gelu(self.c_fc(x)))
+        return out
+
+
+def test_a_hidden_width_equal_to_another_size_is_not_named_after_it() -> None:
+    # At n_embd=64 the hidden width 4 * 64 is 256, block_size's value.
+    cost = KeptConfigMLP.forward.estimate(KeptConfigMLP(Sizes()), batch=2, seq=8, d=64)
+    batch, seq, d = sympy.symbols("batch seq d")
+    assert cost.exact
+    assert sympy.expand(cost.formula - (16 * batch * seq * d**2 + 4 * batch * seq * d)) == 0
+    assert "block_size" not in symbols(cost)
+    assert cost.fixed == {}
+
+
+def _kept_config_cost(base: Mapping[str, int]) -> Callable[[Mapping[str, int]], Cost]:
+    def cost_at(changes: Mapping[str, int]) -> Cost:
+        sizes = {**base, **changes}
+        model = KeptConfigMLP(Sizes(block_size=sizes["block_size"], n_embd=sizes["d"]))
+        cost: Cost = KeptConfigMLP.forward.estimate(
+            model, batch=sizes["batch"], seq=sizes["seq"], d=sizes["d"]
+        )
+        return cost
+
+    return cost_at
+
+
+@SLOW
+@given(
+    width=st.sampled_from([4, 8, 16]),
+    batch=st.sampled_from([1, 2, 4, 16]),
+    seq=st.sampled_from([1, 4, 16, 64]),
+    block=st.sampled_from(["4*d", "d", "seq", "other"]),
+)
+def test_coinciding_sizes_are_told_apart(width: int, batch: int, seq: int, block: str) -> None:
+    block_size = {"4*d": 4 * width, "d": width, "seq": seq, "other": 7}[block]
+    base = {"batch": batch, "seq": seq, "d": width, "block_size": block_size}
+    cost_at = _kept_config_cost(base)
+    cost = cost_at({})
+    assert cost.exact
+    assert symbols(cost) <= {"batch", "seq", "d"}
+    assert_holds_where_rebuilt(cost, cost_at, {"batch": 3, "seq": 5, "d": 12, "block_size": 9})
+
+
+class Unkept(nn.Module):
+    """Its constructor's argument is kept nowhere and named nothing the call names."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(width, 2 * width)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "*batch d"]) -> Float[Tensor, "*batch e"]:
+        out: Tensor = self.proj(x)
+        return out
+
+
+def test_a_size_no_rebuild_can_change_stays_a_number() -> None:
+    cost = Unkept.forward.estimate(Unkept(6), batch=(2, 3), d=6)
+    assert cost.exact
+    assert str(cost.formula) == "144*batch"  # 2 * 6 * 12 per row, in the dims that changed
+    assert cost.fixed == {"d": 6, "e": 12}
+    assert "held fixed (numbers in the formulas): d=6, e=12" in str(cost)
+    again = Unkept.forward.estimate(Unkept(6), batch=(5, 7), d=6)
+    assert cost.forward.at({"batch": 35}) == again.flops
+
+
+class Kept(nn.Module):
+    """Plain arguments kept as attributes, and ``...`` in the annotation."""
+
+    def __init__(self, d_model: int, d_ff: int, layers: int) -> None:
+        super().__init__()
+        self.d_ff, self.layers = d_ff, layers
+        self.up = nn.ModuleList(nn.Linear(d_model, d_ff) for _ in range(layers))
+        self.down = nn.ModuleList(nn.Linear(d_ff, d_model) for _ in range(layers))
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
+        for up, down in zip(self.up, self.down, strict=True):
+            x = x + down(torch.relu(up(x)))
+        return x
+
+
+@SLOW
+@given(
+    d_model=st.sampled_from([4, 8]),
+    d_ff=st.sampled_from([4, 8, 32]),
+    layers=st.sampled_from([1, 2, 4, 8]),
+    ellipsis=st.sampled_from([1, 2, 4, 8]),
+)
+def test_kept_arguments_and_a_loop_over_blocks(
+    d_model: int, d_ff: int, layers: int, ellipsis: int
+) -> None:
+    base = {"d_model": d_model, "d_ff": d_ff, "layers": layers, "ellipsis": ellipsis}
+
+    def cost_at(changes: Mapping[str, int]) -> Cost:
+        sizes = {**base, **changes}
+        model = Kept(sizes["d_model"], sizes["d_ff"], sizes["layers"])
+        cost: Cost = Kept.forward.estimate(
+            model, d_model=sizes["d_model"], ellipsis=sizes["ellipsis"], grad=("x",)
+        )
+        return cost
+
+    cost = cost_at({})
+    assert cost.exact
+    assert_holds_where_rebuilt(cost, cost_at, {"d_model": 5, "d_ff": 6, "layers": 3, "ellipsis": 7})
+
+
+# nanoGPT, annotated by hand (tests/nanogpt.py): GPT keeps its config, Block keeps none.
+NANO = GPTConfig(block_size=64, vocab_size=96, n_layer=2, n_head=4, n_embd=128)
+
+
+def _gpt_cost(base: GPTConfig, **dims: int) -> Callable[[Mapping[str, int]], Cost]:
+    def cost_at(changes: Mapping[str, int]) -> Cost:
+        wanted = ("vocab_size", "n_layer", "n_embd")
+        fields: dict[str, Any] = {k: v for k, v in changes.items() if k in wanted}
+        sizes = {**dims, **{k: v for k, v in changes.items() if k in dims}}
+        model = GPT(dataclasses.replace(base, **fields))
+        cost: Cost = GPT.forward.estimate(model, **sizes, targets=True)
+        return cost
+
+    return cost_at
+
+
+def test_nanogpt_formula_is_exact_in_its_config() -> None:
+    cost_at = _gpt_cost(NANO, b=2, t=16)
+    cost = cost_at({})
+    assert cost.exact
+    b, t, n_embd, n_layer, vocab = sympy.symbols("b t n_embd n_layer vocab_size")
+    # Per layer 24*n_embd**2 per token in the four projections (nanoGPT's 12 * n_embd**2
+    # parameters, 2 FLOPs each), 4*t*n_embd in attention's two products; the head.
+    matmuls = (
+        n_layer * (24 * b * t * n_embd**2 + 4 * b * t**2 * n_embd) + 2 * b * t * n_embd * vocab
+    )
+    assert sympy.expand(cost.matmul_formula - matmuls) == 0
+    assert {"b", "t", "n_embd", "n_layer", "vocab_size"} <= symbols(cost)
+    # Rebuilt at 64 and 256 (half and twice), the formula gives the count to the FLOP.
+    for width in (64, 256):
+        again = cost_at({"n_embd": width})
+        assert cost.forward.at({**cost.dims, "n_embd": width}) == again.flops
+        assert cost.backward.at({**cost.dims, "n_embd": width}) == again.backward_flops
+    changes = {"b": 3, "t": 12, "n_embd": 96, "n_layer": 3, "vocab_size": 40, "n_head": 4}
+    assert_holds_where_rebuilt(cost, cost_at, changes, alone=False)
+
+
+def test_a_block_that_keeps_no_config_is_rebuilt_from_its_annotation() -> None:
+    cost = Block.forward.estimate(Block(NANO), b=2, t=8, n_embd=128)
+    assert cost.exact
+    assert {"b", "t", "n_embd"} <= symbols(cost) <= {"b", "t", "n_embd", "n_head"}
+
+    def cost_at(changes: Mapping[str, int]) -> Cost:
+        sizes = {"b": 2, "t": 8, "n_embd": 128, "n_head": 4, **changes}
+        config = dataclasses.replace(NANO, n_embd=sizes["n_embd"], n_head=sizes["n_head"])
+        dims = {name: sizes[name] for name in ("b", "t", "n_embd")}
+        again: Cost = Block.forward.estimate(Block(config), **dims)
+        return again
+
+    assert_holds_where_rebuilt(cost, cost_at, {"b": 3, "t": 5, "n_embd": 64, "n_head": 8})
+
+
+@pytest.mark.parametrize(
+    ("style", "d_model", "n_layers", "n_heads", "batch"),
+    [("gpt2", 16, 2, 2, 2), ("llama", 32, 1, 4, 1)],
+)
+def test_typed_transformer_lm_at_several_configs(
+    style: str, d_model: int, n_layers: int, n_heads: int, batch: int
+) -> None:
+    base = {
+        "vocab": 40,
+        "context": 32,
+        "d_model": d_model,
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "d_head": d_model // n_heads,
+        "d_ff": 3 * d_model,
+        "batch": batch,
+        "seq": 8,
+    }
+
+    def cost_at(changes: Mapping[str, int]) -> Cost:
+        sizes = {**base, **changes}
+        maker: Any = TransformerConfig.gpt2 if style == "gpt2" else TransformerConfig.llama
+        own = {k: v for k, v in sizes.items() if k not in ("batch", "seq")}
+        with torch.device("meta"):
+            model = TransformerLM(maker(**own))
+        return model.estimate(batch=sizes["batch"], seq=sizes["seq"])
+
+    cost = cost_at({})
+    # FLOPs are exact in every size; at batch 1 torch saves other tensors for backward
+    # than at batch 2 and up, so the saved bytes hold at batch 1 only.
+    assert cost.forward.exact and cost.backward.exact and cost.matmul.exact
+    assert cost.activation.exact == (batch > 1)
+    assert cost.fixed == {}  # every size of the model was changed by building it again
+    other = {"vocab": 24, "context": 40, "d_model": 24, "n_layers": 4, "n_heads": 3}
+    other.update({"d_head": 6, "d_ff": 20, "batch": 3, "seq": 6})
+    assert_holds_where_rebuilt(cost, cost_at, other, alone=False)
+
+
+def test_nanogpt_mlp_at_a_width_whose_hidden_size_is_block_size() -> None:
+    # n_embd=64: the hidden width 4 * 64 = 256 = block_size; the MLP keeps no config.
+    config = GPTConfig(block_size=256, vocab_size=96, n_layer=1, n_head=4, n_embd=64)
+    cost = MLP.forward.estimate(MLP(config), b=2, t=8, n_embd=64)
+    assert cost.exact and symbols(cost) <= {"b", "t", "n_embd"}
+    b, t, n_embd = sympy.symbols("b t n_embd")
+    assert sympy.expand(cost.matmul_formula - 16 * b * t * n_embd**2) == 0
+    wider = GPTConfig(block_size=256, vocab_size=96, n_layer=1, n_head=4, n_embd=96)
+    again = MLP.forward.estimate(MLP(wider), b=3, t=5, n_embd=96)
+    for name, term in cost.terms.items():
+        assert term.at({"b": 3, "t": 5, "n_embd": 96}) == again.terms[name].count, name

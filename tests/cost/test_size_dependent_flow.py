@@ -1,0 +1,196 @@
+"""Bodies whose ops change with a size: loops over a size are fitted one degree up, and a
+formula no fit makes exact (a branch on a threshold, ``n // 2`` steps) is marked inexact.
+Whatever the body, a formula marked exact gives the count of a dry run at other sizes."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import sympy
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jaxtyping import Float
+from torch import Tensor
+
+from typedflops import Cost, TypedFunction, typed_flops
+
+n, d = sympy.symbols("n d")
+SLOW = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def assert_true_at_own_sizes(cost: Cost) -> None:
+    for name, term in cost.terms.items():
+        assert term.holds_at(cost.dims), (name, term, cost.dims)
+
+
+def assert_exact_where_marked(
+    function: TypedFunction[..., Any], cost: Cost, other: Mapping[str, int], **options: Any
+) -> Cost:
+    """Every term of ``cost`` marked exact gives, at ``other`` sizes, the count of a dry
+    run there; returns that run's Cost."""
+    sizes: dict[str, Any] = {**other, **options}
+    again: Cost = function.estimate(**sizes)
+    assert_true_at_own_sizes(again)
+    values = {**cost.dims, **other}
+    for name, term in cost.terms.items():
+        if term.exact:
+            assert term.at(values) == again.terms[name].count, (name, term.formula, other)
+    return again
+
+
+@typed_flops
+def doubled_n_times(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    for _ in range(x.shape[0]):
+        x = x * 2
+    return x
+
+
+def test_a_loop_over_a_size_is_a_polynomial_one_degree_up() -> None:
+    cost = doubled_n_times.estimate(n=8, d=4)
+    assert cost.exact
+    assert cost.flops == 8 * 8 * 4
+    assert cost.formula == d * n**2
+    assert_true_at_own_sizes(cost)
+    with_grad = doubled_n_times.estimate(n=5, d=3, grad=("x",))
+    assert with_grad.exact and with_grad.backward_formula == d * n**2
+
+
+@SLOW
+@given(base=st.tuples(st.integers(1, 12), st.integers(1, 6)), other=st.integers(1, 30))
+def test_a_loop_formula_predicts_dry_runs_at_other_sizes(base: tuple[int, int], other: int) -> None:
+    cost = doubled_n_times.estimate(n=base[0], d=base[1], grad=("x",))
+    assert cost.exact
+    assert_true_at_own_sizes(cost)
+    assert_exact_where_marked(doubled_n_times, cost, {"n": other, "d": 5}, grad=("x",))
+
+
+@typed_flops
+def rows_summed(x: Float[Tensor, "n d"], w: Float[Tensor, "d k"]) -> Float[Tensor, " k"]:
+    total = torch.zeros(w.shape[1])
+    for row in x.unbind(0):
+        total = total + row @ w
+    return total
+
+
+@typed_flops
+def pairs(x: Float[Tensor, "n m"]) -> Float[Tensor, "n m"]:
+    for i in range(x.shape[0]):
+        for _ in range(x.shape[1]):
+            x = x + x[i]
+    return x
+
+
+@typed_flops
+def every_other(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    for _ in range(x.shape[0] // 2):
+        x = x * 2
+    return x
+
+
+@typed_flops
+def halved(x: Float[Tensor, " n"]) -> Float[Tensor, ""]:
+    while x.shape[0] > 1:
+        x = x[: x.shape[0] // 2] * 2
+    return x.sum()
+
+
+@typed_flops
+def on_parity(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    if x.shape[0] % 2 == 0:
+        return x * x * x
+    return x * x
+
+
+def test_loops_over_rows_and_nested_loops_are_fitted() -> None:
+    cost = rows_summed.estimate(n=5, d=3, k=4)
+    k, m = sympy.symbols("k m")
+    assert cost.exact and sympy.expand(cost.formula - (2 * d * k * n + k * n)) == 0
+    nested = pairs.estimate(n=3, m=4)
+    assert nested.exact and sympy.expand(nested.formula - m**2 * n**2) == 0
+
+
+@SLOW
+@given(
+    base=st.tuples(st.integers(2, 9), st.integers(2, 9), st.integers(1, 5)),
+    other=st.tuples(st.integers(1, 14), st.integers(1, 14), st.integers(1, 5)),
+)
+def test_several_loops_predict_other_sizes(
+    base: tuple[int, int, int], other: tuple[int, int, int]
+) -> None:
+    cost = rows_summed.estimate(n=base[0], d=base[1], k=base[2])
+    assert cost.exact
+    assert_exact_where_marked(rows_summed, cost, dict(zip("ndk", other, strict=True)))
+    nested = pairs.estimate(n=base[0], m=base[1])
+    assert nested.exact
+    assert_exact_where_marked(pairs, nested, {"n": other[0], "m": other[1]})
+
+
+@SLOW
+@given(base=st.integers(1, 40), other=st.integers(1, 60))
+def test_steps_that_are_no_polynomial_are_never_exact_and_wrong(base: int, other: int) -> None:
+    for function, sizes, others in (
+        (every_other, {"n": base, "d": 3}, {"n": other, "d": 3}),
+        (halved, {"n": base}, {"n": other}),
+        (on_parity, {"n": base, "d": 2}, {"n": other, "d": 2}),
+    ):
+        given: dict[str, Any] = dict(sizes)
+        cost = function.estimate(**given)
+        assert_true_at_own_sizes(cost)
+        assert_exact_where_marked(function, cost, others)
+
+
+def test_a_parity_branch_is_inexact() -> None:
+    cost = on_parity.estimate(n=8, d=2)
+    assert not cost.exact
+    assert cost.formula == 2 * d * n  # true here, and marked
+    assert "~ 2*d*n" in str(cost)
+
+
+def _branch(threshold: int) -> TypedFunction[[Tensor], Tensor]:
+    @typed_flops
+    def branch(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+        if x.shape[0] > threshold:
+            x = x * 2
+        return x * 3
+
+    return branch
+
+
+def test_a_branch_on_a_size_is_inexact_on_both_sides() -> None:
+    branch = _branch(100)
+    small, large = branch.estimate(n=8, d=4), branch.estimate(n=200, d=4)
+    assert (small.formula, small.flops, small.exact) == (d * n, 32, False)
+    assert (large.formula, large.flops, large.exact) == (2 * d * n, 1600, False)
+    assert "~ d*n" in str(small) and "~ 2*d*n" in str(large)
+
+
+@SLOW
+@given(
+    threshold=st.integers(2, 1000),
+    base=st.integers(2, 300),
+    other=st.integers(2, 1000),
+)
+def test_a_branch_is_never_exact_and_wrong(threshold: int, base: int, other: int) -> None:
+    # Far checks reach every threshold from 2 to max(64 * n + 1, 1025).
+    branch = _branch(threshold)
+    cost = branch.estimate(n=base, d=3)
+    assert_true_at_own_sizes(cost)
+    assert_exact_where_marked(branch, cost, {"n": other, "d": 3})
+    assert_exact_where_marked(branch, cost, {"n": threshold, "d": 3})
+    assert_exact_where_marked(branch, cost, {"n": threshold + 1, "d": 3})
+
+
+def test_the_formula_attribute_warns_when_it_holds_at_its_sizes_only() -> None:
+    branch = _branch(100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        formula = branch.formula
+    assert formula == d * n  # at probe sizes n=24, d=48
+    assert [str(w.message) for w in caught] == [
+        "branch.formula holds at n=24, d=48 only: dry runs at other sizes gave counts no "
+        "formula fitted (Cost.exact is False)"
+    ]
+    assert doubled_n_times.formula == d * n**2
