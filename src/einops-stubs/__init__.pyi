@@ -1,10 +1,10 @@
-# Tighter types for einops (https://github.com/arogozhnikov/einops), shipped with
-# typedflops as the stub-only package `einops-stubs` (partial: modules not stubbed here
-# fall back to einops' own hints). einops types its tensors as an unbounded TypeVar, so
-# `rearrange("not a tensor", ...)` passes mypy --strict; here tensors are array types
-# (anything with a shape: torch, numpy, ...), and einops' own rules are kept everywhere
-# else (Optional tensors, str reductions, any axis lengths), so correct code gets no new
-# error. typedflops' mypy plugin checks the patterns.
+# Types for einops (https://github.com/arogozhnikov/einops), shipped with typedflops as
+# the stub-only package `einops-stubs` (partial: modules not stubbed here fall back to
+# einops' own hints). They accept whatever einops' own hints accept (a test compares them
+# signature by signature) and differ only where einops' hints fall short of what einops
+# runs: an einsum of more than four tensors or of `*tensors`, `parse_shape`'s result
+# (`dict[str, int]`), the layers' untyped `forward`. typedflops' mypy plugin checks the
+# patterns.
 from .einops import (
     Reduction as Reduction,
 )

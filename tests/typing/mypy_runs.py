@@ -9,6 +9,7 @@ typedflops imports but its ``einops-stubs`` are not there to be found.
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import shutil
 import subprocess
@@ -88,8 +89,15 @@ def run_mypy(
     command += ["--cache-dir", str(cache_dir), "--no-pretty", "--no-error-summary"]
     if python is not None:
         command += ["--python-executable", str(python)]
+    # A failing hook raises here instead of degrading to "unknown", so tests see it.
+    environment = {**os.environ, "TYPEDFLOPS_MYPY_DEBUG": "1"}
     completed = subprocess.run(
-        [*command, *map(str, paths)], capture_output=True, text=True, cwd=cwd, check=False
+        [*command, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        env=environment,
     )
     return MypyRun(completed.returncode, (completed.stdout + completed.stderr).splitlines())
 

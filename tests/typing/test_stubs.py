@@ -13,11 +13,11 @@ import pytest
 from mypy_runs import ROOT, STRICT, MypyRun, plain_python, run_mypy
 
 PROJECT = """import numpy as np
-from einops import parse_shape, rearrange, reduce
+from einops import einsum, parse_shape, reduce
 
 
-def check() -> None:
-    rearrange("not a tensor", "a b -> b a")
+def check(arrays: list[np.ndarray]) -> None:
+    einsum(*arrays, "a b, b c -> a c")
     reveal_type(parse_shape(np.zeros((2, 3)), "a b"))
     reveal_type(reduce(np.zeros((2, 3)), "a b -> a", "sum"))
 """
@@ -75,12 +75,14 @@ def test_a_clean_project_gets_the_stubs_from_the_installed_wheel(
     zipfile.ZipFile(wheel).extractall(installed)
     python = plain_python(tmp_path / "env", extra=[installed], with_typedflops=False)
     lines = _check(tmp_path, python).lines
-    assert any(':6: error: No overload variant of "rearrange"' in line for line in lines), lines
+    # einops' own overloads reject `*arrays`, which einops runs; the stubs take it.
+    assert not [line for line in lines if ": error:" in line], lines
     assert any(':7: note: Revealed type is "dict[str, int]"' in line for line in lines), lines
 
 
-def test_without_the_stubs_einops_own_hints_accept_it(tmp_path: Path) -> None:
+def test_without_the_stubs_einops_own_hints_are_used(tmp_path: Path) -> None:
     python = plain_python(tmp_path / "env")
     lines = _check(tmp_path, python).lines
-    assert not [line for line in lines if ": error:" in line], lines
+    errors = [line for line in lines if ": error:" in line]
+    assert len(errors) == 1 and ':6: error: No overload variant of "einsum"' in errors[0], lines
     assert any(':7: note: Revealed type is "dict[Any, Any]"' in line for line in lines)

@@ -18,6 +18,7 @@ from mypy.argmap import map_actuals_to_formals
 from mypy.checker import TypeChecker
 from mypy.nodes import (
     ARG_NAMED,
+    ARG_NAMED_OPT,
     ARG_OPT,
     ARG_POS,
     ARG_STAR,
@@ -31,6 +32,7 @@ from mypy.nodes import (
     RefExpr,
     SymbolNode,
     TypeInfo,
+    Var,
 )
 from mypy.plugin import CheckerPluginInterface, FunctionContext, MethodContext, MethodSigContext
 from mypy.typeops import bind_self
@@ -43,14 +45,16 @@ from mypy.types import (
     Type,
     TypeOfAny,
     TypeType,
+    TypeVarType,
     get_proper_type,
 )
 
 from . import codes
-from .report import finish, report, report_finding
+from .report import finish, keep, report, report_finding
 from .shapes import Bindings, Finding, align
 from .static import UNKNOWN, Axis, Dim, Dims, Variadic, format_dims
-from .tensors import annotated_dims, annotation_text, trusted_dims, with_dims
+from .tensors import alternatives, annotated_dims, annotation_label, annotation_text
+from .values import declared_alternatives, declared_label, dims_of
 
 __all__ = [
     "forward_of",
@@ -83,7 +87,69 @@ SIGNATURE_KEEPING = frozenset(
 
 def _keeps_signature(decorator: Expression) -> bool:
     target = decorator.callee if isinstance(decorator, CallExpr) else decorator
-    return isinstance(target, RefExpr) and target.fullname in SIGNATURE_KEEPING
+    if isinstance(target, RefExpr) and target.fullname in SIGNATURE_KEEPING:
+        return True
+    if isinstance(decorator, CallExpr):  # a factory: what it returns must pass through
+        return _passes_through(_returned_by(decorator.callee))
+    return _passes_through(_declared_type(decorator))
+
+
+def _declared_type(expr: Expression) -> Type | None:
+    """The declared type of a name a decorator refers to (no inference)."""
+    node = expr.node if isinstance(expr, RefExpr) else None
+    if isinstance(node, FuncDef):
+        return node.type
+    if isinstance(node, Decorator):
+        return node.var.type
+    if isinstance(node, Var):
+        return node.type
+    return None
+
+
+def _returned_by(factory: Expression) -> Type | None:
+    """What calling ``factory`` gives: a function's return type, or an instance of a class."""
+    node = factory.node if isinstance(factory, RefExpr) else None
+    if isinstance(node, TypeInfo):
+        return Instance(node, [])
+    declared = get_proper_type(_declared_type(factory))
+    return declared.ret_type if isinstance(declared, CallableType) else None
+
+
+def _passes_through(typ: Type | None) -> bool:
+    """Whether a decorator of this type gives back what it gets: ``(F) -> F`` for a type
+    variable F, ``(Callable[P, R]) -> Callable[P, R]``, or an object whose ``__call__`` is
+    one of these (``@torch.no_grad()``)."""
+    proper = get_proper_type(typ)
+    if isinstance(proper, Instance):
+        call = _member(proper.type, "__call__")
+        method = _func(call[1]) if call else None
+        if method is None or not isinstance(method.type, CallableType):
+            return False
+        proper = bind_self(method.type, proper)
+    if not isinstance(proper, CallableType) or not proper.arg_kinds:
+        return False
+    required = [kind for kind in proper.arg_kinds if kind in (ARG_POS, ARG_NAMED)]
+    if proper.arg_kinds[0] != ARG_POS or len(required) != 1:
+        return False
+    given, returned = get_proper_type(proper.arg_types[0]), get_proper_type(proper.ret_type)
+    if isinstance(given, TypeVarType) and isinstance(returned, TypeVarType):
+        return given.id == returned.id
+    if isinstance(given, CallableType) and isinstance(returned, CallableType):
+        given_spec, returned_spec = given.param_spec(), returned.param_spec()
+        given_ret, returned_ret = (
+            get_proper_type(given.ret_type),
+            get_proper_type(returned.ret_type),
+        )
+        return (
+            given_spec is not None
+            and returned_spec is not None
+            and given_spec.id == returned_spec.id
+            and len(given.arg_types) == len(returned.arg_types) == 2
+            and isinstance(given_ret, TypeVarType)
+            and isinstance(returned_ret, TypeVarType)
+            and given_ret.id == returned_ret.id
+        )
+    return False
 
 
 def _func(node: object) -> FuncDef | None:
@@ -104,7 +170,7 @@ def _signature_of(node: object) -> CallableType | None:
 def _has_dims(signature: CallableType | None) -> bool:
     if signature is None:
         return False
-    return any(annotation_text(t) is not None for t in (*signature.arg_types, signature.ret_type))
+    return any(alternatives(t) for t in (*signature.arg_types, signature.ret_type))
 
 
 def _member(info: TypeInfo, name: str) -> tuple[TypeInfo, SymbolNode | None] | None:
@@ -169,7 +235,7 @@ def _carry(
     formal_names = signature.arg_names[start:]
     call = ctx.context
     if not isinstance(call, CallExpr):
-        return with_dims(ctx.default_return_type, None, ctx.api)
+        return keep(ctx, None)
     # The call's own arguments, mapped onto the callee's parameters: the type mypy checks
     # the call against may be another signature (a module's untyped __call__).
     type_of = {
@@ -193,23 +259,28 @@ def _carry(
     ):
         if any(call.arg_kinds[index] in (ARG_STAR, ARG_STAR2) for index in actuals):
             continue  # *args or **kwargs: which tensor lands here is not known
-        exprs = [call.args[index] for index in actuals]
-        types = [type_of.get(id(expr), AnyType(TypeOfAny.special_form)) for expr in exprs]
-        formal_dims = annotated_dims(formal)
-        if formal_dims is None or kind not in (ARG_POS, ARG_OPT, ARG_NAMED) or len(exprs) != 1:
+        if kind not in (ARG_POS, ARG_OPT, ARG_NAMED, ARG_NAMED_OPT) or len(actuals) != 1:
             continue
-        actual = trusted_dims(exprs[0], types[0], ctx.api)
+        expr = call.args[actuals[0]]
+        origin = f"argument {formal_name}"
+        formal_dims = annotated_dims(formal)
+        if formal_dims is None:
+            if _fits_no_alternative(ctx, expr, formal, f"{where}: {origin}"):
+                return keep(ctx, None)
+            continue
+        actual = dims_of(expr, ctx.api)
         if actual is None:
+            if _fits_no_alternative(ctx, expr, formal, f"{where}: {origin}"):
+                return keep(ctx, None)
             continue
         alignment = align(formal_dims, actual, items_are_dims=True)
-        origin = f"argument {formal_name}"
         if isinstance(alignment, str):
             message = (
                 f'{where}: {origin} is "{format_dims(actual)}" but its parameter is annotated'
                 f' "{annotation_text(formal)}"'
             )
             report(ctx.api, message, ctx.context, codes.SHAPE)
-            return with_dims(ctx.default_return_type, None, ctx.api)
+            return keep(ctx, None)
         for formal_dim, actual_dim in alignment.pairs:
             finding = _bind_formal(formal_dim, actual_dim, origin, bindings)
             if finding is not None and not reported:
@@ -219,11 +290,42 @@ def _carry(
         variadic = next((d for d in formal_dims if isinstance(d, Variadic) and d.name), None)
         if isinstance(variadic, Variadic) and variadic.name and alignment.ellipsis is not None:
             variadics.setdefault(variadic.name, alignment.ellipsis)
+    if reported:
+        return keep(ctx, None)  # the result's dims would be a guess
     returned = annotated_dims(signature.ret_type)
     produced = _rename(returned, bindings, variadics) if returned is not None else None
-    if reported:
-        return with_dims(ctx.default_return_type, produced, ctx.api)
     return finish(ctx, where, produced, [])
+
+
+def _fits_no_alternative(
+    ctx: FunctionContext | MethodContext, expr: Expression, formal: Type, where: str
+) -> bool:
+    """Report (and return True) when no tensor the argument may be has a rank that one of
+    the tensors its parameter allows has: a union on either side, spelled with its dims."""
+    formal_options = alternatives(formal)
+    actual_options = declared_alternatives(expr, ctx.api)
+    if actual_options is None:
+        actual = dims_of(expr, ctx.api)
+        actual_options = [actual] if actual is not None else None
+    if not formal_options or not actual_options:
+        return False
+    if len(formal_options) == 1 and len(actual_options) == 1:
+        return False  # a single tensor each: the caller checks it dim by dim
+    if any(
+        not isinstance(align(option, actual, items_are_dims=True), str)
+        for option in formal_options
+        for actual in actual_options
+    ):
+        return False
+    if len(actual_options) > 1:
+        shown = declared_label(expr, ctx.api) or "a union"
+    else:
+        shown = f'"{format_dims(actual_options[0])}"'
+    expected = annotation_label(formal) if len(formal_options) > 1 else None
+    expected = expected or f'"{format_dims(formal_options[0])}"'
+    message = f"{where} is {shown} but its parameter is annotated {expected}"
+    report(ctx.api, message, ctx.context, codes.SHAPE)
+    return True
 
 
 def _bind_formal(formal: object, actual: Dim, origin: str, bindings: Bindings) -> Finding | None:

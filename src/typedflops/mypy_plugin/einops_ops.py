@@ -9,20 +9,22 @@ which are checked against the return annotation when the call is returned.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mypy.nodes import (
     ARG_NAMED,
     ARG_POS,
     ARG_STAR2,
     CallExpr,
+    Expression,
     IntExpr,
     ListExpr,
+    MemberExpr,
     NameExpr,
     TupleExpr,
 )
 from mypy.plugin import FunctionContext
-from mypy.types import Instance, TupleType, Type, get_proper_type
+from mypy.types import Type
 
 from ..syntax import Problem
 from ..syntax.patterns import (
@@ -36,17 +38,22 @@ from ..syntax.patterns import (
     transform_pattern,
 )
 from . import codes
-from .report import finish, literal_str, report, report_finding
+from .report import finish, keep, literal_str, report, report_finding
 from .scopes import decompositions_before, record_decompositions
 from .shapes import Bindings, bind_side, produce
 from .static import UNKNOWN, Axis, Dim, Dims, Unknown, Variadic
-from .tensors import current_function, trusted_dims, with_dims
+from .tensors import current_function
+from .values import Result, dims_of, record
 
-__all__ = ["einsum_hook", "layer_hook", "pack_hook", "transform_hook", "unpack_hook"]
+__all__ = ["contract", "einsum_hook", "layer_hook", "pack_hook", "transform_hook", "unpack_hook"]
 
 
 def _origin(expr: object, index: int) -> str:
-    return expr.name if isinstance(expr, NameExpr) else f"operand {index + 1}"
+    if isinstance(expr, NameExpr):
+        return expr.name
+    if isinstance(expr, MemberExpr) and isinstance(expr.expr, NameExpr):
+        return f"{expr.expr.name}.{expr.name}"
+    return f"operand {index + 1}"
 
 
 def _bindings(ctx: FunctionContext) -> Bindings:
@@ -63,24 +70,37 @@ def _remember(ctx: FunctionContext, bindings: Bindings) -> None:
 def einsum_hook(ctx: FunctionContext) -> Type:
     """``einsum(*tensors, pattern)``: pattern syntax, operand count, ranks, bound dims."""
     exprs = [expr for group in ctx.args for expr in group]
-    types = [typ for group in ctx.arg_types for typ in group]
     if not exprs or any(kind != ARG_POS for group in ctx.arg_kinds for kind in group):
-        return with_dims(ctx.default_return_type, None, ctx.api)
+        return keep(ctx, None)
     pattern = literal_str(exprs[-1])
     if pattern is None:
-        return with_dims(ctx.default_return_type, None, ctx.api)
+        return keep(ctx, None)
     where = f'einsum "{pattern}"'
     try:
         parsed = einsum_pattern(pattern)
         check_operand_count(parsed, len(exprs) - 1)
     except Problem as problem:
         report(ctx.api, f"{where}: {problem.reason}", ctx.context, codes.PATTERN)
-        return with_dims(ctx.default_return_type, None, ctx.api)
+        return keep(ctx, None)
+    return contract(ctx, where, "einsum", parsed.operands, parsed.output, exprs[:-1])
+
+
+def contract(
+    ctx: FunctionContext,
+    where: str,
+    what: str,
+    operands: Sequence[Sequence[str]],
+    output: Sequence[str],
+    exprs: Sequence[Expression],
+) -> Type:
+    """Lay each operand's axes (names and ``...``) against its tensor's dims, then produce
+    the output's dims (einops' einsum and torch's: sizes of 1 broadcast)."""
     bindings = _bindings(ctx)
+    bindings.broadcast_ones = True
     ellipses: list[Dims | None] = []
-    conflicted = False  # then the result's dims are a guess: no return check
-    for index, (axes, expr, typ) in enumerate(zip(parsed.operands, exprs, types, strict=False)):
-        dims = trusted_dims(expr, typ, ctx.api)
+    conflicted = False  # then the result's dims are a guess: unknown
+    for index, (axes, expr) in enumerate(zip(operands, exprs, strict=False)):
+        dims = dims_of(expr, ctx.api)
         if dims is None:
             ellipses.append(None)
             continue
@@ -89,18 +109,18 @@ def einsum_hook(ctx: FunctionContext) -> Type:
         if rank_error:
             message = f"{where}: operand {index + 1} {rank_error}"
             report(ctx.api, message, ctx.context, codes.SHAPE)
-            return with_dims(ctx.default_return_type, None, ctx.api)
+            return keep(ctx, None)
         for finding in findings[:1]:
             report_finding(ctx.api, where, finding, ctx.context)
             conflicted = True
         ellipses.append(alignment.ellipsis if alignment else None)
     known = [ellipsis for ellipsis in ellipses if ellipsis is not None]
     same = len(known) == len(ellipses) and all(e == known[0] for e in known)
-    output = tuple(ELLIPSIS if axis == ELLIPSIS else Group((axis,)) for axis in parsed.output)
-    produced = produce(output, bindings, known[0] if same and known else None, {})
+    entries = tuple(ELLIPSIS if axis == ELLIPSIS else Group((axis,)) for axis in output)
     if conflicted:
-        return with_dims(ctx.default_return_type, produced, ctx.api)
-    return finish(ctx, "einsum", produced, bindings.new_facts)
+        return keep(ctx, None)
+    produced = produce(entries, bindings, known[0] if same and known else None, {})
+    return finish(ctx, what, produced, bindings.new_facts)
 
 
 def _axes_lengths(ctx: FunctionContext) -> tuple[dict[str, Dim], bool]:
@@ -133,10 +153,10 @@ def transform_hook(op: str, module: str) -> Callable[[FunctionContext], Type]:
 
     def hook(ctx: FunctionContext) -> Type:
         if len(ctx.args) < 2 or len(ctx.args[0]) != 1 or len(ctx.args[1]) != 1:
-            return with_dims(ctx.default_return_type, None, ctx.api)
+            return keep(ctx, None)
         pattern = literal_str(ctx.args[1][0])
         if pattern is None:
-            return with_dims(ctx.default_return_type, None, ctx.api)
+            return keep(ctx, None)
         sizes, complete = _axes_lengths(ctx)
         where = f'{op} "{pattern}"'
         try:
@@ -146,9 +166,9 @@ def transform_hook(op: str, module: str) -> Callable[[FunctionContext], Type]:
             parsed = transform_pattern(pattern, op, tuple(sizes), complete)
         except Problem as problem:
             report(ctx.api, f"{where}: {problem.reason}", ctx.context, codes.PATTERN)
-            return with_dims(ctx.default_return_type, None, ctx.api)
+            return keep(ctx, None)
         tensor = ctx.args[0][0]
-        dims = trusted_dims(tensor, ctx.arg_types[0][0], ctx.api)
+        dims = dims_of(tensor, ctx.api)
         bindings = _bindings(ctx)
         _remember(ctx, bindings)  # forgets what an earlier pass recorded for this call
         ellipsis: Dims | None = None
@@ -159,10 +179,10 @@ def transform_hook(op: str, module: str) -> Callable[[FunctionContext], Type]:
             if rank_error:
                 message = f"{where}: the left side {rank_error}"
                 report(ctx.api, message, ctx.context, codes.SHAPE)
-                return with_dims(ctx.default_return_type, None, ctx.api)
+                return keep(ctx, None)
             for finding in findings[:1]:
                 report_finding(ctx.api, where, finding, ctx.context)
-                return with_dims(ctx.default_return_type, None, ctx.api)
+                return keep(ctx, None)
             ellipsis = alignment.ellipsis if alignment else None
         elif parsed.left.has_ellipsis:
             return finish(ctx, op, None, [])
@@ -197,6 +217,7 @@ def _pack_items(pattern: tuple[Dim, ...]) -> tuple[Entry, ...]:
 def pack_hook(ctx: FunctionContext) -> Type:
     """``pack(tensors, pattern)``: the pattern, each listed tensor's rank and its dims
     around ``*``, which must agree across tensors."""
+    record(ctx.api, ctx.context, None)
     checked = _pattern_of(ctx, 1, "pack")
     if checked is None:
         return ctx.default_return_type
@@ -208,7 +229,7 @@ def pack_hook(ctx: FunctionContext) -> Type:
     bindings = Bindings()
     items = _pack_items(layout)
     for index, expr in enumerate(listed.items):
-        dims = trusted_dims(expr, ctx.api.get_expression_type(expr), ctx.api)
+        dims = dims_of(expr, ctx.api)
         if dims is None:
             continue
         _, findings, rank_error = bind_side(items, dims, _origin(expr, index), bindings)
@@ -222,22 +243,20 @@ def pack_hook(ctx: FunctionContext) -> Type:
     produced = tuple(
         UNKNOWN if isinstance(dim, Variadic) else bindings.dim_of(str(dim)) for dim in layout
     )
-    result = get_proper_type(ctx.default_return_type)
-    if isinstance(result, TupleType) and result.items:
-        packed = with_dims(result.items[0], produced, ctx.api)
-        return result.copy_modified(items=[packed, *result.items[1:]])
+    record(ctx.api, ctx.context, Result(items=(produced, None)))
     return ctx.default_return_type
 
 
 def unpack_hook(ctx: FunctionContext) -> Type:
     """``unpack(tensor, packed_shapes, pattern)``: the pattern and the packed tensor's rank
     (one axis where ``*`` is)."""
+    record(ctx.api, ctx.context, None)
     checked = _pattern_of(ctx, 2, "unpack")
     if checked is None or len(ctx.args[0]) != 1:
         return ctx.default_return_type
     pattern, layout = checked
     tensor = ctx.args[0][0]
-    dims = trusted_dims(tensor, ctx.arg_types[0][0], ctx.api)
+    dims = dims_of(tensor, ctx.api)
     if dims is None:
         return ctx.default_return_type
     # One axis where "*" is; "*" is never an axis name, so it binds nothing of the pattern's.
@@ -253,9 +272,7 @@ def unpack_hook(ctx: FunctionContext) -> Type:
     unpacked = tuple(
         Variadic(None) if isinstance(dim, Variadic) else bindings.dim_of(str(dim)) for dim in layout
     )
-    result = get_proper_type(ctx.default_return_type)
-    if isinstance(result, Instance) and len(result.args) == 1:
-        return result.copy_modified(args=[with_dims(result.args[0], unpacked, ctx.api)])
+    record(ctx.api, ctx.context, Result(each=unpacked))
     return ctx.default_return_type
 
 

@@ -4,12 +4,13 @@ return annotation of the function it is returned from."""
 from __future__ import annotations
 
 from mypy.errorcodes import ErrorCode
-from mypy.nodes import CallExpr, Context, Expression, StrExpr
+from mypy.nodes import Context, Expression, StrExpr
 from mypy.plugin import CheckerPluginInterface, FunctionContext, MethodContext
 from mypy.types import CallableType, Type
 
 from . import codes
-from .scopes import decompositions_before, function_facts
+from .flow import flow_of
+from .scopes import decompositions_before
 from .shapes import Fact, Finding, check_produced
 from .static import Dims, format_dims
 from .tensors import (
@@ -17,11 +18,12 @@ from .tensors import (
     annotation_text,
     bound_names,
     current_function,
-    with_dims,
+    plain,
     without_free_names,
 )
+from .values import Result, record
 
-__all__ = ["finish", "literal_str", "report", "report_finding"]
+__all__ = ["finish", "keep", "literal_str", "report", "report_finding"]
 
 
 def report(api: CheckerPluginInterface, message: str, context: Context, code: ErrorCode) -> None:
@@ -42,23 +44,29 @@ def literal_str(expr: Expression) -> str | None:
     return expr.value if isinstance(expr, StrExpr) else None
 
 
+def keep(ctx: FunctionContext | MethodContext, produced: Dims | None) -> Type:
+    """Keep ``produced`` as the dims of this call's value; give mypy its plain type."""
+    record(ctx.api, ctx.context, Result(dims=produced) if produced is not None else None)
+    return plain(ctx.default_return_type)
+
+
 def finish(
     ctx: FunctionContext | MethodContext, what: str, produced: Dims | None, facts: list[Fact]
 ) -> Type:
-    """Check ``produced`` against the enclosing function's return, then attach it."""
-    if produced is not None and isinstance(ctx.context, CallExpr):
+    """Check ``produced`` against the enclosing function's return, then keep it."""
+    if produced is not None and isinstance(ctx.context, Expression):
         _check_return(ctx.api, ctx.context, what, produced, facts)
-    return with_dims(ctx.default_return_type, produced, ctx.api)
+    return keep(ctx, produced)
 
 
 def _check_return(
-    api: CheckerPluginInterface, call: CallExpr, what: str, produced: Dims, facts: list[Fact]
+    api: CheckerPluginInterface, call: Expression, what: str, produced: Dims, facts: list[Fact]
 ) -> None:
     function = current_function(api)
     if function is None or not isinstance(function.type, CallableType):
         return
     annotated = annotated_dims(function.type.ret_type)
-    if annotated is None or not function_facts(function).returns(call):
+    if annotated is None or not flow_of(function).returns(call):
         return
     # Return dims that no parameter binds are bound by the result itself, as at runtime.
     free = without_free_names(annotated, bound_names(function))

@@ -16,6 +16,7 @@ from ..syntax.patterns import ELLIPSIS, Entry, Group
 from .static import UNKNOWN, Axis, Dim, Dims, Unknown, Variadic, format_dims
 
 Severity = Literal["shape", "alias"]
+ONE = Axis((), 1)
 T = TypeVar("T")
 
 
@@ -151,6 +152,8 @@ def compare(first: Dim, second: Dim, facts: Sequence[Fact] = ()) -> Severity | N
         return None
     if first.is_fixed and second.is_fixed:
         return "shape"
+    if first.factors == second.factors:
+        return "shape"  # the same names times different integers (2*n, n): never equal
     # A name meeting a number is how sizes get fixed (`h=4`, `"b 3"`): never reported.
     if first.is_fixed or second.is_fixed or equal_by_construction(first, second, facts):
         return None
@@ -168,6 +171,8 @@ class Bindings:
         self.name_to_dim: dict[str, tuple[Dim, str]] = {}
         self.facts: list[Fact] = list(facts)
         self.new_facts: list[Fact] = []
+        # einsum broadcasts an axis of size 1 against any size (torch.einsum does).
+        self.broadcast_ones = False
 
     def bind(self, axis: str, dim: Dim, origin: str, *, noun: str = "axis") -> Finding | None:
         """Bind ``axis`` to ``dim``; a :class:`Finding` when it was bound to another dim."""
@@ -177,6 +182,10 @@ class Bindings:
             self.name_to_dim[axis] = (dim, origin)
             return None
         previous, previous_origin = self.name_to_dim[axis]
+        if self.broadcast_ones and ONE in (previous, dim):
+            if previous == ONE:
+                self.name_to_dim[axis] = (dim, origin)  # the result takes the other size
+            return None
         severity = compare(previous, dim, self.facts)
         if severity is None:
             return None
@@ -290,8 +299,26 @@ def _product(
     return axis
 
 
+def _same_named_variadic(first: Dims, second: Dims) -> str | None:
+    """``*name`` when each side has exactly that one variadic dim."""
+    mine = [dim for dim in first if isinstance(dim, Variadic)]
+    theirs = [dim for dim in second if isinstance(dim, Variadic)]
+    if len(mine) == len(theirs) == 1 and mine[0].name and mine[0] == theirs[0]:
+        return str(mine[0])
+    return None
+
+
 def check_produced(produced: Dims, annotated: Dims, facts: Sequence[Fact] = ()) -> Finding | None:
     """Compare the dims a call produces with the dims its result is annotated with."""
+    same_variadic = _same_named_variadic(produced, annotated)
+    if same_variadic is not None:
+        # One binding of *name on both sides: the axes around it must count the same.
+        fixed, expected = len(produced) - 1, len(annotated) - 1
+        if fixed != expected:
+            return Finding(
+                "shape",
+                f"has {_axes(fixed)} besides {same_variadic} where the annotation has {expected}",
+            )
     alignment = align(produced, annotated, items_are_dims=True)
     if isinstance(alignment, str):
         return Finding("shape", alignment)

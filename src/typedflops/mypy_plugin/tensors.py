@@ -1,34 +1,59 @@
-"""Dims attached to mypy's tensor types, and which of them a check may trust.
+"""Dims attached to mypy's tensor types by jaxtyping annotations.
 
-Dims ride on ``Instance.extra_attrs``, which survives mypy's cache and dmypy and does not
-change subtyping. Two attributes are used:
+A jaxtyping annotation such as ``Float[Tensor, "batch d_in"]`` gives the analysed
+``Tensor`` an extra attribute (:data:`ANNOTATED`, on ``Instance.extra_attrs``), which
+survives mypy's cache and the daemon and does not change subtyping. Its value is a type
+whose equality ignores what it carries (a type variable: mypy compares those by id, while
+the daemon's snapshot reads its name), so two tensors annotated with different dims are
+still the same type to mypy: unions, joins and mypy's own messages read as plain mypy's
+(``Tensor``, never ``Tensor | Tensor``), and an edited annotation still reaches the daemon.
 
-- :data:`ANNOTATED` -- written by the ``Annotated`` hook: a jaxtyping annotation's dim
-  string, as written; its names belong to whichever function wrote the annotation;
-- :data:`PRODUCED` -- written by the call hooks on a call's result, tagged with the scope
-  (function) whose names it is written in.
-
-A check only trusts dims written in the names of the function being checked: produced dims
-of its own scope, and annotated dims of its own parameters and annotated locals. Anything
-else (a callee's annotation leaking through an unhooked call, an attribute set in another
-method) is ignored, which is what keeps the plugin free of false positives. A dim name that
-no parameter of the function binds is free, as it is at runtime (jaxtyping binds it on
-first use): in an annotated local or the return annotation it matches anything.
+Dims are read from declarations only (a parameter's annotation, an annotated local or
+attribute, a callee's signature), never from the type mypy gives an expression: that type
+may be a narrowed, joined or leaked one. What a call produces is kept beside the types, in
+:mod:`.values`.
 """
 
 from __future__ import annotations
 
 from mypy.checker import TypeChecker
-from mypy.nodes import LDEF, CallExpr, Expression, FuncItem, NameExpr, Var
+from mypy.nodes import FuncItem
 from mypy.plugin import CheckerPluginInterface
-from mypy.types import CallableType, Instance, LiteralType, ProperType, Type, get_proper_type
+from mypy.types import (
+    AnyType,
+    CallableType,
+    Instance,
+    NoneType,
+    ProperType,
+    Type,
+    TypeOfAny,
+    TypeVarId,
+    TypeVarType,
+    UnionType,
+    get_proper_type,
+)
 
-from .scopes import function_facts
-from .static import UNKNOWN, Axis, Dim, Dims, Variadic, bindable_names, format_dims, parse_static
+from .static import UNKNOWN, Axis, Dim, Dims, Variadic, bindable_names, parse_static
+
+__all__ = [
+    "ANNOTATED",
+    "TENSOR",
+    "alternatives",
+    "annotated_dims",
+    "annotation_label",
+    "annotation_text",
+    "bound_names",
+    "current_function",
+    "is_tensor",
+    "plain",
+    "with_annotation",
+    "without_free_names",
+]
 
 ANNOTATED = "__typedflops_dims__"
-PRODUCED = "__typedflops_produced__"
 TENSOR = "torch._tensor.Tensor"
+# Every payload has this id, so payloads compare (and hash) equal whatever their dims.
+_PAYLOAD_ID = TypeVarId(-271828, namespace="typedflops.dims")
 
 
 def is_tensor(typ: ProperType) -> bool:
@@ -36,23 +61,92 @@ def is_tensor(typ: ProperType) -> bool:
     return isinstance(typ, Instance) and typ.type.has_base(TENSOR)
 
 
-def _literal(typ: Instance, name: str) -> str | None:
-    if typ.extra_attrs is None:
+def with_annotation(typ: Instance, dim_str: str, dtype: str, object_type: Instance) -> Instance:
+    """``typ`` annotated with ``dim_str`` (jaxtyping's ``dtype``, e.g. ``Float``)."""
+    payload = TypeVarType(
+        dim_str,
+        dtype,
+        _PAYLOAD_ID,
+        [],
+        object_type,
+        AnyType(TypeOfAny.from_omitted_generics),
+    )
+    return typ.copy_with_extra_attr(ANNOTATED, payload)
+
+
+def _payload(typ: Type | None) -> TypeVarType | None:
+    proper = get_proper_type(typ)
+    if not isinstance(proper, Instance) or proper.extra_attrs is None:
         return None
-    value = get_proper_type(typ.extra_attrs.attrs.get(name))
-    return value.value if isinstance(value, LiteralType) and isinstance(value.value, str) else None
+    value = get_proper_type(proper.extra_attrs.attrs.get(ANNOTATED))
+    return value if isinstance(value, TypeVarType) else None
 
 
 def annotation_text(typ: Type | None) -> str | None:
     """The dim string of the jaxtyping annotation that gave ``typ``, as written."""
+    payload = _payload(typ)
+    return payload.name if payload is not None else None
+
+
+def _items(typ: Type | None) -> list[ProperType]:
     proper = get_proper_type(typ)
-    return _literal(proper, ANNOTATED) if isinstance(proper, Instance) else None
+    if isinstance(proper, UnionType):
+        return [get_proper_type(item) for item in proper.items]
+    return [proper] if proper is not None else []
+
+
+def alternatives(typ: Type | None) -> list[Dims] | None:
+    """The dims of each tensor a declared type allows (``None`` items left out), or None
+    when one of them is a tensor without readable dims."""
+    found: list[Dims] = []
+    for item in _items(typ):
+        text = annotation_text(item)
+        if text is None:
+            if is_tensor(item) or isinstance(item, AnyType):
+                return None  # any tensor at all may come
+            continue  # None, a float, another array type: not a tensor
+        dims = parse_static(text)
+        if dims is None:
+            return None
+        found.append(dims)
+    return found or None
 
 
 def annotated_dims(typ: Type | None) -> Dims | None:
-    """Dims a jaxtyping annotation gave ``typ`` (in the annotating function's names)."""
-    text = annotation_text(typ)
+    """Dims a jaxtyping annotation gave ``typ`` (in the annotating function's names).
+
+    ``Optional[Float[Tensor, "b n"]]`` has the dims of its tensor: a value that reaches a
+    shape check is that tensor (None fails there anyway). Any other union has none.
+    """
+    items = [item for item in _items(typ) if not isinstance(item, NoneType)]
+    if len(items) != 1:
+        return None
+    text = annotation_text(items[0])
     return parse_static(text) if text is not None else None
+
+
+def annotation_label(typ: Type | None) -> str | None:
+    """How a message spells a declared type: ``Float[Tensor, "a b"] | None``."""
+    labels: list[str] = []
+    for item in _items(typ):
+        payload = _payload(item)
+        if isinstance(item, NoneType):
+            labels.append("None")
+        elif payload is not None and isinstance(item, Instance):
+            labels.append(f'{payload.fullname}[{item.type.name}, "{payload.name}"]')
+        else:
+            return None
+    return " | ".join(labels) if labels else None
+
+
+def plain(typ: Type) -> Type:
+    """``typ`` without dims: what plain mypy gives a call's result."""
+    proper = get_proper_type(typ)
+    if not isinstance(proper, Instance) or proper.extra_attrs is None or not is_tensor(proper):
+        return typ
+    stripped = proper.copy_modified()
+    stripped.extra_attrs = None
+    return stripped
 
 
 def bound_names(function: FuncItem) -> frozenset[str]:
@@ -62,9 +156,10 @@ def bound_names(function: FuncItem) -> frozenset[str]:
         return frozenset()
     names: set[str] = set()
     for typ in signature.arg_types:
-        text = annotation_text(typ)
-        if text is not None:
-            names |= bindable_names(text)
+        for item in _items(typ):
+            text = annotation_text(item)
+            if text is not None:
+                names |= bindable_names(text)
     return frozenset(names)
 
 
@@ -81,66 +176,6 @@ def without_free_names(dims: Dims, bound: frozenset[str]) -> Dims:
     return tuple(kept)
 
 
-def scope_tag(api: CheckerPluginInterface) -> str:
-    """Names the function (or module) whose dim names the current expression uses."""
-    if not isinstance(api, TypeChecker):
-        return "?"
-    function = api.scope.current_function()
-    return api.tree.fullname if function is None else f"{function.fullname}:{function.line}"
-
-
 def current_function(api: CheckerPluginInterface) -> FuncItem | None:
     """The function being checked, if any."""
     return api.scope.current_function() if isinstance(api, TypeChecker) else None
-
-
-def trusted_dims(expr: Expression, typ: Type, api: CheckerPluginInterface) -> Dims | None:
-    """Dims of ``expr`` written in the current function's names, or None (unknown).
-
-    Trusted: a call's result produced in this scope; a name bound exactly once in this
-    function (a parameter, an annotated local, a local assigned from a call) -- mypy keeps
-    the first type of a name across rebinding, so a rebound name is never trusted.
-    """
-    proper = get_proper_type(typ)
-    if not isinstance(proper, Instance) or proper.extra_attrs is None:
-        return None
-    if isinstance(expr, NameExpr):
-        function = current_function(api)
-        if function is None or expr.kind != LDEF or not isinstance(expr.node, Var):
-            return None
-        if not function_facts(function).bound_once(expr.name):
-            return None
-        is_parameter = any(arg.variable is expr.node for arg in function.arguments)
-        if is_parameter:
-            return _produced(proper, api) or annotated_dims(proper)
-        if not expr.node.is_inferred:
-            annotated = annotated_dims(proper)
-            if annotated is not None:
-                annotated = without_free_names(annotated, bound_names(function))
-            return _produced(proper, api) or annotated
-        return _produced(proper, api)
-    return _produced(proper, api) if isinstance(expr, CallExpr) else None
-
-
-def _produced(typ: Instance, api: CheckerPluginInterface) -> Dims | None:
-    text = _literal(typ, PRODUCED)
-    if text is None:
-        return None
-    scope, _, dims = text.partition("|")
-    return parse_static(dims) if scope == scope_tag(api) else None
-
-
-def with_dims(typ: Type, dims: Dims | None, api: CheckerPluginInterface) -> Type:
-    """``typ`` carrying ``dims`` produced in the current scope (and no leaked annotation)."""
-    proper = get_proper_type(typ)
-    if not is_tensor(proper):
-        return typ
-    assert isinstance(proper, Instance)
-    plain = proper.copy_modified()
-    plain.extra_attrs = None
-    if dims is None:
-        return plain
-    literal = LiteralType(
-        f"{scope_tag(api)}|{format_dims(dims)}", api.named_generic_type("builtins.str", [])
-    )
-    return plain.copy_with_extra_attr(PRODUCED, literal)
