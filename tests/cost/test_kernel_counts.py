@@ -201,6 +201,35 @@ def test_a_backward_that_reads_values_is_named_not_counted() -> None:
     assert len(uncounted) == 1 and uncounted[0].startswith("_ReadsValues (backward: ")
 
 
+def test_fsdp2s_hooks_are_not_run_while_their_module_runs() -> None:
+    """FSDP2 gathers a module's parameters before its forward and carries its backward
+    steps (reshard, reduce-scatter) on autograd Functions around the module's inputs and
+    outputs: a record never runs those to count them, so the module computes with its
+    gathered parameters, counted as the same model unsharded (the Functions hand their
+    gradients on: 0 FLOPs)."""
+    from torch.distributed.fsdp import fully_shard
+
+    from typedflops.planning import ParallelLayout
+    from typedflops.planning.rank_run import fake_world
+
+    def model() -> nn.Sequential:
+        return nn.Sequential(
+            *(nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8)) for _ in range(2))
+        )
+
+    x = torch.randn(3, 8)
+    whole = model()
+    expected = _recorded(lambda: whole(x).sum().backward())
+    with fake_world(ParallelLayout(dp=2, zero=3)) as mesh:  # collectives move nothing
+        sharded = model()
+        for block in sharded:
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(sharded, mesh=mesh["dp"])
+        assert _recorded(lambda: sharded(x).sum().backward())[:2] == expected[:2]
+    per_block = 2 * (2 * 3 * 8 * 8) + 3 * 8  # two linears (addmm: 2mnk), tanh
+    assert expected[0] == 2 * per_block + 3 * 8  # and the sum
+
+
 # -- norms, pooling ---------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..storage import nbytes
-from .distributed import in_sharding_propagation, is_dtensor_call
+from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .events import Event, Sink, current_group, group, named_event, new_group
 from .frames import current_frame, no_frame
 from .functions import inside_rule, watching
@@ -182,10 +182,12 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def custom_backward(self, node: Any) -> None:
         """Count the backward of ``node`` if it is a ``torch.autograd.Function``'s not
-        counted yet (``torch.library`` custom ops excepted: a replay counts theirs)."""
-        if not isinstance(node, BackwardCFunction) or _generated_for_custom_op(
-            node._forward_cls  # type: ignore[attr-defined]
-        ):
+        counted yet (``torch.library`` custom ops excepted: a replay counts theirs; and
+        the hooks of FSDP2 and DDP, which hand gradients on, see :func:`training_hook`)."""
+        if not isinstance(node, BackwardCFunction):
+            return
+        cls = node._forward_cls  # type: ignore[attr-defined]
+        if _generated_for_custom_op(cls) or training_hook(cls):
             return
         if node in self.custom_nodes:
             return

@@ -6,6 +6,13 @@ which the mode then sees one by one (torch's ``CommDebugMode`` works the same wa
 also runs some ops once more on fake tensors of the global shapes, only to learn their
 outputs' metadata (``ShardingPropagator``); those are not this rank's work and are not
 counted (:func:`in_sharding_propagation`).
+
+torch's data-parallel wrappers hook their training steps into autograd with autograd
+Functions whose backward hands the gradients on unchanged and runs the wrapper's own step
+there: FSDP2 gathers a module's parameters before its backward and reshards them (and
+reduce-scatters their gradients) after it; DDP queues its all-reduce. Their backward is no part of the model's arithmetic, and running it to count it (as any
+other Function's is, on fake tensors) would run that step in the middle of the forward
+(:func:`training_hook`).
 """
 
 from __future__ import annotations
@@ -15,8 +22,17 @@ from collections.abc import Iterable
 from types import FrameType
 from typing import Any
 
-__all__ = ["in_sharding_propagation", "is_dtensor_call"]
+__all__ = ["in_sharding_propagation", "is_dtensor_call", "training_hook"]
 
+
+#: The Functions torch's wrappers carry their backward steps on, by module and name.
+_TRAINING_HOOKS = frozenset(
+    {
+        ("torch.distributed.fsdp._fully_shard._fsdp_state", "RegisterPreBackwardFunction"),
+        ("torch.distributed.fsdp._fully_shard._fsdp_param_group", "RegisterPostBackwardFunction"),
+        ("torch.nn.parallel.distributed", "_DDPSink"),
+    }
+)
 
 #: How far up the stack DTensor's metadata pass is looked for (it calls the op directly).
 _DEPTH = 24
@@ -49,3 +65,10 @@ def in_sharding_propagation() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def training_hook(cls: type) -> bool:
+    """Whether an autograd.Function class is one that torch's FSDP2 or DDP carries a
+    training step on (see the module): its backward returns its gradients as it got them
+    (0 FLOPs), and is never run to count it."""
+    return (cls.__module__, cls.__qualname__) in _TRAINING_HOOKS
