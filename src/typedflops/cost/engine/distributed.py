@@ -10,9 +10,9 @@ counted (:func:`in_sharding_propagation`).
 torch's data-parallel wrappers hook their training steps into autograd with autograd
 Functions whose backward hands the gradients on unchanged and runs the wrapper's own step
 there: FSDP2 gathers a module's parameters before its backward and reshards them (and
-reduce-scatters their gradients) after it; DDP queues its all-reduce. Their backward is no part of the model's arithmetic, and running it to count it (as any
-other Function's is, on fake tensors) would run that step in the middle of the forward
-(:func:`training_hook`).
+reduce-scatters their gradients) after it; DDP queues its all-reduce. Their backward is no
+part of the model's arithmetic, and running it to count it (as any other Function's is, on
+fake tensors) would run that step in the middle of the forward (:func:`training_hook`).
 """
 
 from __future__ import annotations
