@@ -23,6 +23,7 @@ from .contract.function import CheckedFunction
 from .cost.model import estimate, formula_at
 from .cost.types import Cost
 from .errors import SpecError
+from .syntax.symbolic import negative_for_every_size
 from .timing.bench import Measurement, benchmark
 
 __all__ = ["TypedFunction", "typed_flops"]
@@ -62,7 +63,7 @@ class TypedFunction(CheckedFunction[P, R]):
     def __init__(self, fn: Callable[P, R], *, flops: str | None, name: str | None) -> None:
         super().__init__(fn, flops=flops, name=name)
         declared = self.declared
-        if declared is not None and _negative_for_every_size(declared):
+        if declared is not None and negative_for_every_size(declared):
             raise SpecError.at(
                 f"{self.name}()",
                 f"flops={flops!r} is negative for every size; a count of FLOPs never is",
@@ -184,16 +185,6 @@ def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
         )
         return property(fget, fset, fdel, function.__doc__)
     return TypedFunction(function, flops=flops, name=name)
-
-
-def _negative_for_every_size(formula: sympy.Expr) -> bool:
-    """Whether a formula is below 0 at every positive size (``-n*d``); one that is only
-    sometimes (``n - d``) is refused where it is evaluated."""
-    positive = {
-        symbol: sympy.Symbol(str(symbol), positive=True, integer=True)
-        for symbol in formula.free_symbols
-    }
-    return bool(formula.xreplace(positive).is_negative)
 
 
 def _module_class(cls: type[torch.nn.Module], flops: str | None, name: str | None) -> Any:

@@ -15,6 +15,7 @@ from mypy.types import CallableType, Type, get_proper_type
 
 from ..syntax import Problem
 from ..syntax.formula import parse_formula, shorten
+from ..syntax.symbolic import negative_for_every_size, to_sympy
 from . import codes
 from .report import literal_str, report
 from .scopes import find_decorated
@@ -37,7 +38,8 @@ def typed_flops_hook(ctx: FunctionContext) -> Type:
     if formula is None or not isinstance(call, CallExpr):
         return ctx.default_return_type
     try:
-        used = parse_formula(formula).names
+        parsed = parse_formula(formula)
+        negative = negative_for_every_size(to_sympy(parsed.tree))
     except Problem as problem:
         message = f"flops= {shorten(formula)!r}: {problem.reason}"
         report(ctx.api, message, call, codes.FLOPS_EXPR)
@@ -46,13 +48,18 @@ def typed_flops_hook(ctx: FunctionContext) -> Type:
     if decorated is None:
         return ctx.default_return_type
     function_name, known = decorated
-    unknown = sorted(used - known)
+    unknown = sorted(parsed.names - known)
+    label = name or function_name
     if unknown:
-        label = name or function_name
         shown = ", ".join(sorted(known)) or "none"
         message = (
             f"{label}(): flops={formula!r} names {', '.join(unknown)}, which no annotation "
             f"of {label} binds (its dims: {shown})"
+        )
+        report(ctx.api, message, call, codes.FLOPS_EXPR)
+    elif negative:  # (as the runtime: after the names)
+        message = (
+            f"{label}(): flops={formula!r} is negative for every size; a count of FLOPs never is"
         )
         report(ctx.api, message, call, codes.FLOPS_EXPR)
     return ctx.default_return_type

@@ -10,8 +10,7 @@ checking an axis at runtime); a mistake is a :class:`SpecError` naming where it 
 from __future__ import annotations
 
 import functools
-import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -19,18 +18,10 @@ import sympy
 
 from ..errors import SpecError
 from . import Problem
-from .formula import Formula, Integer, Name, Negative, Node, parse_formula, shorten
+from .formula import Formula, parse_formula, shorten
+from .symbolic import to_sympy
 
 __all__ = ["Expression", "dim_symbol", "parse_expression"]
-
-_SYMPY_BINARY: dict[str, Callable[[sympy.Expr, sympy.Expr], sympy.Expr]] = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
-    "//": lambda a, b: sympy.floor(a / b),
-    "/": operator.truediv,
-    "**": operator.pow,
-}
 
 
 def dim_symbol(name: str) -> sympy.Symbol:
@@ -63,19 +54,6 @@ class Expression:
             raise SpecError.at(f"{self.origin} {shorten(self.text)!r}", problem.reason) from None
 
 
-def _sympy(node: Node) -> sympy.Expr:
-    if isinstance(node, Name):
-        return dim_symbol(node.id)
-    if isinstance(node, Integer):
-        return sympy.Integer(node.value)
-    if isinstance(node, Negative):
-        return -_sympy(node.operand)
-    right = _sympy(node.right)
-    if node.op in ("/", "//") and right == 0:
-        raise Problem("division by zero (a divisor is 0 whatever the sizes)")
-    return _SYMPY_BINARY[node.op](_sympy(node.left), right)
-
-
 def parse_expression(text: object, origin: str = "formula") -> Expression:
     """Parse ``text`` into an :class:`Expression`, raising :class:`SpecError` if it is not one.
 
@@ -102,7 +80,7 @@ def parse_expression(text: object, origin: str = "formula") -> Expression:
 def _parse(text: str, origin: str) -> Expression:
     try:
         formula = parse_formula(text)
-        expression = _sympy(formula.tree)
+        expression = to_sympy(formula.tree)
     except Problem as problem:
         raise SpecError.at(f"{origin} {shorten(text)!r}", problem.reason) from None
     return Expression(
