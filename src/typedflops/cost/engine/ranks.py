@@ -21,53 +21,42 @@ __all__ = ["AcrossRanks", "RankRow", "across_ranks"]
 
 
 @dataclass(frozen=True)
-class RankRow:
+class _Rates:
+    """Counts over a time: FLOP/s of the forward and backward, and MFU over a peak."""
+
+    flops: int
+    backward_flops: int
+    model_flops: int
+    seconds: float
+    peak_flop_per_sec: float | None
+
+    @property
+    def flop_per_sec(self) -> float:
+        """Forward and backward FLOPs per second."""
+        return (self.flops + self.backward_flops) / self.seconds if self.seconds else 0.0
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs per second over the peak (None without a peak)."""
+        if not self.peak_flop_per_sec or not self.seconds:
+            return None
+        return self.model_flops / self.seconds / self.peak_flop_per_sec
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankRow(_Rates):
     """One rank's counts: forward and backward FLOPs (as recorded), model FLOPs (PaLM's:
     3x the forward's matrix products, when it ran backward), its seconds and its peak."""
 
     rank: int
-    flops: int
-    backward_flops: int
-    model_flops: int
-    seconds: float
-    peak_flop_per_sec: float | None
-
-    @property
-    def flop_per_sec(self) -> float:
-        """Forward and backward FLOPs per second of this rank."""
-        return (self.flops + self.backward_flops) / self.seconds if self.seconds else 0.0
-
-    @property
-    def mfu(self) -> float | None:
-        """Model FLOPs per second over this rank's peak (None without a peak)."""
-        if not self.peak_flop_per_sec or not self.seconds:
-            return None
-        return self.model_flops / self.seconds / self.peak_flop_per_sec
 
 
-@dataclass(frozen=True)
-class AcrossRanks:
+@dataclass(frozen=True, kw_only=True)
+class AcrossRanks(_Rates):
     """Every rank's row and the run's totals: FLOPs summed over the ranks, the slowest
     rank's seconds, their FLOP/s, and the MFU over the sum of the ranks' peaks."""
 
     rows: tuple[RankRow, ...]
-    flops: int
-    backward_flops: int
-    model_flops: int
-    seconds: float
-    peak_flop_per_sec: float | None
-
-    @property
-    def flop_per_sec(self) -> float:
-        """All ranks' forward and backward FLOPs per second of the slowest rank."""
-        return (self.flops + self.backward_flops) / self.seconds if self.seconds else 0.0
-
-    @property
-    def mfu(self) -> float | None:
-        """All ranks' model FLOPs per second over all their peaks (None without peaks)."""
-        if not self.peak_flop_per_sec or not self.seconds:
-            return None
-        return self.model_flops / self.seconds / self.peak_flop_per_sec
 
     def table(self) -> str:
         """A row per rank, then the run."""
