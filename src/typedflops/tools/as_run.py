@@ -1,0 +1,146 @@
+"""Calls counted as they ran: the report's rows for the calls no dry run can cost.
+
+A dry run on ``meta`` tensors cannot cost a body that reads tensor values (``.item()``, an
+``if`` on a tensor, a data-dependent op), nor a method whose object a dry run cannot
+resize (a LinearOperator held in ``self``). Those calls did run, and
+:func:`typedflops.record` counts a call as it runs: :class:`AsRun` records some calls of a
+function that way, so that the report gives their FLOPs and bytes at the sizes they ran
+at, where it has no formula.
+
+A recorded call runs each of its ops through a dispatch mode, several times a plain op's
+overhead, so a function has at most :data:`MEASURED_CALLS` calls recorded, and only while
+it may need them: from its first call (a function the import hook decorated) until the
+dry runs cost every set of dims it was called with, and again whenever one could not. A
+function whose dry runs succeed costs its first calls' recording and nothing after.
+
+The watched function changes class (as ``@typing.no_type_check`` does): the checked call
+path of every other function tests nothing for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..config import disabled_flag
+from ..contract.function import CheckedFunction, counting_frame
+
+if TYPE_CHECKING:
+    from ..cost.engine.report import Recorder
+
+__all__ = ["MEASURED_CALLS", "AsRun", "Measured"]
+
+#: Calls of one function recorded as they ran, at most.
+MEASURED_CALLS = 8
+
+# What a recorded call gives: the function, the dims it bound (as the report keys them),
+# its forward FLOPs and the bytes it read and wrote.
+Measured = Callable[[CheckedFunction[..., Any], tuple[tuple[str, Any], ...], int, int], None]
+
+_MEASURING: dict[type[Any], type[Any]] = {}
+
+
+def _measuring_class(cls: type[CheckedFunction[Any, Any]]) -> type[Any]:
+    """The variant of ``cls`` whose calls its :class:`AsRun` records (``cls``: the class
+    it had, which it gets back)."""
+    found = _MEASURING.get(cls)
+    if found is None:
+        plain_call = cls.__call__
+
+        def call_measured(self: CheckedFunction[Any, Any], *args: Any, **kwargs: Any) -> Any:
+            watcher: AsRun | None = self.__dict__.get("_as_run")
+            if (
+                watcher is None
+                or counting_frame.get() is not None  # a dry run's call, or one recorded
+                or disabled_flag.get()
+                or self.deferred
+            ):
+                return plain_call(self, *args, **kwargs)
+            return watcher.run(self, plain_call, args, kwargs)
+
+        found = type(
+            cls.__name__,
+            (cls,),
+            {
+                "__call__": call_measured,
+                "measuring": True,
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__,
+            },
+        )
+        _MEASURING[cls] = found
+    return found
+
+
+class AsRun:
+    """Records the calls of the functions it watches, each up to :data:`MEASURED_CALLS`.
+
+    ``measured(function, binding, flops, bytes)`` is told each recorded call that returned;
+    ``wanted(function)`` says whether a function is worth recording at all (one the report
+    has no row for is let go at its first call).
+    """
+
+    def __init__(self, measured: Measured, wanted: Callable[[CheckedFunction[..., Any]], bool]):
+        self._measured = measured
+        self._wanted = wanted
+        # Calls each function seen may still have recorded.
+        self.left: dict[CheckedFunction[..., Any], int] = {}
+
+    def watch(self, function: CheckedFunction[..., Any]) -> None:
+        """Record ``function``'s next calls (while it has calls left to record)."""
+        cls = type(function)
+        if getattr(cls, "unchecked", False) or getattr(cls, "measuring", False):
+            return
+        if self.left.setdefault(function, MEASURED_CALLS) <= 0:
+            return
+        function.__dict__["_as_run"] = self
+        function.__class__ = _measuring_class(cls)
+
+    def unwatch(self, function: CheckedFunction[..., Any]) -> None:
+        """Stop recording ``function``'s calls."""
+        function.__dict__.pop("_as_run", None)
+        cls = type(function)
+        if getattr(cls, "measuring", False):
+            function.__class__ = cls.__mro__[1]
+
+    def watching(self, function: CheckedFunction[..., Any]) -> bool:
+        """Whether ``function``'s calls are being recorded."""
+        return bool(getattr(type(function), "measuring", False))
+
+    def stop(self) -> None:
+        """Stop recording every function."""
+        for function in list(self.left):
+            self.unwatch(function)
+
+    def run(
+        self,
+        function: CheckedFunction[..., Any],
+        call: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Make one call of a watched function inside ``record()``; tell what it ran."""
+        if not self._wanted(function):
+            self.unwatch(function)
+            return call(function, *args, **kwargs)
+        from ..cost.engine.report import record
+
+        with record() as recorder:
+            result = call(function, *args, **kwargs)
+        left = self.left.get(function, MEASURED_CALLS) - 1
+        self.left[function] = left
+        if left <= 0:
+            self.unwatch(function)
+        self._tell(function, recorder)
+        return result
+
+    def _tell(self, function: CheckedFunction[..., Any], recorder: Recorder) -> None:
+        from ..cost.engine.recorder import counts_of
+
+        rows = recorder.calls
+        if len(rows) != 1 or rows[0].function != function.name:
+            return  # (not one call of the function: nothing to say of it)
+        work = rows[0].work
+        counts = counts_of(work)
+        binding = tuple(work.dims.items())
+        self._measured(function, binding, counts.forward, counts.read + counts.written)
