@@ -4,6 +4,7 @@
 has none) and a method of an operator holding its matrix in ``self`` (a dry run cannot
 resize it). Their report rows give the FLOPs counted while the calls ran ("as run"), and a
 line under the table the bytes and why no formula exists, in words that are not an error.
+(tests/tools/test_mixed_hints_suite.py sends such a row through pytest-xdist workers.)
 
 Counts by hand (float32, n, d, k as in the rows):
 ``normalised``: ``w.sum()`` d*k FLOPs, ``x @ w`` 2*n*d*k, the division n*k; bytes: the sum
@@ -15,6 +16,7 @@ writes 4*n*k, the division reads and writes 4*n*k.
 from __future__ import annotations
 
 import pytest
+from plugin_args import PLUGIN_ARGS
 
 from typedflops.tools.call_report import Record, merge, table
 
@@ -86,9 +88,15 @@ def test_later():
     halved(torch.ones(6))
 """
 
+# The first call of a function the hook decorated is counted as it runs; once the dry
+# run at the end of its test could not cost it, more are, up to 8 in all.
 MANY = """
 import torch
 import values_pkg
+
+
+def test_first():
+    values_pkg.normalised(torch.ones(5, 4), torch.ones(4, 2))
 
 
 def test_many():
@@ -138,38 +146,31 @@ def _report(lines: list[str]) -> list[str]:
 
 
 def test_calls_no_dry_run_can_cost_are_counted_as_they_ran(project: pytest.Pytester) -> None:
-    result = project.runpytest_subprocess(*ARGS, "--typedflops=values_pkg", "--typedflops-report")
-    result.assert_outcomes(passed=2)
-    assert _report(result.outlines) == EXPECTED
-    assert "?" not in "\n".join(EXPECTED)
-
-
-def test_pytest_xdist_workers_send_the_calls_they_counted(project: pytest.Pytester) -> None:
-    pytest.importorskip("xdist")
-    result = project.runpytest_subprocess(
-        *ARGS, "-n", "2", "--typedflops=values_pkg", "--typedflops-report"
+    result = project.runpytest(
+        *ARGS, *PLUGIN_ARGS, "--typedflops=values_pkg", "--typedflops-report"
     )
     result.assert_outcomes(passed=2)
     assert _report(result.outlines) == EXPECTED
+    assert "?" not in "\n".join(EXPECTED)
 
 
 def test_a_few_calls_are_counted_and_the_rest_taken_at_their_mean(
     project: pytest.Pytester,
 ) -> None:
     project.makepyfile(test_values=MANY, test_hand=HAND_DECORATED)
-    result = project.runpytest_subprocess(
-        *ARGS, "-p", "no:xdist", "--typedflops=values_pkg", "--typedflops-report"
+    result = project.runpytest(
+        *ARGS, *PLUGIN_ARGS, "-p", "no:xdist", "--typedflops=values_pkg", "--typedflops-report"
     )
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     halved = READS.format(line=10, code="return x / 2 if bool(x.sum() > 0) else x")
     halved = halved.replace("__init__.py", "test_hand.py")
     assert _report(result.outlines) == [
-        "function    calls  dims           formula           FLOPs/call  FLOPs",
+        "function    calls  dims           formula           FLOPs/call    FLOPs",
         # the first call ran before any dry run said it could not cost it
-        "halved          1  n=4            ?                          ?      ?",
-        "                1  n=6            as run                    13     13",
-        # 8 calls counted as they ran (MEASURED_CALLS), 10 made: 98 * 10
-        "normalised     10  n=5, d=4, k=2  as run (8 of 10)          98  ~ 980",
+        "halved          1  n=4            ?                          ?        ?",
+        "                1  n=6            as run                    13       13",
+        # 8 calls counted as they ran (MEASURED_CALLS), 11 made: 98 * 11
+        "normalised     11  n=5, d=4, k=2  as run (8 of 11)          98  ~ 1.08k",
         "? halved(n=4): not costed: " + halved + "; the call itself ran and passed its checks",
         # 6 (sum) + 1 (compare) + 6 (division) FLOPs; 28 + 5 + 1 + 48 bytes
         "as run halved(n=6): 13 FLOPs, 82 bytes per call, counted while the call ran; "

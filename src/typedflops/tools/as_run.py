@@ -8,10 +8,11 @@ function that way, so that the report gives their FLOPs and bytes at the sizes t
 at, where it has no formula.
 
 A recorded call runs each of its ops through a dispatch mode, several times a plain op's
-overhead, so a function has at most :data:`MEASURED_CALLS` calls recorded, and only while
-it may need them: from its first call (a function the import hook decorated) until the
-dry runs cost every set of dims it was called with, and again whenever one could not. A
-function whose dry runs succeed costs its first calls' recording and nothing after.
+overhead, and a real suite calls hundreds of functions thousands of times: so a function
+the import hook decorated has its first call recorded (its dry runs come after, when the
+test ends), and only one that a dry run could not cost has more, up to
+:data:`MEASURED_CALLS` in all. A call made inside a recorded one (or inside the user's own
+``record()``) is counted there, not recorded again.
 
 The watched function changes class (as ``@typing.no_type_check`` does): the checked call
 path of every other function tests nothing for it.
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MEASURED_CALLS", "AsRun", "Measured"]
 
-#: Calls of one function recorded as they ran, at most.
+#: Calls of one function recorded as they ran, at most (one, until a dry run could not
+#: cost it).
 MEASURED_CALLS = 8
 
 # What a recorded call gives: the function, the dims it bound (as the report keys them),
@@ -73,7 +75,7 @@ def _measuring_class(cls: type[CheckedFunction[Any, Any]]) -> type[Any]:
 
 
 class AsRun:
-    """Records the calls of the functions it watches, each up to :data:`MEASURED_CALLS`.
+    """Records the calls of the functions it watches, each up to its limit.
 
     ``measured(function, binding, flops, bytes)`` is told each recorded call that returned;
     ``wanted(function)`` says whether a function is worth recording at all (one the report
@@ -83,15 +85,17 @@ class AsRun:
     def __init__(self, measured: Measured, wanted: Callable[[CheckedFunction[..., Any]], bool]):
         self._measured = measured
         self._wanted = wanted
-        # Calls each function seen may still have recorded.
-        self.left: dict[CheckedFunction[..., Any], int] = {}
+        # Calls of each function seen recorded so far, and how many it may have.
+        self.counted: dict[CheckedFunction[..., Any], int] = {}
+        self.limit: dict[CheckedFunction[..., Any], int] = {}
 
-    def watch(self, function: CheckedFunction[..., Any]) -> None:
-        """Record ``function``'s next calls (while it has calls left to record)."""
+    def watch(self, function: CheckedFunction[..., Any], calls: int = MEASURED_CALLS) -> None:
+        """Record ``function``'s next calls, until it has ``calls`` recorded in all."""
         cls = type(function)
-        if getattr(cls, "unchecked", False) or getattr(cls, "measuring", False):
+        if getattr(cls, "unchecked", False):
             return
-        if self.left.setdefault(function, MEASURED_CALLS) <= 0:
+        self.limit[function] = limit = max(self.limit.get(function, 0), calls)
+        if self.counted.setdefault(function, 0) >= limit or getattr(cls, "measuring", False):
             return
         function.__dict__["_as_run"] = self
         function.__class__ = _measuring_class(cls)
@@ -109,7 +113,7 @@ class AsRun:
 
     def stop(self) -> None:
         """Stop recording every function."""
-        for function in list(self.left):
+        for function in list(self.counted):
             self.unwatch(function)
 
     def run(
@@ -127,9 +131,8 @@ class AsRun:
 
         with record() as recorder:
             result = call(function, *args, **kwargs)
-        left = self.left.get(function, MEASURED_CALLS) - 1
-        self.left[function] = left
-        if left <= 0:
+        self.counted[function] = counted = self.counted.get(function, 0) + 1
+        if counted >= self.limit.get(function, MEASURED_CALLS):
             self.unwatch(function)
         self._tell(function, recorder)
         return result
@@ -137,10 +140,12 @@ class AsRun:
     def _tell(self, function: CheckedFunction[..., Any], recorder: Recorder) -> None:
         from ..cost.engine.recorder import counts_of
 
-        rows = recorder.calls
-        if len(rows) != 1 or rows[0].function != function.name:
-            return  # (not one call of the function: nothing to say of it)
-        work = rows[0].work
+        # (the checks of its arguments may call other checked functions first: a
+        # LinearOperator's shape and dtype)
+        rows = [row for row in recorder.calls if row.function == function.name]
+        if not rows:
+            return
+        work = rows[-1].work
         counts = counts_of(work)
         binding = tuple(work.dims.items())
         self._measured(function, binding, counts.forward, counts.read + counts.written)

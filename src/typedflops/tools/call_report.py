@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = ["CallTally", "Record", "merge", "no_formula_reason", "not_costed_reason", "table"]
 
 _MAX_DIMS_SHOWN = 5
+# Failed dry runs of a function (none succeeding) after which it is not dry-run again.
+_DRY_RUNS_TRIED = 2
 _MAX_DIMS_WIDTH = 60
 
 Size = int | tuple[int, ...]
@@ -54,7 +56,7 @@ class Record(TypedDict):
 class _Entry:
     """What the tally knows of one function: its calls and costs, per binding of its dims."""
 
-    __slots__ = ("as_run", "calls", "costs", "function", "name", "pending")
+    __slots__ = ("as_run", "calls", "costed", "costs", "failed", "function", "name", "pending")
 
     def __init__(self, function: CheckedFunction[..., Any]) -> None:
         self.function = function
@@ -64,6 +66,9 @@ class _Entry:
         self.costs: dict[Binding, Cost | str] = {}
         # Calls recorded as they ran: (FLOPs, bytes) of each, per binding.
         self.as_run: dict[Binding, list[list[int]]] = {}
+        # Dry runs that could not cost a binding; whether one did.
+        self.failed = 0
+        self.costed = False
         # Bindings not costed yet, with the probe that rebuilds the call (shapes, not
         # tensors; a module it was called on): held until the test ends, no longer.
         self.pending: dict[Binding, Probe] = {}
@@ -148,7 +153,7 @@ class CallTally:
     passed. Functions without a jaxtyping array annotation (checked for their plain hints
     only) have no dims to cost and are not counted. Where a dry run cannot cost a binding,
     the function's next calls are counted as they run (:mod:`.as_run`; :meth:`watch`
-    starts that from a function's first call).
+    counts a function's first call so).
     """
 
     def __init__(self) -> None:
@@ -179,9 +184,9 @@ class CallTally:
             self._remove = None
 
     def watch(self, function: CheckedFunction[..., Any]) -> None:
-        """Count ``function``'s calls as they run, from its next call until dry runs cost
-        every binding it was called with (a few calls at most; see :mod:`.as_run`)."""
-        self.as_run.watch(function)
+        """Count ``function``'s first call as it runs (its dry runs come when the test
+        ends); see :mod:`.as_run`."""
+        self.as_run.watch(function, calls=1)
 
     def _costs(self, function: CheckedFunction[..., Any]) -> bool:
         costed = self._costed.get(id(function))
@@ -230,17 +235,12 @@ class CallTally:
         """Cost the bindings seen since the last call (dry runs), then let go. A function
         a dry run could not cost is watched (its next calls counted as they run); one whose
         every binding was costed no longer is."""
-        from ..cost.engine.dryrun import measure
-
         observing = self._remove is not None
         self._pause()
         try:
             for entry in self.entries.values():
                 for binding, probe in entry.pending.items():
-                    try:
-                        entry.costs[binding] = measure(probe)
-                    except Exception as exc:  # a body that cannot dry-run: why, in words
-                        entry.costs[binding] = no_formula_reason(exc)
+                    entry.costs[binding] = self._dry_run(entry, probe)
                 entry.pending.clear()
                 if any(isinstance(cost, str) for cost in entry.costs.values()):
                     self.as_run.watch(entry.function)
@@ -249,6 +249,24 @@ class CallTally:
         finally:
             if observing:
                 self.start()
+
+    @staticmethod
+    def _dry_run(entry: _Entry, probe: Probe) -> Cost | str:
+        """The cost of one binding, or why none: a function whose dry runs failed
+        :data:`_DRY_RUNS_TRIED` times without one succeeding is not dry-run again (what
+        stopped them, such as a body that reads values or an object held in ``self``,
+        does not change with the sizes); its calls are counted as they run."""
+        from ..cost.engine.dryrun import measure
+
+        if entry.failed >= _DRY_RUNS_TRIED and not entry.costed:
+            return next(cost for cost in reversed(entry.costs.values()) if isinstance(cost, str))
+        try:
+            cost = measure(probe)
+        except Exception as exc:  # a body that cannot dry-run: why, in words
+            entry.failed += 1
+            return no_formula_reason(exc)
+        entry.costed = True
+        return cost
 
     def records(self) -> list[Record]:
         """Everything counted so far, as plain records (costed first)."""

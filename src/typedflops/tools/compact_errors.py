@@ -75,7 +75,8 @@ def compact_report(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.Tes
     """The report of a test whose call raised a ContractError: the frames from the test's
     own line on, without typedflops' and torch's, each in its one line, then the error."""
     excinfo = call.excinfo
-    assert excinfo is not None
+    when = call.when
+    assert excinfo is not None and when != "collect"
     traceback = excinfo.traceback.cut(path=item.path).filter(excinfo)
     hidden = _hidden_directories()
     excinfo.traceback = traceback.filter(lambda entry: not _is_hidden(entry, hidden))
@@ -95,7 +96,7 @@ def compact_report(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.Tes
         {name: 1 for name in item.keywords},
         "failed",
         longrepr,
-        call.when,
+        when,
         sections,
         call.duration,
         call.start,
