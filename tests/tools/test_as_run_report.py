@@ -182,7 +182,7 @@ def test_a_few_calls_are_counted_and_the_rest_taken_at_their_mean(
     ]
 
 
-def _record(calls: int, as_run: list[list[int]]) -> Record:
+def _record(calls: int, as_run: list[list[int]], uncounted: tuple[str, ...] = ()) -> Record:
     return Record(
         module="m",
         name="f",
@@ -192,7 +192,7 @@ def _record(calls: int, as_run: list[list[int]]) -> Record:
         formula=None,
         flops=0,
         exact=True,
-        uncounted=[],
+        uncounted=list(uncounted),
         why="the body reads tensor values",
         as_run=as_run,
     )
@@ -200,7 +200,7 @@ def _record(calls: int, as_run: list[list[int]]) -> Record:
 
 def test_workers_counts_add_up_and_a_spread_is_shown() -> None:
     first = _record(3, [[10, 40], [10, 40]])
-    second = _record(2, [[30, 80]])
+    second = _record(2, [[30, 80]], uncounted=("linalg_cholesky_ex",))
     merged = merge([[first], [second]])
     assert [m["calls"] for m in merged] == [5]
     assert first["as_run"] == [[10, 40], [10, 40]]  # (the workers' records stay as sent)
@@ -210,5 +210,7 @@ def test_workers_counts_add_up_and_a_spread_is_shown() -> None:
         "f             5  n=4   as run (3 of 5)       10-30   ~ 83",
         "as run f(n=4): 10-30 FLOPs, 40-80 bytes per call, counted while 3 calls ran; no "
         "formula, as the body reads tensor values",
+        # ops that ran without a FLOP rule are named, as for a costed row
+        "uncounted ops (ran, no FLOP rule): linalg_cholesky_ex",
         "as run (k of n): FLOPs over the n calls taken at the mean of the k counted",
     ]

@@ -11,8 +11,9 @@ A recorded call runs each of its ops through a dispatch mode, several times a pl
 overhead, and a real suite calls hundreds of functions thousands of times: so a function
 the import hook decorated has its first call recorded (its dry runs come after, when the
 test ends), and only one that a dry run could not cost has more, up to
-:data:`MEASURED_CALLS` in all. A call made inside a recorded one (or inside the user's own
-``record()``) is counted there, not recorded again.
+:data:`MEASURED_CALLS` in all. A call recorded inside another recorded one (or inside the user's own
+``record()``) is recorded in both. What a call ran is counted when the report asks
+(:meth:`AsRun.settle`), outside the test.
 
 The watched function changes class (as ``@typing.no_type_check`` does): the checked call
 path of every other function tests nothing for it.
@@ -36,8 +37,14 @@ __all__ = ["MEASURED_CALLS", "AsRun", "Measured"]
 MEASURED_CALLS = 8
 
 # What a recorded call gives: the function, the dims it bound (as the report keys them),
-# its forward FLOPs and the bytes it read and wrote.
-Measured = Callable[[CheckedFunction[..., Any], tuple[tuple[str, Any], ...], int, int], None]
+# its forward FLOPs, the bytes it read and wrote, and the ops it ran that have no FLOP rule.
+Measured = Callable[
+    [CheckedFunction[..., Any], tuple[tuple[str, Any], ...], int, int, tuple[str, ...]], None
+]
+# A recorded call's work (see typedflops.cost.engine.works), counted when asked: counting
+# finds a backward's cost by running its ops on meta tensors, which a FlopCounterMode or
+# another mode the user holds around the call would see.
+_Pending = tuple[CheckedFunction[..., Any], Any]
 
 _MEASURING: dict[type[Any], type[Any]] = {}
 
@@ -51,9 +58,10 @@ def _measuring_class(cls: type[CheckedFunction[Any, Any]]) -> type[Any]:
 
         def call_measured(self: CheckedFunction[Any, Any], *args: Any, **kwargs: Any) -> Any:
             watcher: AsRun | None = self.__dict__.get("_as_run")
+            frame = counting_frame.get()
             if (
                 watcher is None
-                or counting_frame.get() is not None  # a dry run's call, or one recorded
+                or (frame is not None and type(frame) is not tuple)  # a dry run's call
                 or disabled_flag.get()
                 or self.deferred
             ):
@@ -77,7 +85,8 @@ def _measuring_class(cls: type[CheckedFunction[Any, Any]]) -> type[Any]:
 class AsRun:
     """Records the calls of the functions it watches, each up to its limit.
 
-    ``measured(function, binding, flops, bytes)`` is told each recorded call that returned;
+    ``measured(function, binding, flops, bytes, uncounted)`` is told each recorded call that
+    returned;
     ``wanted(function)`` says whether a function is worth recording at all (one the report
     has no row for is let go at its first call).
     """
@@ -88,6 +97,7 @@ class AsRun:
         # Calls of each function seen recorded so far, and how many it may have.
         self.counted: dict[CheckedFunction[..., Any], int] = {}
         self.limit: dict[CheckedFunction[..., Any], int] = {}
+        self.pending: list[_Pending] = []
 
     def watch(self, function: CheckedFunction[..., Any], calls: int = MEASURED_CALLS) -> None:
         """Record ``function``'s next calls, until it has ``calls`` recorded in all."""
@@ -134,18 +144,23 @@ class AsRun:
         self.counted[function] = counted = self.counted.get(function, 0) + 1
         if counted >= self.limit.get(function, MEASURED_CALLS):
             self.unwatch(function)
-        self._tell(function, recorder)
+        self._keep(function, recorder)
         return result
 
-    def _tell(self, function: CheckedFunction[..., Any], recorder: Recorder) -> None:
-        from ..cost.engine.recorder import counts_of
-
+    def _keep(self, function: CheckedFunction[..., Any], recorder: Recorder) -> None:
         # (the checks of its arguments may call other checked functions first: a
         # LinearOperator's shape and dtype)
         rows = [row for row in recorder.calls if row.function == function.name]
-        if not rows:
-            return
-        work = rows[-1].work
-        counts = counts_of(work)
-        binding = tuple(work.dims.items())
-        self._measured(function, binding, counts.forward, counts.read + counts.written)
+        if rows:
+            self.pending.append((function, rows[-1].work))
+
+    def settle(self) -> None:
+        """Count what the calls recorded since the last time ran, and tell it."""
+        from ..cost.engine.recorder import counts_of
+
+        pending, self.pending = self.pending, []
+        for function, work in pending:
+            counts = counts_of(work)
+            binding = tuple(work.dims.items())
+            moved = counts.read + counts.written
+            self._measured(function, binding, counts.forward, moved, tuple(counts.uncounted))

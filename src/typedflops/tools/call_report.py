@@ -56,7 +56,17 @@ class Record(TypedDict):
 class _Entry:
     """What the tally knows of one function: its calls and costs, per binding of its dims."""
 
-    __slots__ = ("as_run", "calls", "costed", "costs", "failed", "function", "name", "pending")
+    __slots__ = (
+        "as_run",
+        "calls",
+        "costed",
+        "costs",
+        "failed",
+        "function",
+        "name",
+        "pending",
+        "uncounted",
+    )
 
     def __init__(self, function: CheckedFunction[..., Any]) -> None:
         self.function = function
@@ -64,8 +74,10 @@ class _Entry:
         self.calls: dict[Binding, int] = {}
         # A Cost, or why none could be had (in words).
         self.costs: dict[Binding, Cost | str] = {}
-        # Calls recorded as they ran: (FLOPs, bytes) of each, per binding.
+        # Calls recorded as they ran: (FLOPs, bytes) of each, and the ops they ran that
+        # have no FLOP rule, per binding.
         self.as_run: dict[Binding, list[list[int]]] = {}
+        self.uncounted: dict[Binding, dict[str, None]] = {}
         # Dry runs that could not cost a binding; whether one did.
         self.failed = 0
         self.costed = False
@@ -226,10 +238,17 @@ class CallTally:
                 entry.costs[binding] = no_formula_reason(exc)
 
     def _measured(
-        self, function: CheckedFunction[..., Any], binding: Binding, flops: int, moved: int
+        self,
+        function: CheckedFunction[..., Any],
+        binding: Binding,
+        flops: int,
+        moved: int,
+        uncounted: tuple[str, ...],
     ) -> None:
-        """A call counted as it ran: its FLOPs and bytes."""
-        self._entry(function).as_run.setdefault(binding, []).append([flops, moved])
+        """A call counted as it ran: its FLOPs, bytes and ops without a FLOP rule."""
+        entry = self._entry(function)
+        entry.as_run.setdefault(binding, []).append([flops, moved])
+        entry.uncounted.setdefault(binding, {}).update(dict.fromkeys(uncounted))
 
     def settle(self) -> None:
         """Cost the bindings seen since the last call (dry runs), then let go. A function
@@ -238,6 +257,7 @@ class CallTally:
         observing = self._remove is not None
         self._pause()
         try:
+            self.as_run.settle()
             for entry in self.entries.values():
                 for binding, probe in entry.pending.items():
                     entry.costs[binding] = self._dry_run(entry, probe)
@@ -291,6 +311,7 @@ class CallTally:
                 if isinstance(cost, str):
                     record["why"] = cost
                     record["as_run"] = [list(pair) for pair in entry.as_run.get(binding, [])]
+                    record["uncounted"] = list(entry.uncounted.get(binding, {}))
                 else:
                     record["formula"] = str(cost.formula)
                     record["flops"] = cost.flops
@@ -326,6 +347,9 @@ def merge(batches: Iterable[Iterable[Record]]) -> list[Record]:
             else:
                 known["calls"] += record["calls"]
                 known["as_run"] += record["as_run"]
+                known["uncounted"] = list(
+                    dict.fromkeys([*known["uncounted"], *record["uncounted"]])
+                )
                 if known["formula"] is None and record["formula"] is not None:
                     calls = known["calls"]
                     known.update(record)
@@ -383,6 +407,7 @@ def rows(records: list[Record]) -> tuple[list[list[str]], list[str]]:
                 row, note = _not_costed_row(name, record)
                 table_rows.append([label, str(calls), dims, *row])
                 notes.append(note)
+                uncounted.extend(record["uncounted"])
                 partial |= 0 < len(record["as_run"]) < calls
                 continue
             inexact |= not record["exact"]
