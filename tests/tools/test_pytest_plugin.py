@@ -264,6 +264,30 @@ def test_nested_module_error_skips_torch_module_frames(pytester: pytest.Pytester
     assert "contract/function.py" in long
 
 
+def test_an_inherited_unittest_method_is_reported_from_its_own_line(
+    project: pytest.Pytester,
+) -> None:
+    # linear_operator's test classes inherit their test methods from a mixin in the package
+    cases = project.path / "demo_pkg" / "cases.py"
+    cases.write_text(
+        "import torch\nimport demo_pkg\n\n\nclass LinearCase:\n"
+        "    def test_linear(self):\n"
+        "        demo_pkg.linear(torch.ones(2, 3), torch.ones(4, 5))\n"
+    )
+    project.makepyfile(
+        test_case=(
+            "import unittest\nfrom demo_pkg.cases import LinearCase\n\n\n"
+            "class TestLinear(LinearCase, unittest.TestCase):\n    pass\n"
+        )
+    )
+    result = run(project, "--typedflops=demo_pkg")
+    result.assert_outcomes(failed=1)
+    assert _section(result, "TestLinear.test_linear")[:2] == [  # (no unittest frames)
+        "demo_pkg/cases.py:7: in test_linear",
+        "    demo_pkg.linear(torch.ones(2, 3), torch.ones(4, 5))",
+    ]
+
+
 def test_long_tracebacks_on_request(project: pytest.Pytester) -> None:
     project.makepyfile(test_bad=TEST_BAD_CALL)
     result = run(project, "--typedflops=demo_pkg", "--tb=long")

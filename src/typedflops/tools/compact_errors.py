@@ -77,7 +77,13 @@ def compact_report(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.Tes
     excinfo = call.excinfo
     when = call.when
     assert excinfo is not None and when != "collect"
-    traceback = excinfo.traceback.cut(path=item.path).filter(excinfo)
+    # pytest's own cut: from the test function's frame on (wherever it is defined, as a
+    # TestCase's inherited test methods are), without unittest's frames
+    own_filter = getattr(item, "_traceback_filter", None)
+    if own_filter is not None:
+        traceback = own_filter(excinfo)
+    else:  # pragma: no cover - pytest before 7.4
+        traceback = excinfo.traceback.cut(path=item.path).filter(excinfo)
     hidden = _hidden_directories()
     excinfo.traceback = traceback.filter(lambda entry: not _is_hidden(entry, hidden))
     formatter = _formatter()
