@@ -66,7 +66,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T", bound=type)
 
-_checks_off = disabled_flag
+# Bound once: the off switch is read on every call.
+_checks_off = disabled_flag.get
 
 
 class CallCounter(Protocol):
@@ -281,7 +282,7 @@ class CheckedFunction(Generic[P, R]):
         # ContextVar behind `disabled()`.
         if is_compiling():
             return self._call_compiled(args, kwargs)
-        if _checks_off.get():
+        if _checks_off():
             # (without keywords, no empty dict is unpacked)
             return self._fn(*args, **kwargs) if kwargs else self._fn(*args)  # type: ignore[call-arg]
         frame = counting_frame.get()
