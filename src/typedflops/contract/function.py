@@ -24,9 +24,10 @@ import torch
 
 from ..config import DISABLED_BY_ENVIRONMENT, disabled_flag
 from ..errors import ContractError, DeviceError, SpecError
+from ..syntax.dims import with_ellipsis
 from ..syntax.expr import parse_expression
 from . import recall
-from .annotation import ELLIPSIS, AxisKind
+from .annotation import ELLIPSIS
 from .bound import TypedMethod
 from .compiled import (
     COROUTINE,
@@ -225,14 +226,9 @@ class CheckedFunction(Generic[P, R]):
 
     def _check_formula_names(self, contract: Contract) -> None:
         assert self._flops is not None
-        known = contract.dim_names()
-        if any(
-            axis.kind is AxisKind.ANONYMOUS_VARIADIC
-            for specs in contract.specs.values()
-            for spec in specs
-            for axis in spec.axes
-        ):
-            known.add(ELLIPSIS)  # an anonymous "..." is the symbol `ellipsis` in formulas
+        # (an anonymous "..." is the symbol `ellipsis` in formulas)
+        anonymous = any(spec.has_ellipsis for specs in contract.specs.values() for spec in specs)
+        known = set(with_ellipsis(contract.dim_names(), anonymous, ELLIPSIS))
         unknown = sorted(self._flops.names - known)
         if unknown and not contract.takes_self:
             shown = ", ".join(sorted(known)) or "none"
