@@ -104,6 +104,9 @@ counting_frame: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "typedflops_frame", default=None
 )
 _counters: list[CallCounter] = []
+# Bound once: every checked call reads them.
+_counting = counting_frame.get
+_caller = call_scope.get
 
 
 def attach_counter(counter: CallCounter) -> None:
@@ -183,6 +186,9 @@ class CheckedFunction(Generic[P, R]):
     method_class: ClassVar[type[TypedMethod]] = TypedMethod
     #: True for the variant of a class whose calls are not checked (``no_type_check``).
     unchecked: ClassVar[bool] = False
+
+    # What every call reads, in slots (an instance's dict holds what update_wrapper copies).
+    __slots__ = ("__dict__", "__weakref__", "_body", "_contract", "_deferred", "_fn", "name")
 
     # Copied from the wrapped function by functools.update_wrapper.
     __name__: str
@@ -281,7 +287,7 @@ class CheckedFunction(Generic[P, R]):
         if _checks_off():
             # (without keywords, no empty dict is unpacked)
             return self._fn(*args, **kwargs) if kwargs else self._fn(*args)  # type: ignore[call-arg]
-        frame = counting_frame.get()
+        frame = _counting()
         if frame is not None:
             return _counters[0].count_call(frame, self, args, kwargs)  # type: ignore[no-any-return]
         # (check_arguments and check_return, inlined, recalling earlier calls' outcomes:
@@ -293,7 +299,7 @@ class CheckedFunction(Generic[P, R]):
             raise exc.with_traceback(None) from None
         if self._deferred:
             return self.call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
-        parent = call_scope.get()
+        parent = _caller()
         deep = False
         if parent is not None:
             if outcome is not None:
