@@ -1,7 +1,8 @@
 """einops' ``einsum``, ``reduce``, ``rearrange`` and ``repeat``, checked and costed.
 
-Each op takes einops' arguments and returns einops' result (the same torch calls in the same
-order, so bit for bit), and adds three things:
+Each op takes einops' arguments and returns einops' result (the same torch kernels in the
+same order, so bit for bit; einsum calls the kernel as ``torch.einsum`` does, without its
+Python wrapper), and adds three things:
 
 - a bad pattern raises :class:`~typedflops.PatternError` (a ``SpecError`` that is also an
   ``einops.EinopsError``) naming the pattern, the input shapes and the offending axis, before
