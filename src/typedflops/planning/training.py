@@ -394,7 +394,9 @@ def _kernels(
         if found == "meta":
             kernels = PLANNED_DEVICE
         else:  # this machine's device: torch is asked
-            return found, None
+            nvidia = found == "cuda" and not torch.version.hip  # ROCm reports its gfx version
+            gpu = torch.cuda.get_device_capability(parameters[0].device) if nvidia else None
+            return found, gpu
     if isinstance(kernels, str) and kernels in ("cuda", "cpu", "meta"):
         return kernels, None
     spec = devices.resolve(kernels)
