@@ -6,12 +6,13 @@ loads the plugin on its own.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import textwrap
 from pathlib import Path
 
 import pytest
+from plugin_args import PLUGIN_ARGS
+from plugin_args import autoloaded as _autoloaded
 
 # Imported here so that in-process runs find them loaded (pytester drops the modules a
 # run imports when it ends; importing them again in each run would be slow).
@@ -77,21 +78,6 @@ from typedflops import TypedFunction
 def test_is_checked():
     assert isinstance(demo_pkg.linear, TypedFunction)
 """
-
-
-def _autoloaded() -> bool:
-    """Whether pytest will load the plugin from its entry point (an installed checkout)."""
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return False
-    return any(
-        ep.value == "typedflops.tools.pytest_plugin"
-        for ep in importlib.metadata.entry_points(group="pytest11")
-    )
-
-
-# `-p` registers the plugin when its entry point is not installed; both at once would
-# register one module twice.
-PLUGIN_ARGS = [] if _autoloaded() else ["-p", "typedflops.tools.pytest_plugin"]
 
 
 @pytest.fixture

@@ -317,7 +317,12 @@ def make_event(
     counted = found is not None
     if entry is not None:
         call = OpCall(name, described_args, dict(described_kwargs), described_out)
-        flops = entry.count(call, args, kwargs, out)
+        try:
+            flops = entry.count(call, args, kwargs, out)
+        except Exception:
+            if entry.source == "user":
+                raise  # (the user's rule says what is wrong)
+            counted = False  # an op our rule does not know in this form: named, not zero
     elif found is None and not any(is_float(t) for t in (*inputs, *outputs)):
         counted = True  # no floating-point values: 0 FLOPs by convention, nothing missed
     view = found is FREE and is_view(func)
