@@ -306,3 +306,18 @@ def test_a_module_class_decorated_twice_keeps_one_contract() -> None:
     forward = Twice.forward
     assert typed_flops(Twice) is Twice and Twice.forward is forward
     assert math.isclose(float(Twice()(torch.zeros(3)).sum()), 3.0)
+
+
+def test_typed_flops_on_a_class_that_is_no_module_nor_dataclass_is_a_spec_error() -> None:
+    with pytest.raises(SpecError) as caught:
+
+        @typed_flops
+        class Scorer:  # its __call__ annotated, but the decorator would check nothing
+            def __call__(self, x: Float[Tensor, "n d"]) -> Float[Tensor, " n"]:
+                return x.sum(-1)
+
+    assert str(caught.value) == (
+        "@typed_flops on class Scorer: it is neither an nn.Module subclass nor a dataclass, "
+        "so there is nothing to check; decorate the methods to check (@typed_flops on "
+        "__call__ or forward)"
+    )

@@ -112,7 +112,11 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     changed = {name for s in studies if not s.stuck for name in _names(s.axis)}
     changed |= {str(symbol) for symbol in repeat.values()}
     cost = _cost(probe, base, fitting, terms, bound, values, changed)
-    moving = any(s.other_ops for s in studies if s.axis in at_one)
+    moving = any(
+        s.other_ops or _moves_from_zero(runner, start, base, s.axis)
+        for s in studies
+        if s.axis in at_one
+    )
     if at_one and not shifted:
         cost = _fitted_above_one(probe, cost, at_one, moving)
     elif moving:
@@ -138,6 +142,17 @@ def _with_terms(
         dims=dims,
         fixed=fixed,
     )
+
+
+def _moves_from_zero(runner: Runner, at: Mapping[str, Size], base: Run, axis: Axis) -> bool:
+    """Whether a dim of size 0 (never changed by a study: no value is near it) runs other
+    ops at size 2 than at 0 (torch's empty-input paths: attention on an empty batch sums
+    its inputs times 0), or cannot run there: its count at 0 says nothing of other sizes."""
+    size = at[axis.keys[0]]
+    if size_value(size) != 0:
+        return False
+    run = runner.run({**at, **axis.assign((2, *size[1:]) if isinstance(size, tuple) else 2)})
+    return run is None or run.ops != base.ops
 
 
 def _is_one(size: Size) -> bool:
