@@ -307,3 +307,20 @@ def test_sizes_the_body_refuses_are_a_spec_error_naming_them_and_torchs_reason()
         f"_through_numpy(): a dry run cannot go past .numpy() at {line}: {_VALUES}"
     )
     assert _project.estimate(n=4, d=8).flops == 2 * 4 * 8 * 16
+
+
+@typed_flops
+def _stacked(*xs: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    return torch.stack(xs).sum(0)
+
+
+def test_tensors_in_star_args_are_passed_or_a_spec_error_asks_for_them() -> None:
+    with pytest.raises(SpecError) as caught:
+        _stacked.estimate(n=4, d=8)
+    assert str(caught.value) == (
+        "_stacked.estimate(): cannot build *xs: its annotation gives each tensor's shape, not "
+        "how many a call passes; pass them positionally, on meta: "
+        "_stacked.estimate(torch.empty(..., device='meta'), ...)"
+    )
+    meta = torch.empty(4, 8, device="meta")
+    assert _stacked.estimate(meta, meta, meta).flops == 3 * 4 * 8  # the sum of three
