@@ -95,6 +95,13 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     values = _values(start, [*fitting.varied, *sequence])
     repeat = _repeat_symbols(probe, values)
     repeat = _verified_repeats(runner, start, probe, fitting, repeat, values)
+    unverified = _unverified_repeats(probe, repeat, values)
+    if unverified:
+        # a count of blocks that ``n_layers * F`` does not give (work outside the blocks
+        # repeats with them: a residual add per block) is a size like the others, fitted by
+        # rebuilding the module at other counts
+        kept = {name: count for name, count in probe.repeats.items() if name not in unverified}
+        return measure(dataclasses.replace(probe, repeats=kept), shifted=shifted)
     values.update({str(symbol): count for count, symbol in repeat.items()})
     terms = fitting.terms(repeat)
     if sequence:
@@ -219,6 +226,22 @@ def _repeat_symbols(probe: Probe, values: Mapping[str, int]) -> dict[int, sympy.
         value: sympy.Symbol(found[0])
         for value, found in by_value.items()
         if len(found) == 1 and value >= 2
+    }
+
+
+def _unverified_repeats(
+    probe: Probe, repeat: Mapping[int, sympy.Symbol], values: Mapping[str, int]
+) -> set[str]:
+    """The module's counts of blocks that a rebuild can change but no ``n_layers * F``
+    formula was confirmed for."""
+    rebuild = probe.rebuild
+    if rebuild is None or rebuild.declared:
+        return set()
+    named = {str(symbol) for symbol in repeat.values()}
+    return {
+        name
+        for name, count in probe.repeats.items()
+        if rebuild.sizes.get(name) == count and name not in values and name not in named
     }
 
 
