@@ -393,10 +393,19 @@ _TABLE = torch.randn(10, 6)
 )
 def test_ops_that_reduce_as_they_gather_are_counted(body: Any, forward: int) -> None:
     flops, _, uncounted = _recorded(body)
-    assert flops == forward
-    # the module's weight needs grad: its backward (a scatter of the bags' gradients) is
-    # named uncounted, never a silent 0
-    assert all(name == "_embedding_bag_backward (backward)" for name in uncounted)
+    assert (flops, uncounted) == (forward, ())
+
+
+@pytest.mark.parametrize(("mode", "per_value"), [("sum", 1), ("mean", 2), ("max", 0)])
+def test_an_embedding_bags_backward_adds_each_bags_gradient_into_its_rows(
+    mode: str, per_value: int
+) -> None:
+    bag = nn.EmbeddingBag(10, 6, mode=mode)
+    forward, backward, uncounted = _recorded(lambda: bag(_BAGS))
+    # 4 bags of 5 rows of 6 values: an add per value (mean: and a divide); max passes
+    # each bag's gradient to the row that won
+    assert (backward, uncounted) == (per_value * 4 * 5 * 6, ())
+    assert forward == 4 * 5 * 6 + (4 * 6 if mode == "mean" else 0)
 
 
 def test_ops_that_compute_without_a_rule_are_named_and_splits_are_free() -> None:

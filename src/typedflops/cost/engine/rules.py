@@ -284,6 +284,24 @@ def _embedding_bag(call: OpCall) -> Any:
     return values * (1 + weighted) + (numel(call.output) if mean else 0)
 
 
+def _embedding_bag_backward(mode_at: int, weights_at: int) -> Rule:
+    """The bags' gradients added into the rows they looked up: an add per value (mean: a
+    divide more; ``per_sample_weights``: a multiply more); max passes each on, 0 FLOPs."""
+
+    def rule(call: OpCall) -> Any:
+        grad, indices = call.inputs[0], call.inputs[1]
+        if not is_float(grad):
+            return 0
+        values = numel(indices) * grad.shape[-1]
+        mode = call.arg(mode_at, "mode", 0)
+        if mode == 2:
+            return 0
+        weighted = call.arg(weights_at, "per_sample_weights") is not None
+        return values * (1 + weighted + (mode == 1))
+
+    return rule
+
+
 def _scatter(call: OpCall) -> Any:
     """A scatter that reduces (``reduce="add"``/``"multiply"``): an op per index; else a copy."""
     if call.arg(4, "reduce") is None or not is_float(call.inputs[0]):
@@ -339,6 +357,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten.index_put] = entry(_index_put)
     table[aten._embedding_bag] = entry(_embedding_bag)
     table[aten._embedding_bag_forward_only] = entry(_embedding_bag)
+    table[aten._embedding_bag_backward] = entry(_embedding_bag_backward(8, 10))
+    table[aten._embedding_bag_dense_backward] = entry(_embedding_bag_backward(7, 8))
     table[aten.scatter] = entry(_scatter)
     table[aten.bincount] = entry(_bincount)
     table[aten.col2im] = entry(_accumulate(0))  # F.fold: overlapping patches summed
