@@ -1,7 +1,10 @@
 """Per-call overhead of the runtime contract and of ``typedflops.einsum``, side by side.
 
-Two measurements in one run, each with its variants interleaved round by round so that
-machine noise hits every variant alike; medians are printed, then the ratios.
+Two measurements in one run, each with its variants interleaved round by round (in turn
+forward and backward, so that no variant always runs first) so that machine noise hits every
+variant alike; medians are printed, then the ratios, with the load average before and after.
+Times are this thread's CPU time (``--clock wall`` for wall time): on a shared machine, the
+time the scheduler gives other processes is not counted.
 
 - ``x @ w`` (8x16 and 16x4 float32 tensors): a plain call, the same function under
   ``jaxtyped(typechecker=beartype)``, under ``@typed_flops``, and under ``@typed_flops``
@@ -9,14 +12,16 @@ machine noise hits every variant alike; medians are printed, then the ratios.
   0.10x of jaxtyped(beartype)'s; switched off, at most 0.3 µs over a plain call.
 - ``"batch d_in, d_in d_out -> batch d_out"`` on the same tensors, outside any
   ``record()``: ``einops.einsum`` against ``typedflops.einsum`` (and ``torch.einsum`` for
-  scale). Target: at most 1.05x einops' time.
+  scale, and torch's einsum kernel called with no Python wrapper: what each adds to it).
+  Target: at most 1.05x einops' time.
 
-Run: ``python benchmarks/overhead.py [--rounds 30] [--calls 2000]``
+Run: ``python benchmarks/overhead.py [--rounds 30] [--calls 2000] [--clock cpu|wall]``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -50,11 +55,16 @@ def ours(
     return x @ w
 
 
-def _per_call_us(fn: Callable[[Tensor, Tensor], object], x: Tensor, w: Tensor, calls: int) -> float:
-    start = time.perf_counter()
+Clock = Callable[[], float]
+
+
+def _per_call_us(
+    fn: Callable[[Tensor, Tensor], object], x: Tensor, w: Tensor, calls: int, clock: Clock
+) -> float:
+    start = clock()
     for _ in range(calls):
         fn(x, w)
-    return (time.perf_counter() - start) / calls * 1e6
+    return (clock() - start) / calls * 1e6
 
 
 def _medians(
@@ -63,17 +73,19 @@ def _medians(
     w: Tensor,
     rounds: int,
     calls: int,
+    clock: Clock,
 ) -> dict[str, float]:
     for fn in variants.values():
-        _per_call_us(fn, x, w, 200)  # warm-up: first calls compile caches
+        _per_call_us(fn, x, w, 200, clock)  # warm-up: first calls compile caches
     samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, fn in variants.items():
+    for number in range(rounds):
+        ordered = list(variants.items())
+        for name, fn in ordered if number % 2 else reversed(ordered):
             if name.endswith(" off"):
                 with typedflops.disabled():
-                    samples[name].append(_per_call_us(fn, x, w, calls))
+                    samples[name].append(_per_call_us(fn, x, w, calls, clock))
             else:
-                samples[name].append(_per_call_us(fn, x, w, calls))
+                samples[name].append(_per_call_us(fn, x, w, calls, clock))
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -81,7 +93,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     options = parser.parse_args()
+    clock = time.thread_time if options.clock == "cpu" else time.perf_counter
+    print(f"load average {_load()} ({os.cpu_count()} cores), {options.clock} time")
     torch.set_num_threads(1)
     x, w = torch.randn(8, 16), torch.randn(16, 4)
     assert torch.equal(typedflops.einsum(x, w, PATTERN), einops.einsum(x, w, PATTERN))
@@ -97,6 +112,7 @@ def main() -> None:
         w,
         options.rounds,
         options.calls,
+        clock,
     )
     base = checks["plain"]
     print(
@@ -109,22 +125,36 @@ def main() -> None:
     print(f"overhead ratio @typed_flops / jaxtyped(beartype): {ratio:.3f}  (target <= 0.10)")
     print(f"disabled overhead: {checks['@typed_flops off'] - base:.2f} us  (target <= 0.3)")
 
+    kernel = torch._VF.einsum  # type: ignore[attr-defined]  # torch.einsum's call for 1-2 operands
     sums = _medians(
         {
             "einops.einsum": lambda a, b: einops.einsum(a, b, PATTERN),
             "typedflops.einsum": lambda a, b: typedflops.einsum(a, b, PATTERN),
             "torch.einsum": lambda a, b: torch.einsum("ab,bc->ac", a, b),
+            "kernel": lambda a, b: kernel("ab,bc->ac", (a, b)),
         },
         x,
         w,
         options.rounds,
         options.calls,
+        clock,
     )
-    print(f'per call, einsum "{PATTERN}" on the same tensors')
+    print(f'per call, einsum "{PATTERN}" on the same tensors ("kernel": torch._VF.einsum)')
     for name, value in sums.items():
         print(f"  {name:<20} {value:7.2f} us")
     einsum_ratio = sums["typedflops.einsum"] / sums["einops.einsum"]
     print(f"ratio typedflops.einsum / einops.einsum: {einsum_ratio:.3f}  (target <= 1.05)")
+    kernel_time = sums["kernel"]
+    print(
+        f"over the kernel: typedflops.einsum {sums['typedflops.einsum'] - kernel_time:.2f} us, "
+        f"einops.einsum {sums['einops.einsum'] - kernel_time:.2f} us, "
+        f"torch.einsum {sums['torch.einsum'] - kernel_time:.2f} us"
+    )
+    print(f"load average {_load()}")
+
+
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 if __name__ == "__main__":

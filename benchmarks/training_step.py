@@ -98,7 +98,9 @@ def main() -> None:
 
     with torch.device("meta"):
         meta = TransformerLM(config, dtype=dtype)
-    with kernels_of(device.type):
+    nvidia = device.type == "cuda" and not torch.version.hip
+    gpu = torch.cuda.get_device_capability(device) if nvidia else None
+    with kernels_of(device.type, gpu):
         plain = training_memory(meta, None, dtype, master_weights=False, batch=batch, seq=seq)
         adamw = training_memory(meta, "adamw", dtype, master_weights=False, batch=batch, seq=seq)
     cost, predicted = plain.cost, plain.bytes

@@ -243,6 +243,32 @@ def test_data_dependent_shapes_are_counted_and_marked_inexact() -> None:
     assert "~" in rec.table()
 
 
+def test_an_op_that_answers_a_bool_counts_its_comparisons() -> None:
+    # torch.equal compares every element and returns a Python bool, no tensor
+    a, b = torch.ones(5, 3), torch.ones(5, 3)
+    with record() as rec:
+        same = torch.equal(a, b)
+    assert same
+    assert rec.total.flops == 15
+    assert rec.total.bytes_read == 2 * 15 * 4 and rec.total.bytes_written == 0
+
+
+def test_an_op_our_rule_cannot_count_runs_and_is_named_uncounted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typedflops.cost.engine.rules import RuleEntry
+
+    def cannot(*args: object, **kwargs: object) -> int:
+        raise ValueError("a form of the op the rule does not know")
+
+    monkeypatch.setattr(RuleEntry, "count", cannot)
+    a, b = torch.ones(11, 17), torch.ones(11, 17)  # (sizes no other test records)
+    with record() as rec:
+        total = torch.add(a, b)
+    assert torch.equal(total, torch.full((11, 17), 2.0))  # the user's work is untouched
+    assert rec.total.flops == 0 and rec.total.uncounted == ("add",)
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_calls_that_differ_are_each_counted(kind: str) -> None:
     calls = KINDS[kind]

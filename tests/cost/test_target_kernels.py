@@ -15,9 +15,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from typedflops import register_rule, typed_flops
 from typedflops.cost.engine import kernels
+from typedflops.cost.engine.attention_choice import AttentionCall, gpu_choice
 from typedflops.cost.engine.kernels import kernels_of
 from typedflops.cost.engine.stand_ins import fused_rms_norm
-from typedflops.devices import DeviceSpec
+from typedflops.devices import DeviceSpec, resolve
 from typedflops.memory import training_memory
 from typedflops.nn import RMSNorm, TransformerConfig, TransformerLM
 from typedflops.planning.planner import plan
@@ -49,11 +50,13 @@ def test_a_gpu_choice_found_without_a_gpu(
     flags: tuple[bool, ...],
     expected: str,
 ) -> None:
-    """torch's order on an sm80+ GPU: flash (16-bit, no mask, equal head sizes <= 256),
-    memory-efficient (float32 or 16-bit, head sizes aligned to 4 or 8 elements, no grouped
-    query heads), math; a backend whose flag is off is passed over."""
+    """torch's order on a GPU of unknown capability, taken as an A100 (sm80): flash
+    (16-bit, no mask, equal head sizes <= 256), memory-efficient (float32 or 16-bit, head
+    sizes aligned to 4 or 8 elements, no grouped query heads), math; a backend whose flag
+    is off is passed over."""
     codes = {"flash": kernels._FLASH, "efficient": kernels._EFFICIENT, "math": kernels._MATH}
-    assert kernels._gpu_choice(dtype, heads, masked, grouped, flags) == codes[expected]
+    call = AttentionCall(dtype, heads, dtype if masked else None, grouped=grouped)
+    assert gpu_choice(call, flags) == codes[expected]
 
 
 def test_a_cpu_choice_is_torchs_whatever_mode_asks_first() -> None:
@@ -148,12 +151,14 @@ LLAMA = TransformerConfig.llama(vocab=97, context=64, d_model=64, n_layers=2, n_
 
 
 def test_a_plan_for_a_gpu_costs_the_gpus_kernels_on_a_cpu() -> None:
-    """plan() for an H100 costs flash attention and the fused RMS norm wherever it runs:
-    its activations are training_memory's under the CUDA kernels, and less than a CPU's."""
+    """plan() for an H100 costs the attention kernel torch picks on sm90 (cuDNN) and the
+    fused RMS norm wherever it runs: its activations are training_memory's under the
+    H100's kernels, and less than a CPU's."""
     step = plan(LLAMA, 2, 32, "H100 SXM")
+    assert (step.memory.kernels, step.memory.capability) == ("cuda", (9, 0))
     with torch.device("meta"):
         model = TransformerLM(LLAMA, dtype=torch.bfloat16)
-    with kernels_of("cuda"):
+    with kernels_of(resolve("H100 SXM")):
         gpu = training_memory(model, "adamw", torch.bfloat16, batch=2, seq=32)
     with kernels_of("cpu"):
         cpu = training_memory(model, "adamw", torch.bfloat16, batch=2, seq=32)
@@ -235,3 +240,99 @@ def test_a_custom_ops_registered_backward_is_counted_by_replay() -> None:
     assert cost.uncounted == ()
     no_grad = cubed.estimate(n=10)
     assert no_grad.backward_flops == 0
+
+
+def test_cudnn_attention_on_meta_counts_and_keeps_what_the_kernel_does() -> None:
+    """For an H100, grouped heads with a boolean mask run cuDNN's kernel on meta: its
+    FLOPs are FlopCounterMode's for cuDNN attention, equal to flash's on the same shapes
+    (4bhs^2d forward, 2.5x that backward: 1,879,048,192 at (4, 8, 256, 64)); it keeps its
+    output, a float32 log-sum-exp per query and head, and the mask as torch hands it over
+    (bfloat16, -65504 where masked out), beside the inputs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    b, h, g, s, d = 4, 8, 2, 256, 64
+    half = torch.bfloat16
+    q = torch.empty(b, h, s, d, device="meta", dtype=half, requires_grad=True)
+    k, v = (torch.empty(b, g, s, d, device="meta", dtype=half, requires_grad=True) for _ in "kv")
+    keep = torch.ones(s, s, device="meta", dtype=torch.bool)
+    saved: list[Tensor] = []
+
+    def pack(tensor: Tensor) -> Tensor:
+        saved.append(tensor)
+        return tensor
+
+    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+    with kernels_of(resolve("H100 SXM")), FlopCounterMode(display=False) as counted, hooks:
+        out = kernels.attention_on_meta("cuda", (q, k, v), {"attn_mask": keep, "enable_gqa": True})
+        assert type(out.grad_fn).__name__ == "ScaledDotProductCudnnAttentionBackward0"
+        out.sum().backward()
+    with FlopCounterMode(display=False) as flash:
+        out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v)[0]
+        out.sum().backward()
+    assert counted.get_total_flops() == flash.get_total_flops() == 4 * b * h * s * s * d * 7 // 2
+    assert counted.get_total_flops() == 1_879_048_192
+    kept = sorted((tuple(t.shape), t.dtype) for t in saved if not any(t is x for x in (q, k, v)))
+    assert kept == sorted(
+        [
+            ((b, h, s, d), half),  # the output
+            ((b, h, s, 1), torch.float32),  # the log-sum-exp
+            ((s, s), half),  # the additive mask
+            ((), torch.int64),  # philox seed and offset
+            ((), torch.int64),
+        ]
+    )
+
+
+class GroupedQueryAttention(torch.nn.Module):
+    """Causal self-attention whose keys and values have fewer heads than its queries
+    (LLaMA 2 70B, Mistral), masked by a boolean mask it makes, as such blocks are written."""
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        width = d_model // n_heads * n_kv_heads
+        self.q = torch.nn.Linear(d_model, d_model, bias=False, dtype=dtype)
+        self.kv = torch.nn.Linear(d_model, 2 * width, bias=False, dtype=dtype)
+        self.out = torch.nn.Linear(d_model, d_model, bias=False, dtype=dtype)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch seq d_model"]:
+        batch, seq, _ = x.shape
+        q = self.q(x).view(batch, seq, self.n_heads, -1).transpose(1, 2)
+        k, v = self.kv(x).view(batch, seq, 2, self.n_kv_heads, -1).permute(2, 0, 3, 1, 4)
+        keep = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
+        out: Tensor = self.out(y.transpose(1, 2).reshape(batch, seq, -1))
+        return out
+
+
+def test_a_grouped_query_block_planned_for_an_h100_keeps_no_scores() -> None:
+    """Planned for an H100 (sm90), a masked grouped-query block runs cuDNN attention: no
+    s x s scores per head kept (only the mask, once), FlopCounterMode's attention FLOPs
+    (4bs^2d forward, 10bs^2d backward). Planned for an A100, today's choice stays: math
+    (memory-efficient takes no grouped heads, flash no mask), which keeps the scores; a
+    GPU of unknown capability is costed as the A100."""
+    with torch.device("meta"):
+        block = GroupedQueryAttention(256, 8, 2, torch.bfloat16)
+    hopper, ampere, unknown = (
+        training_memory(block, "adamw", torch.bfloat16, kernels=device, batch=2, seq=64)
+        for device in ("H100 SXM", "A100 SXM", "cuda")
+    )
+    assert (hopper.capability, ampere.capability, unknown.capability) == ((9, 0), (8, 0), None)
+    assert "sm90 (attention as torch picks it there: cuDNN first" in str(hopper)
+    b, s = sympy.symbols("batch seq")
+    d, h, g = 256, 8, 2  # the block's own sizes: the formulas are in batch and seq
+    # q, the attention's output and its copy into the out projection (each 2bsd), k and v,
+    # the float32 log-sum-exp, the mask in bf16 (once), philox seed and offset
+    expected = (6 * d + 4 * d * g // h + 4 * h) * b * s + 2 * s**2 + 16
+    assert sympy.expand(hopper.cost.activation_formula - expected) == 0
+    # math keeps two bf16 s x s tensors per head, the scores and what it made of them
+    assert sympy.expand(ampere.cost.activation_formula).coeff(b * s**2) == 2 * 2 * h
+    assert hopper.bytes["activations"] < ampere.bytes["activations"]
+    assert unknown.bytes == ampere.bytes
+    # weights' gradients (x needs none), the out projection's input gradient, attention
+    projections = (2 * d**2 + 4 * d**2 * g // h + 4 * d**2) * b * s
+    attention = 10 * b * s**2 * d
+    assert sympy.expand(hopper.cost.backward_formula - projections - attention) == 0
+    assert hopper.cost.matmul_formula == ampere.cost.matmul_formula
+    assert hopper.cost.backward_formula != ampere.cost.backward_formula

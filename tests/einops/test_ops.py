@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import einops
 import pytest
@@ -103,6 +103,46 @@ def test_reduce_any_all_callable_and_list_input() -> None:
     assert torch.equal(
         rearrange(items, "n a b -> a n b"), einops.rearrange(items, "n a b -> a n b")
     )
+
+
+class _Logged(torch.Tensor):
+    """A tensor subclass that notes every torch function called on it."""
+
+    calls: ClassVar[list[str]] = []
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        cls.calls.append(getattr(func, "__name__", ""))
+        return super().__torch_function__(func, types, args, kwargs or {})  # type: ignore[no-untyped-call]
+
+
+class _LogEinsum(torch.overrides.TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.einsum:
+            self.calls.append("einsum")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(("pattern", "shapes"), [EINSUMS[0], EINSUMS[3]])
+def test_torch_function_overrides_see_einsum_as_under_einops(
+    pattern: str, shapes: list[tuple[int, ...]]
+) -> None:
+    tensors = [torch.randn(*shape) for shape in shapes]
+    logged = [tensors[0].as_subclass(_Logged), *tensors[1:]]
+    _Logged.calls.clear()
+    ours = einsum(*logged, pattern)
+    theirs = einops.einsum(*logged, pattern)
+    assert type(ours) is type(theirs) is _Logged
+    assert torch.equal(ours, theirs)
+    assert _Logged.calls.count("einsum") == 2  # once each
+    with _LogEinsum() as mode:
+        einsum(*tensors, pattern)
+        einops.einsum(*tensors, pattern)
+    assert mode.calls == ["einsum", "einsum"]
 
 
 def test_three_operand_einsum_matches_einops_numerically() -> None:

@@ -157,7 +157,10 @@ def test_the_report_has_its_sections_and_the_papers_figures(
     # What the peak assumes and the kernels costed, in words.
     prose = " ".join(line.strip() for line in lines)
     assert "peak: the most held at once, from the second step on (the optimizer's state" in prose
-    assert "kernels costed: a GPU's (attention as torch picks it there: flash for 16-bit" in prose
+    assert (
+        "kernels costed: a GPU's, sm90 (attention as torch picks it there: cuDNN first on sm90"
+        in prose
+    )
     fits = f"fits in H100 SXM5 80GB's 80.00 GB: yes (peak {step.memory.peak / 80e9:.0%} of it)"
     assert fits in lines
     seconds = 3 * matmuls / (0.4 * H100_BF16)
@@ -228,6 +231,7 @@ def test_the_json_holds_the_estimates_figures(capsys: pytest.CaptureFixture[str]
     assert report["model_flops"] == 3 * report["matmul_forward_flops"]
     assert report["step_seconds"] == report["model_flops"] / (0.4 * H100_BF16)
     assert report["fits"] is True and report["device_memory_bytes"] == 80 * 10**9
+    assert (report["kernels"], report["capability"]) == ("cuda", [9, 0])  # the H100's
     at_dims = {sympy.Symbol(name): size for name, size in report["dims"].items()}
     for key in ("forward_flops", "backward_flops", "activation_bytes", "total_bytes"):
         formula = sympy.sympify(report["formulas"][key])

@@ -130,12 +130,13 @@ EXPECTED_ROWS = [
     "project        1  n=3, d=4, k=2   2*d*k*n          48     48",
     "               1  n=5, d=4, k=2   2*d*k*n          80     80",
     "stack          1  d=4, n=2        0                 0      0",
-    "weighted       1  rows=2, cols=3  ?                 ?      ?",
-    # float(weights.sum()) reads a value: said in words, never as a failure
-    "? weighted(rows=2, cols=3): not costed: the body reads tensor values "
-    "(a tensor's value (.item(), bool(), int(), an `if` on a tensor) at __init__.py:23 "
-    "(return float(weights.sum()))), which a dry run on meta tensors does not have; "
-    "the call itself ran and passed its checks",
+    "weighted       1  rows=2, cols=3  as run            6      6",
+    # float(weights.sum()) reads a value: no formula, said in words, never as a failure;
+    # counted as it ran (6 FLOPs; reads 24 bytes and writes 4, float() reads those 4)
+    "as run weighted(rows=2, cols=3): 6 FLOPs, 32 bytes per call, counted while the call "
+    "ran; no formula, as the body reads tensor values (a tensor's value (.item(), bool(), "
+    "int(), an `if` on a tensor) at __init__.py:23 (return float(weights.sum()))), which a "
+    "dry run on meta tensors does not have",
 ]
 
 

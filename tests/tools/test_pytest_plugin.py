@@ -6,12 +6,13 @@ loads the plugin on its own.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import textwrap
 from pathlib import Path
 
 import pytest
+from plugin_args import PLUGIN_ARGS
+from plugin_args import autoloaded as _autoloaded
 
 # Imported here so that in-process runs find them loaded (pytester drops the modules a
 # run imports when it ends; importing them again in each run would be slow).
@@ -77,21 +78,6 @@ from typedflops import TypedFunction
 def test_is_checked():
     assert isinstance(demo_pkg.linear, TypedFunction)
 """
-
-
-def _autoloaded() -> bool:
-    """Whether pytest will load the plugin from its entry point (an installed checkout)."""
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return False
-    return any(
-        ep.value == "typedflops.tools.pytest_plugin"
-        for ep in importlib.metadata.entry_points(group="pytest11")
-    )
-
-
-# `-p` registers the plugin when its entry point is not installed; both at once would
-# register one module twice.
-PLUGIN_ARGS = [] if _autoloaded() else ["-p", "typedflops.tools.pytest_plugin"]
 
 
 @pytest.fixture
@@ -276,6 +262,30 @@ def test_nested_module_error_skips_torch_module_frames(pytester: pytest.Pytester
     long = run(pytester, "--typedflops=nested_pkg", "--tb=long").stdout.str()
     assert "_call_impl" in long  # --tb=long brings torch's frames back
     assert "contract/function.py" in long
+
+
+def test_an_inherited_unittest_method_is_reported_from_its_own_line(
+    project: pytest.Pytester,
+) -> None:
+    # linear_operator's test classes inherit their test methods from a mixin in the package
+    cases = project.path / "demo_pkg" / "cases.py"
+    cases.write_text(
+        "import torch\nimport demo_pkg\n\n\nclass LinearCase:\n"
+        "    def test_linear(self):\n"
+        "        demo_pkg.linear(torch.ones(2, 3), torch.ones(4, 5))\n"
+    )
+    project.makepyfile(
+        test_case=(
+            "import unittest\nfrom demo_pkg.cases import LinearCase\n\n\n"
+            "class TestLinear(LinearCase, unittest.TestCase):\n    pass\n"
+        )
+    )
+    result = run(project, "--typedflops=demo_pkg")
+    result.assert_outcomes(failed=1)
+    assert _section(result, "TestLinear.test_linear")[:2] == [  # (no unittest frames)
+        "demo_pkg/cases.py:7: in test_linear",
+        "    demo_pkg.linear(torch.ones(2, 3), torch.ones(4, 5))",
+    ]
 
 
 def test_long_tracebacks_on_request(project: pytest.Pytester) -> None:

@@ -24,9 +24,10 @@ import torch
 
 from ..config import DISABLED_BY_ENVIRONMENT, disabled_flag
 from ..errors import ContractError, DeviceError, SpecError
+from ..syntax.dims import with_ellipsis
 from ..syntax.expr import parse_expression
 from . import recall
-from .annotation import ELLIPSIS, AxisKind
+from .annotation import ELLIPSIS
 from .bound import TypedMethod
 from .compiled import (
     COROUTINE,
@@ -66,7 +67,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T", bound=type)
 
-_checks_off = disabled_flag
+# Bound once: the off switch is read on every call.
+_checks_off = disabled_flag.get
 
 
 class CallCounter(Protocol):
@@ -102,6 +104,9 @@ counting_frame: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "typedflops_frame", default=None
 )
 _counters: list[CallCounter] = []
+# Bound once: every checked call reads them.
+_counting = counting_frame.get
+_caller = call_scope.get
 
 
 def attach_counter(counter: CallCounter) -> None:
@@ -182,6 +187,9 @@ class CheckedFunction(Generic[P, R]):
     #: True for the variant of a class whose calls are not checked (``no_type_check``).
     unchecked: ClassVar[bool] = False
 
+    # What every call reads, in slots (an instance's dict holds what update_wrapper copies).
+    __slots__ = ("__dict__", "__weakref__", "_body", "_contract", "_deferred", "_fn", "name")
+
     # Copied from the wrapped function by functools.update_wrapper.
     __name__: str
     __qualname__: str
@@ -224,14 +232,9 @@ class CheckedFunction(Generic[P, R]):
 
     def _check_formula_names(self, contract: Contract) -> None:
         assert self._flops is not None
-        known = contract.dim_names()
-        if any(
-            axis.kind is AxisKind.ANONYMOUS_VARIADIC
-            for specs in contract.specs.values()
-            for spec in specs
-            for axis in spec.axes
-        ):
-            known.add(ELLIPSIS)  # an anonymous "..." is the symbol `ellipsis` in formulas
+        # (an anonymous "..." is the symbol `ellipsis` in formulas)
+        anonymous = any(spec.has_ellipsis for specs in contract.specs.values() for spec in specs)
+        known = set(with_ellipsis(contract.dim_names(), anonymous, ELLIPSIS))
         unknown = sorted(self._flops.names - known)
         if unknown and not contract.takes_self:
             shown = ", ".join(sorted(known)) or "none"
@@ -281,10 +284,10 @@ class CheckedFunction(Generic[P, R]):
         # ContextVar behind `disabled()`.
         if is_compiling():
             return self._call_compiled(args, kwargs)
-        if _checks_off.get():
+        if _checks_off():
             # (without keywords, no empty dict is unpacked)
             return self._fn(*args, **kwargs) if kwargs else self._fn(*args)  # type: ignore[call-arg]
-        frame = counting_frame.get()
+        frame = _counting()
         if frame is not None:
             return _counters[0].count_call(frame, self, args, kwargs)  # type: ignore[no-any-return]
         # (check_arguments and check_return, inlined, recalling earlier calls' outcomes:
@@ -296,7 +299,7 @@ class CheckedFunction(Generic[P, R]):
             raise exc.with_traceback(None) from None
         if self._deferred:
             return self.call_deferred(args, kwargs, state)  # type: ignore[no-any-return]
-        parent = call_scope.get()
+        parent = _caller()
         deep = False
         if parent is not None:
             if outcome is not None:

@@ -130,10 +130,16 @@ def plain_predicate(hint: Any) -> Predicate:
 
 
 def _beartype_reason(text: str) -> str:
-    """beartype's reason without its preamble: ``Die_if_unbearable() value 'a' violates
-    type hint <class 'int'>, as str 'a' not instance of int.`` -> ``str 'a' not instance
-    of int``."""
-    first = text.splitlines()[0] if text else text
+    r"""beartype's reason without its preamble, on one line: ``Die_if_unbearable() value
+    'a' violates type hint <class 'int'>, as str 'a' not instance of int.`` -> ``str 'a'
+    not instance of int`` (a value whose repr spans lines, such as a tensor's, is joined).
+
+    >>> shown = '"tensor([[1.],\n        [1.]])"'
+    >>> _beartype_reason(f"Die_if_unbearable() value {shown} violates type hint "
+    ...                  f"<class 'float'>, as Tensor {shown} not instance of float.")
+    'Tensor "tensor([[1.], [1.]])" not instance of float'
+    """
+    first = " ".join(text.split())
     _, found, tail = first.partition(" violates type hint ")
     if found:
         _, found, reason = tail.partition(", as ")

@@ -14,6 +14,7 @@ from ..contract.annotation import ELLIPSIS
 from ..contract.compiled import Contract
 from ..contract.function import CheckedFunction
 from ..errors import DryRunError, SpecError
+from ..syntax.dims import with_ellipsis
 from .engine.dryrun import measure
 from .engine.module_sizes import held_dims
 from .engine.probes import estimate_probe, method_needs_object
@@ -85,11 +86,8 @@ def probe_sizes(contract: Contract) -> dict[str, Any]:
     names: list[str] = []
     variadic: set[str] = set()
     for p in parameters:
-        names.extend(p.spec.bindable_names)
-        variadic.update(p.spec.variadic_names)
-        if p.spec.has_ellipsis:
-            names.append(ELLIPSIS)
-            variadic.add(ELLIPSIS)
+        names.extend(with_ellipsis(p.spec.bindable_names, p.spec.has_ellipsis, ELLIPSIS))
+        variadic.update(with_ellipsis(p.spec.variadic_names, p.spec.has_ellipsis, ELLIPSIS))
     for name, size in zip(dict.fromkeys(names), _PROBE_SIZES, strict=False):
         sizes[name] = (size,) if name in variadic else size
     return sizes

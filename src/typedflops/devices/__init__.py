@@ -75,7 +75,10 @@ class DeviceSpec:
     device's memory in bytes as its datasheet prints it (``None`` when not in the table),
     cited by ``memory_source``. ``nvlink`` and ``infiniband`` are the bandwidths (bytes/s,
     each way) to the GPUs of the node and, per GPU, out of it, for ``gpus_per_node`` GPUs a
-    node (``None`` where unknown), cited by ``links_source``.
+    node (``None`` where unknown), cited by ``links_source``. ``capability`` is an NVIDIA
+    GPU's compute capability, ``(9, 0)`` for an H100 (``None`` for a CPU, an AMD GPU or a
+    spec that does not say): a dry run for the device costs attention as the kernel torch
+    picks on it (:func:`typedflops.planning.kernels_of`).
     """
 
     name: str
@@ -94,6 +97,7 @@ class DeviceSpec:
     infiniband: float | None = None
     gpus_per_node: int | None = None
     links_source: str = ""
+    capability: tuple[int, int] | None = None
 
     def peak(self, dtype: torch.dtype, *, tf32: bool = False) -> float | None:
         """Dense peak FLOP/s for ``dtype``; float32 on a GPU uses TF32 when ``tf32`` is True.
@@ -134,6 +138,7 @@ def _spec_from_record(record: DeviceRecord, note: str = "") -> DeviceSpec:
         infiniband=None if links is None else links.infiniband_gbits / 8 * 1e9,
         gpus_per_node=None if links is None else links.gpus_per_node,
         links_source="" if links is None else links.source,
+        capability=record.capability,
     )
 
 

@@ -1,7 +1,8 @@
 """einops' ``einsum``, ``reduce``, ``rearrange`` and ``repeat``, checked and costed.
 
-Each op takes einops' arguments and returns einops' result (the same torch calls in the same
-order, so bit for bit), and adds three things:
+Each op takes einops' arguments and returns einops' result (the same torch kernels in the
+same order, so bit for bit; einsum calls the kernel as ``torch.einsum`` does, without its
+Python wrapper), and adds three things:
 
 - a bad pattern raises :class:`~typedflops.PatternError` (a ``SpecError`` that is also an
   ``einops.EinopsError``) naming the pattern, the input shapes and the offending axis, before
@@ -20,16 +21,16 @@ compiled graph never raises on valid input.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, TypeVar, cast, overload
 
 import einops
 import torch
+from torch.overrides import has_torch_function
 
+from ..contract.function import counting_frame
 from ..contract.scope import CallState, call_scope, is_compiling, violation
 from ..cost.engine.events import group
-from ..cost.engine.frames import current_frame
 from ..errors import ShapeError
 from ..text import shape_text
 from .plans import (
@@ -99,23 +100,37 @@ def _check_einsum_bound(
                 )
 
 
-_shape_of = operator.attrgetter("shape")
+# What torch.einsum calls for one or two operands (every call here: a 3+ operand einsum runs
+# pairwise), without the work its Python wrapper does again on every call (an import
+# statement, parsing its arguments), which is most of a small einsum's time: the kernel is
+# the same, so results are bit for bit einops'. Operands that override torch functions, or
+# an active TorchFunctionMode, go through torch.einsum itself.
+_raw_einsum: Callable[[str, tuple[torch.Tensor, ...]], torch.Tensor] = torch._VF.einsum  # type: ignore[attr-defined]
+
+
+def _contract(equation: str, operands: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``torch.einsum(equation, *operands)`` for one or two operands."""
+    if has_torch_function(operands):
+        return torch.einsum(equation, *operands)
+    return _raw_einsum(equation, operands)
+
+
 # A call's plan and layout by (pattern, shapes): one lookup on the hot path.
 _LAID_OUT: dict[tuple[str, tuple[torch.Size, ...]], tuple[EinsumPlan, EinsumLayout]] = {}
 _LAID_OUT_LIMIT = 4096
 
 
 def _run_einsum(
-    plan: EinsumPlan, layout: EinsumLayout, tensors: Sequence[torch.Tensor]
+    plan: EinsumPlan, layout: EinsumLayout, tensors: tuple[torch.Tensor, ...]
 ) -> torch.Tensor:
     if not layout.steps:
-        return torch.einsum(plan.equation, *tensors)  # exactly what einops runs
+        return _contract(plan.equation, tensors)  # exactly what einops runs
     operands = list(tensors)
     for step in layout.steps:
-        picked = [operands[i] for i in step.operands]
+        picked = tuple([operands[i] for i in step.operands])
         for i in sorted(step.operands, reverse=True):
             del operands[i]
-        operands.append(torch.einsum(step.equation, *picked))
+        operands.append(_contract(step.equation, picked))
     return operands[0]
 
 
@@ -159,16 +174,21 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
         # Traced code runs einops itself, which registers its ops with dynamo; the checks
         # and costs belong to eager calls (a compiled graph must not raise on valid input).
         return einops.einsum(*tensors_and_pattern)
-    if len(tensors_and_pattern) < 2:
+    count = len(tensors_and_pattern) - 1  # operands
+    if count < 1:
         raise pattern_error(
             "einsum", "", [], "einsum takes the tensors (at least one), then the pattern"
         )
-    pattern = tensors_and_pattern[-1]
-    tensors = cast(tuple[torch.Tensor, ...], tensors_and_pattern[:-1])
+    pattern = tensors_and_pattern[count]
+    tensors = cast(tuple[torch.Tensor, ...], tensors_and_pattern[:count])
     if not isinstance(pattern, str):
         raise pattern_error("einsum", "?", [], "the last argument must be the pattern string")
     try:
-        shapes = tuple(map(_shape_of, tensors))
+        shapes = (
+            (tensors[0].shape, tensors[1].shape)  # (the usual call, built without a loop)
+            if count == 2
+            else tuple([tensor.shape for tensor in tensors])
+        )
     except AttributeError:
         raise TypeError(
             "einsum: every argument before the pattern must be a torch.Tensor"
@@ -177,7 +197,7 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
     laid_out = _LAID_OUT.get((pattern, shapes))
     if laid_out is None:
         try:
-            plan = einsum_plan(pattern, len(tensors))
+            plan = einsum_plan(pattern, count)
             layout = einsum_layout(plan, shapes)
         except Problem as problem:
             function = call.function if call else None
@@ -195,9 +215,9 @@ def einsum(*tensors_and_pattern: torch.Tensor | str) -> torch.Tensor:
         raise pattern_error(
             "einsum", pattern, shapes, *layout.conflict, function=call.function if call else None
         ) from None
-    if current_frame() is None:
+    if counting_frame.get() is None:
         if not layout.steps:  # (the usual call, without a frame of its own)
-            return torch.einsum(plan.equation, *tensors)
+            return _contract(plan.equation, tensors)
         return _run_einsum(plan, layout, tensors)
     with group("einsum", pattern):
         return _run_einsum(plan, layout, tensors)
@@ -238,7 +258,7 @@ def _transform(
                 raise _bound_error(call, op, pattern, name, bound, size, where, detail)
     if operation == "mean" and not tensor.is_floating_point():
         raise NotImplementedError("reduce_mean is not available for non-floating tensors")
-    if current_frame() is None:
+    if counting_frame.get() is None:
         return plan.run(tensor, layout, reduction)
     with group(op, pattern):
         return plan.run(tensor, layout, reduction)

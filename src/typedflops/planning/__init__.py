@@ -7,8 +7,9 @@
 - ``step_time(cost, device, dtype, mfu=)``: a step's roofline bound and its time at an MFU;
   ``step_mfu(cost, seconds, device, dtype)``: the MFU of a measured step (PaLM's model
   FLOPs, recomputation not credited).
-- ``kernels_of("cuda")``: inside it, dry runs on ``meta`` cost the kernels a GPU runs (its
-  attention choice, CUDA's fused RMS norm) on any machine.
+- ``kernels_of("H100 SXM")``: inside it, dry runs on ``meta`` cost the kernels that GPU runs
+  (the attention kernel torch picks on its compute capability, CUDA's fused RMS norm) on any
+  machine.
 - ``plan_parallel(model, batch, seq, device, ParallelLayout(dp=, zero=, tp=, sp=, pp=,
   microbatches=))``: the same per rank, the model split by torch's own sharding under a
   fake process group; ``zero_states()``: ZeRO's closed forms.

@@ -49,6 +49,7 @@ class TrainingPlan:
         """A JSON-ready dict: the figures, the formulas and the dims they are in."""
         cost = self.memory.cost
         numbers = self.memory.bytes
+        capability = self.memory.capability
         return {
             "model": self.model,
             "batch": self.batch,
@@ -57,6 +58,7 @@ class TrainingPlan:
             "optimizer": self.memory.optimizer,
             "device": self.device.name,
             "kernels": self.memory.kernels,
+            "capability": None if capability is None else list(capability),
             "parameters": self.memory.parameters.total,
             "forward_flops": cost.flops,
             "matmul_forward_flops": cost.matmul_flops,

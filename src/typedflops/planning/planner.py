@@ -7,9 +7,10 @@ the step's peak (allocation by allocation) and whether it fits the device's memo
 the step's time on it.
 
 The dry runs cost the kernels of the device planned for, on any machine
-(:func:`typedflops.planning.kernels_of`): for a GPU, the attention kernel torch picks there
-(flash for 16-bit inputs) and CUDA's fused RMS norm, with their FLOPs (FlopCounterMode's)
-and the tensors they save for backward. The plan's report and JSON are
+(:func:`typedflops.planning.kernels_of`): for a GPU, the attention kernel torch picks on its
+compute capability (cuDNN's for 16-bit inputs on an H100, H200 or B200, where torch tries
+it first; flash on an A100, L4 or RTX 4090) and CUDA's fused RMS norm, with their FLOPs
+(FlopCounterMode's) and the tensors they save for backward. The plan's report and JSON are
 :class:`~.plan_report.TrainingPlan`'s; its plot against the batch size is :mod:`.plan_plot`'s.
 """
 
@@ -25,21 +26,16 @@ from ..errors import SpecError
 from ..nn import CONFIGS, TransformerConfig, TransformerLM
 from .plan_report import TrainingPlan
 from .steptime import step_time
-from .training import optimizer_key, training_memory
+from .training import PLANNED_DEVICE, optimizer_key, training_memory
 
 __all__ = ["TrainingPlan", "plan"]
-
-
-def _kernels(spec: DeviceSpec) -> str:
-    """The device type whose kernels a plan for ``spec`` costs (a CPU's, or a GPU's)."""
-    return "cpu" if spec.kind == "cpu" else "cuda"
 
 
 def plan(
     model: str | TransformerConfig,
     batch: int,
     seq: int,
-    device: str | DeviceSpec = "H100 SXM",
+    device: str | DeviceSpec = PLANNED_DEVICE,
     *,
     dtype: torch.dtype = torch.bfloat16,
     optimizer: str | None = "adamw",
@@ -75,9 +71,9 @@ def plan(
     spec = devices.resolve(device)
     with torch.device("meta"):
         lm = TransformerLM(config, dtype=dtype)
-    # The kernels of the device planned for (a GPU's flash attention and fused RMS norm),
-    # whatever machine plans it.
-    memory = training_memory(lm, optimizer, dtype, kernels=_kernels(spec), batch=batch, seq=seq)
+    # The kernels of the device planned for (the attention kernel torch picks on its
+    # compute capability, CUDA's fused RMS norm), whatever machine plans it.
+    memory = training_memory(lm, optimizer, dtype, kernels=spec, batch=batch, seq=seq)
     timing = step_time(
         memory.cost,
         spec,

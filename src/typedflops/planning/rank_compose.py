@@ -83,6 +83,7 @@ def stage_runs(
     stage: StageKind,
     optimizer: str | None,
     target: str,
+    capability: tuple[int, int] | None = None,
 ) -> StageRuns:
     per_stage = config.n_layers // layout.pp
     blocks = _blocks_to_run(per_stage)
@@ -101,6 +102,7 @@ def stage_runs(
             optimizer=optimizer if layout.fsdp else None,
             steady=steady,
             target=target,
+            capability=capability,
         )
         for count in blocks
     ]

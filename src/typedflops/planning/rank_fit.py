@@ -141,6 +141,7 @@ def fit_rank(
     *,
     stage: StageKind = "whole",
     target: str = "cuda",
+    capability: tuple[int, int] | None = None,
 ) -> dict[str, Fitted]:
     """Every figure of rank 0's microbatch as formulas in :func:`varied`'s sizes (``batch``
     is the microbatch): fitted from runs of ``stage`` with one block and with two, whose
@@ -157,7 +158,7 @@ def fit_rank(
     sizes_free = config.resized(
         {**{name: BASE[name] for name in config.sizes if name in BASE}, "n_layers": 1}
     )
-    return dict(_fit_kind(sizes_free, kind, dtype, stage, target))
+    return dict(_fit_kind(sizes_free, kind, dtype, stage, target, capability))
 
 
 @functools.lru_cache(maxsize=32)
@@ -167,6 +168,7 @@ def _fit_kind(
     dtype: torch.dtype,
     stage: StageKind,
     target: str,
+    capability: tuple[int, int] | None,
 ) -> tuple[tuple[str, Fitted], ...]:
     names = varied(config, layout)
     base = dict(BASE)
@@ -185,7 +187,7 @@ def _fit_kind(
     fits: list[dict[str, tuple[sympy.Expr, bool]]] = []
     for blocks in (1, 2):
         runs = [
-            figures_of(_run(config, layout, sizes, dtype, stage, target, blocks))
+            figures_of(_run(config, layout, sizes, dtype, stage, (target, capability), blocks))
             for sizes in assignments
         ]
         keys = sorted(set().union(*runs))
@@ -206,13 +208,21 @@ def _run(
     sizes: Mapping[str, int],
     dtype: torch.dtype,
     stage: StageKind,
-    target: str,
+    target: tuple[str, tuple[int, int] | None],
     blocks: int,
 ) -> RankRun:
     resized = config.resized(sizes)
     at = dataclasses.replace(layout, tp=sizes["tp"], dp=sizes["dp"])
     return rank_run(
-        resized, at, sizes["batch"], sizes["seq"], dtype, stage=stage, blocks=blocks, target=target
+        resized,
+        at,
+        sizes["batch"],
+        sizes["seq"],
+        dtype,
+        stage=stage,
+        blocks=blocks,
+        target=target[0],
+        capability=target[1],
     )
 
 

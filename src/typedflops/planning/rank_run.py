@@ -28,7 +28,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..config import disabled
-from ..cost.engine.kernels import TargetKernels
+from ..cost.engine.kernels import TargetKernels, kernels_of
 from ..errors import SpecError
 from ..nn import TransformerConfig, TransformerLM
 from .layout import ParallelLayout
@@ -200,13 +200,14 @@ def rank_run(
     optimizer: str | None = None,
     steady: int = 0,
     target: str = "cuda",
+    capability: tuple[int, int] | None = None,
 ) -> RankRun:
     """Rank 0's step of ``config`` (with ``blocks`` blocks) on a microbatch of ``batch`` x
     ``seq``, split as ``layout`` says; ``stage`` is the pipeline stage it runs (``"whole"``
     without a pipeline). With ``optimizer`` (ZeRO stage 3, where torch's optimizer steps the
     shards) the optimizer's step runs too; with ``steady``, 1F1B's steady state (one
     microbatch's backward while two more are in flight). ``target`` is the device type
-    whose kernels the step costs."""
+    whose kernels the step costs, ``capability`` the GPU's compute capability if known."""
     config = dataclasses.replace(
         config, n_layers=blocks, checkpoint=layout.checkpoint or config.checkpoint
     )
@@ -230,7 +231,7 @@ def rank_run(
             mode.ignore([t for t in inputs if not t.is_floating_point()])
             mode.watch([_local(p) for p in params])
             start = mode.peak
-            with TargetKernels(target), mode, loss:
+            with kernels_of(target, capability), TargetKernels(target), mode, loss:
                 with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
                     out = step(*inputs)
                 output = _bytes(out) if stage == "first" else 0

@@ -35,7 +35,7 @@ from .layout import ParallelLayout
 from .rank_fit import fit_rank
 from .rank_run import StageKind
 from .rank_time import RankTime, rank_time
-from .training import optimizer_key
+from .training import PLANNED_DEVICE, optimizer_key
 
 __all__ = ["ParallelPlan", "plan_parallel"]
 
@@ -243,7 +243,7 @@ def plan_parallel(
     model: str | TransformerConfig,
     batch: int,
     seq: int,
-    device: str | DeviceSpec = "H100 SXM",
+    device: str | DeviceSpec = PLANNED_DEVICE,
     layout: ParallelLayout | None = None,
     *,
     dtype: torch.dtype = torch.bfloat16,
@@ -275,10 +275,15 @@ def plan_parallel(
     if peak_flops is None and spec.kind != "cpu":
         raise SpecError.at("plan_parallel()", f"{spec.name} has no {dtype} peak ({spec.source})")
     target = "cpu" if spec.kind == "cpu" else "cuda"
+    gpu = spec.capability  # torch's attention kernel on it depends on it
     micro = batch // (layout.dp * layout.microbatches)
     stage: StageKind = "first" if layout.pp > 1 else "whole"
-    fitted = fit_rank(config, layout, dtype, stage=stage, target=target) if formulas else {}
-    runs = compose.stage_runs(config, layout, micro, seq, dtype, stage, key, target)
+    fitted = (
+        fit_rank(config, layout, dtype, stage=stage, target=target, capability=gpu)
+        if formulas
+        else {}
+    )
+    runs = compose.stage_runs(config, layout, micro, seq, dtype, stage, key, target, gpu)
     dims = {**config.sizes, "batch": batch, "seq": seq, **layout.sizes()}
     composer = compose.Composer(fitted, runs, layout, dims)
     held = compose.held_states(composer, layout, dtype, key)
@@ -288,7 +293,7 @@ def plan_parallel(
     per_rank["peak_bytes"] = Figure(most, None, held.peak_source)
     last: dict[str, float] = {}
     if layout.pp > 1:
-        tail = compose.stage_runs(config, layout, micro, seq, dtype, "last", key, target)
+        tail = compose.stage_runs(config, layout, micro, seq, dtype, "last", key, target, gpu)
         tail_held = compose.held_states(
             compose.Composer({}, tail, layout, dims), layout, dtype, key
         )

@@ -26,8 +26,15 @@ from typing import Any, cast
 import sympy
 import torch
 
+from .. import devices
 from ..cost.engine.fit import Plan, fit_count
-from ..cost.engine.kernels import describe_kernels, kernels_of, meta_target
+from ..cost.engine.kernels import (
+    describe_kernels,
+    device_type_of,
+    kernels_of,
+    meta_capability,
+    meta_target,
+)
 from ..cost.engine.module_sizes import module_dims, module_repeats
 from ..cost.types import Cost, Term
 from ..decorator import TypedFunction
@@ -38,6 +45,7 @@ from .peak import forward_backward_peak
 __all__ = [
     "MEMORY_TERMS",
     "OPTIMIZER_STATES",
+    "PLANNED_DEVICE",
     "ParameterCount",
     "TrainingMemory",
     "measure_peak",
@@ -74,6 +82,10 @@ def optimizer_key(optimizer: str | None, where: str) -> str | None:
 
 #: The terms of a step's memory, in the order tables show them.
 MEMORY_TERMS = ("parameters", "gradients", "optimizer", "master_weights", "activations")
+
+#: The device a plan is for when none is named (``plan()``, ``plan_parallel()``, and the
+#: kernels a dry run of a model on ``meta`` costs).
+PLANNED_DEVICE = "H100 SXM"
 
 _SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
@@ -207,7 +219,9 @@ class TrainingMemory:
     hold at once, gradients included) or the optimizer's step, whichever holds more. It is
     the steady state: the optimizer's state and master weights exist, as from the second
     step on.
-    ``kernels`` is the device type whose kernels the dry runs cost (``"cuda"``, ``"cpu"``).
+    ``kernels`` is the device type whose kernels the dry runs cost (``"cuda"``, ``"cpu"``),
+    ``capability`` the compute capability of the GPU they cost (None: not known, costed
+    as an A100's), on which torch's choice of attention kernel depends.
     """
 
     terms: Mapping[str, Term]
@@ -221,6 +235,7 @@ class TrainingMemory:
     forward_backward: int = 0
     optimizer_temporary: int = 0
     kernels: str | None = None
+    capability: tuple[int, int] | None = None
 
     @property
     def bytes(self) -> dict[str, int]:
@@ -252,6 +267,7 @@ class TrainingMemory:
             "peak": self.peak,
             "forward_backward": self.forward_backward,
             "kernels": self.kernels,
+            "capability": None if self.capability is None else list(self.capability),
         }
 
     def rows(self, size: Callable[[int], str]) -> list[list[str]]:
@@ -270,7 +286,7 @@ class TrainingMemory:
             "exists; a first step peaks lower); above total when backward's temporaries "
             "(the logits' gradient, a product's output before it is added) outweigh the "
             "activations already freed",
-            f"kernels costed: {describe_kernels(self.kernels)}",
+            f"kernels costed: {describe_kernels(self.kernels, self.capability)}",
         ]
 
     def table(self) -> str:
@@ -322,7 +338,7 @@ def training_memory(
     dtype: torch.dtype | None = None,
     *,
     master_weights: bool | None = None,
-    kernels: str | None = None,
+    kernels: str | devices.DeviceSpec | None = None,
     **dims: Any,
 ) -> TrainingMemory:
     """The memory of one training step of ``model`` at ``dims`` (``batch=``, ``seq=``...).
@@ -337,6 +353,12 @@ def training_memory(
     costs 16 bytes per parameter besides the activations. With ``master_weights=False``
     the optimizer steps the 16-bit parameters themselves and ``torch.optim`` keeps its
     state in their dtype: AdamW costs 8 bytes per parameter.
+
+    ``kernels`` is the device whose kernels the dry runs cost: a device type (``"cuda"``,
+    ``"cpu"``), a device of the table (``"H100 SXM"``, a :class:`~typedflops.devices.DeviceSpec`:
+    attention as torch picks it on that GPU's compute capability); by default those of an
+    enclosing :func:`~typedflops.planning.kernels_of`, else of the model's device, and for
+    a model on ``meta`` those of :data:`PLANNED_DEVICE` (an H100, as ``plan()`` assumes).
 
     >>> from typedflops.nn import TransformerConfig, TransformerLM
     >>> config = TransformerConfig.gpt2(vocab=64, context=8, d_model=16, n_layers=2,
@@ -353,15 +375,32 @@ def training_memory(
     mixed = step_dtype in _SIXTEEN_BIT
     master = mixed if master_weights is None else master_weights
     function = _step_function(model)
-    target = kernels or meta_target() or _device_type(parameters)
-    with kernels_of(target):
-        return _training_memory(model, function, key, step_dtype, master, target, dims)
+    target, capability = _kernels(kernels, parameters)
+    with kernels_of(target, capability):
+        return _training_memory(
+            model, function, key, step_dtype, master, (target, capability), dims
+        )
 
 
-def _device_type(parameters: list[torch.nn.Parameter]) -> str:
-    """The device type a model's kernels are those of: a GPU's for a model on ``meta``."""
-    found = parameters[0].device.type if parameters else "meta"
-    return "cuda" if found == "meta" else found
+def _kernels(
+    kernels: str | devices.DeviceSpec | None, parameters: list[torch.nn.Parameter]
+) -> tuple[str, tuple[int, int] | None]:
+    """The device type and GPU compute capability whose kernels a step is costed with."""
+    if kernels is None:
+        enclosing = meta_target()
+        if enclosing is not None:
+            return enclosing, meta_capability()
+        found = parameters[0].device.type if parameters else "meta"
+        if found == "meta":
+            kernels = PLANNED_DEVICE
+        else:  # this machine's device: torch is asked
+            nvidia = found == "cuda" and not torch.version.hip  # ROCm reports its gfx version
+            gpu = torch.cuda.get_device_capability(parameters[0].device) if nvidia else None
+            return found, gpu
+    if isinstance(kernels, str) and kernels in ("cuda", "cpu", "meta"):
+        return kernels, None
+    spec = devices.resolve(kernels)
+    return device_type_of(spec), spec.capability
 
 
 def _training_memory(
@@ -370,7 +409,7 @@ def _training_memory(
     key: str | None,
     step_dtype: torch.dtype,
     master: bool,
-    kernels: str,
+    kernels: tuple[str, tuple[int, int] | None],
     dims: dict[str, Any],
 ) -> TrainingMemory:
     cost = function.estimate(model, dtype=step_dtype, **dims)
@@ -407,7 +446,8 @@ def _training_memory(
         peak=_peak(terms, forward_backward, temporary),
         forward_backward=forward_backward,
         optimizer_temporary=temporary,
-        kernels=kernels,
+        kernels=kernels[0],
+        capability=kernels[1],
     )
 
 
@@ -433,7 +473,7 @@ def peak_at(model: torch.nn.Module, memory: TrainingMemory, **dims: Any) -> int:
     >>> peak_at(model, memory, batch=2, seq=8) == memory.peak
     True
     """
-    with kernels_of(memory.kernels):
+    with kernels_of(memory.kernels, memory.capability):
         function = _step_function(model)
         forward_backward = forward_backward_peak(function, model, memory.dtype, dims)
     return _peak(memory.terms, forward_backward, memory.optimizer_temporary)

@@ -13,13 +13,14 @@ grammar.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
 from . import Problem
 from .formula import Formula, parse_formula
 
-__all__ = ["Dim", "DimKind", "parse_dims"]
+__all__ = ["Dim", "DimKind", "parse_dims", "with_ellipsis"]
 
 
 class DimKind(Enum):
@@ -161,3 +162,15 @@ def parse_dims(dim_str: str) -> tuple[Dim, ...]:
     if sum(dim.kind in variadic for dim in dims) > 1:
         raise Problem("'*name' or '...' may be used only once")
     return dims
+
+
+def with_ellipsis(names: Iterable[str], has_ellipsis: bool, ellipsis: str) -> tuple[str, ...]:
+    """The names a dim string or a pattern side gives its axes: ``names`` in order, then
+    ``ellipsis`` (what its anonymous ``...`` goes by) when it has one.
+
+    >>> with_ellipsis(("batch", "d"), True, "ellipsis")
+    ('batch', 'd', 'ellipsis')
+    >>> with_ellipsis(("h", "w"), False, "...")
+    ('h', 'w')
+    """
+    return (*names, ellipsis) if has_ellipsis else tuple(names)

@@ -23,6 +23,7 @@ from einops import EinopsError
 from einops.parsing import AnonymousAxis, ParsedExpression
 
 from . import Problem
+from .dims import with_ellipsis
 
 __all__ = [
     "ELLIPSIS",
@@ -214,7 +215,7 @@ def transform_pattern(
 
 
 def _identifiers(side: Side) -> set[str]:
-    return set(side.names) | ({ELLIPSIS} if side.has_ellipsis else set())
+    return set(with_ellipsis(side.names, side.has_ellipsis, ELLIPSIS))
 
 
 def _check_sides(

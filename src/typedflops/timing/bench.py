@@ -20,7 +20,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ import torch
 from .. import devices
 from ..config import disabled
 from ..contract.scope import display_name
+from ..contract.walk import tensors_in
 from ..cost.engine.counter import suspended
 from ..cost.engine.frames import no_frame
 from ..cost.engine.probes import call_cost
@@ -432,23 +433,11 @@ def _call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     return call_cost(fn, args, kwargs)
 
 
-def _tensors(values: Iterable[object], depth: int = 0) -> Iterator[torch.Tensor]:
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            yield value
-        elif isinstance(value, torch.nn.Module):
-            yield from value.parameters()
-        elif depth < 3 and isinstance(value, (list, tuple)):
-            yield from _tensors(value, depth + 1)
-        elif depth < 3 and isinstance(value, dict):
-            yield from _tensors(value.values(), depth + 1)
-
-
 def _placement(
     fn: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[torch.device, torch.dtype | None]:
     owners = [fn, getattr(fn, "__self__", None)]
-    tensors = list(_tensors([*args, *kwargs.values(), *owners]))
+    tensors = tensors_in((args, kwargs, owners), parameters=True)
     placed = [tensor.device for tensor in tensors if tensor.device.type != "cpu"]
     device = placed[0] if placed else torch.device("cpu")
     if device.type == "meta":

@@ -2,7 +2,8 @@
 
 :class:`CallTally` counts the checked calls of every function with a jaxtyping array
 annotation and the dims each call bound; each distinct binding is costed once by dry runs
-on meta tensors, when the test that made it ends. What it knows becomes plain
+on meta tensors, when the test that made it ends. Where no dry run can cost a call, the
+calls counted as they ran stand in (see :mod:`.as_run`). What it knows becomes plain
 :class:`Record` dicts (strings and numbers only), so that pytest-xdist workers can send
 theirs to the controller, which merges them (:func:`merge`) and prints one table
 (:func:`table`).
@@ -24,9 +25,11 @@ if TYPE_CHECKING:
     from ..cost.engine.dryrun import Probe
     from ..cost.types import Cost
 
-__all__ = ["CallTally", "Record", "merge", "not_costed_reason", "table"]
+__all__ = ["CallTally", "Record", "merge", "no_formula_reason", "not_costed_reason", "table"]
 
 _MAX_DIMS_SHOWN = 5
+# Failed dry runs of a function (none succeeding) after which it is not dry-run again.
+_DRY_RUNS_TRIED = 2
 _MAX_DIMS_WIDTH = 60
 
 Size = int | tuple[int, ...]
@@ -46,12 +49,24 @@ class Record(TypedDict):
     exact: bool
     uncounted: list[str]
     why: str
+    # Calls counted as they ran where no formula could be had: [FLOPs, bytes] of each.
+    as_run: list[list[int]]
 
 
 class _Entry:
     """What the tally knows of one function: its calls and costs, per binding of its dims."""
 
-    __slots__ = ("calls", "costs", "function", "name", "pending")
+    __slots__ = (
+        "as_run",
+        "calls",
+        "costed",
+        "costs",
+        "failed",
+        "function",
+        "name",
+        "pending",
+        "uncounted",
+    )
 
     def __init__(self, function: CheckedFunction[..., Any]) -> None:
         self.function = function
@@ -59,6 +74,13 @@ class _Entry:
         self.calls: dict[Binding, int] = {}
         # A Cost, or why none could be had (in words).
         self.costs: dict[Binding, Cost | str] = {}
+        # Calls recorded as they ran: (FLOPs, bytes) of each, and the ops they ran that
+        # have no FLOP rule, per binding.
+        self.as_run: dict[Binding, list[list[int]]] = {}
+        self.uncounted: dict[Binding, dict[str, None]] = {}
+        # Dry runs that could not cost a binding; whether one did.
+        self.failed = 0
+        self.costed = False
         # Bindings not costed yet, with the probe that rebuilds the call (shapes, not
         # tensors; a module it was called on): held until the test ends, no longer.
         self.pending: dict[Binding, Probe] = {}
@@ -90,6 +112,35 @@ _DATA_DEPENDENT = re.compile(
 )
 
 
+def no_formula_reason(error: BaseException) -> str:
+    """Why a dry run could not cost a call (``error``: what stopped it), in words that say
+    what the dry run lacked, not that the call went wrong.
+
+    >>> no_formula_reason(RuntimeError("Tensor.item() cannot be called on meta")).split("(")[0]
+    'the body reads tensor values '
+    """
+    from ..errors import ContractError, DryRunError
+
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if isinstance(error, DryRunError) and error.reads_values is not None:
+        return (  # the op and the line that ran it
+            f"the body reads tensor values ({error.reads_values}), which a dry run on meta "
+            "tensors does not have"
+        )
+    if isinstance(error, ContractError):
+        return (
+            "a dry run could not rebuild this call at other sizes (an argument it cannot "
+            "resize, such as an object held in self, keeps its own sizes, and the rebuilt "
+            "call no longer fits its annotations)"
+        )
+    if _DATA_DEPENDENT.search(first):
+        return (
+            f"the body reads tensor values ({first[:80]}), which a dry run on meta tensors "
+            "does not have"
+        )
+    return f"a dry run of the body on meta tensors stopped ({type(error).__name__}: {first[:80]})"
+
+
 def not_costed_reason(error: BaseException) -> str:
     """Why a dry run could not cost a call, in words that say the call itself was fine.
 
@@ -97,30 +148,11 @@ def not_costed_reason(error: BaseException) -> str:
     >>> reason.split("(")[0]
     'not costed: the body reads tensor values '
     """
-    from ..errors import ContractError, DryRunError
+    return _not_costed(no_formula_reason(error))
 
-    first = str(error).splitlines()[0] if str(error) else type(error).__name__
-    if isinstance(error, DryRunError) and error.reads_values is not None:
-        return (  # the op and the line that ran it
-            f"not costed: the body reads tensor values ({error.reads_values}), which a dry "
-            "run on meta tensors does not have; the call itself ran and passed its checks"
-        )
-    if isinstance(error, ContractError):
-        return (
-            "not costed: a dry run could not rebuild this call at other sizes (an argument "
-            "it cannot resize, such as an object held in self, keeps its own sizes, and the "
-            "rebuilt call no longer fits its annotations); the call itself ran and passed "
-            "its checks"
-        )
-    if _DATA_DEPENDENT.search(first):
-        return (
-            f"not costed: the body reads tensor values ({first[:80]}), which a dry run on "
-            "meta tensors does not have; the call itself ran and passed its checks"
-        )
-    return (
-        f"not costed: a dry run of the body on meta tensors stopped ({type(error).__name__}: "
-        f"{first[:80]}); the call itself ran and passed its checks"
-    )
+
+def _not_costed(why: str) -> str:
+    return f"not costed: {why}; the call itself ran and passed its checks"
 
 
 class CallTally:
@@ -131,27 +163,56 @@ class CallTally:
     (:meth:`settle`). Calls made by dry runs are not counted. It observes calls through
     ``typedflops.contract.function.add_call_observer``: every call whose arguments and return
     passed. Functions without a jaxtyping array annotation (checked for their plain hints
-    only) have no dims to cost and are not counted.
+    only) have no dims to cost and are not counted. Where a dry run cannot cost a binding,
+    the function's next calls are counted as they run (:mod:`.as_run`; :meth:`watch`
+    counts a function's first call so).
     """
 
     def __init__(self) -> None:
+        from .as_run import AsRun
+
         # One entry per function definition: a function decorated anew in each test (or
         # each iteration of a loop) is one row.
         self.entries: dict[tuple[str, str, int], _Entry] = {}
         self._costed: dict[int, bool] = {}
         self._remove: Callable[[], None] | None = None
+        self.as_run = AsRun(self._measured, self._costs)
 
     def start(self) -> None:
         """Begin observing calls."""
         from ..contract.function import add_call_observer
 
-        self._remove = add_call_observer(self.observe)
+        if self._remove is None:
+            self._remove = add_call_observer(self.observe)
 
     def stop(self) -> None:
-        """Stop observing calls (what was counted stays)."""
+        """Stop observing calls (what was counted stays); no call is recorded any more."""
+        self._pause()
+        self.as_run.stop()
+
+    def _pause(self) -> None:
         if self._remove is not None:
             self._remove()
             self._remove = None
+
+    def watch(self, function: CheckedFunction[..., Any]) -> None:
+        """Count ``function``'s first call as it runs (its dry runs come when the test
+        ends); see :mod:`.as_run`."""
+        self.as_run.watch(function, calls=1)
+
+    def _costs(self, function: CheckedFunction[..., Any]) -> bool:
+        costed = self._costed.get(id(function))
+        if costed is None:
+            costed = self._costed[id(function)] = _costs_anything(function)
+        return costed
+
+    def _entry(self, function: CheckedFunction[..., Any]) -> _Entry:
+        key = (function.__module__, function.name, _first_line(function))
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = _Entry(function)
+        entry.function = function  # (the latest definition is the one still called)
+        return entry
 
     def observe(
         self,
@@ -161,17 +222,11 @@ class CallTally:
         state: CallState,
     ) -> None:
         """Count one call whose arguments passed the check, with the dims they bound."""
-        costed = self._costed.get(id(function))
-        if costed is None:
-            costed = self._costed[id(function)] = _costs_anything(function)
-        if not costed:
+        if not self._costs(function):
             return
         from ..cost.engine.probes import call_dims, call_probe
 
-        key = (function.__module__, function.name, _first_line(function))
-        entry = self.entries.get(key)
-        if entry is None:
-            entry = self.entries[key] = _Entry(function)
+        entry = self._entry(function)
         dims = call_dims(function, args, kwargs, state.sizes)
         binding = tuple(dims.items())
         count = entry.calls.get(binding, 0)
@@ -180,25 +235,58 @@ class CallTally:
             try:
                 entry.pending[binding] = call_probe(function, args, kwargs, state.sizes)
             except Exception as exc:  # a call the engine cannot describe: said, not raised
-                entry.costs[binding] = not_costed_reason(exc)
+                entry.costs[binding] = no_formula_reason(exc)
+
+    def _measured(
+        self,
+        function: CheckedFunction[..., Any],
+        binding: Binding,
+        flops: int,
+        moved: int,
+        uncounted: tuple[str, ...],
+    ) -> None:
+        """A call counted as it ran: its FLOPs, bytes and ops without a FLOP rule."""
+        entry = self._entry(function)
+        entry.as_run.setdefault(binding, []).append([flops, moved])
+        entry.uncounted.setdefault(binding, {}).update(dict.fromkeys(uncounted))
 
     def settle(self) -> None:
-        """Cost the bindings seen since the last call (dry runs), then let go."""
-        from ..cost.engine.dryrun import measure
-
+        """Cost the bindings seen since the last call (dry runs), then let go. A function
+        a dry run could not cost is watched (its next calls counted as they run); one whose
+        every binding was costed no longer is."""
         observing = self._remove is not None
-        self.stop()
+        self._pause()
         try:
+            self.as_run.settle()
             for entry in self.entries.values():
                 for binding, probe in entry.pending.items():
-                    try:
-                        entry.costs[binding] = measure(probe)
-                    except Exception as exc:  # a body that cannot dry-run: "?", and why
-                        entry.costs[binding] = not_costed_reason(exc)
+                    entry.costs[binding] = self._dry_run(entry, probe)
                 entry.pending.clear()
+                if any(isinstance(cost, str) for cost in entry.costs.values()):
+                    self.as_run.watch(entry.function)
+                elif self.as_run.watching(entry.function):
+                    self.as_run.unwatch(entry.function)
         finally:
             if observing:
                 self.start()
+
+    @staticmethod
+    def _dry_run(entry: _Entry, probe: Probe) -> Cost | str:
+        """The cost of one binding, or why none: a function whose dry runs failed
+        :data:`_DRY_RUNS_TRIED` times without one succeeding is not dry-run again (what
+        stopped them, such as a body that reads values or an object held in ``self``,
+        does not change with the sizes); its calls are counted as they run."""
+        from ..cost.engine.dryrun import measure
+
+        if entry.failed >= _DRY_RUNS_TRIED and not entry.costed:
+            return next(cost for cost in reversed(entry.costs.values()) if isinstance(cost, str))
+        try:
+            cost = measure(probe)
+        except Exception as exc:  # a body that cannot dry-run: why, in words
+            entry.failed += 1
+            return no_formula_reason(exc)
+        entry.costed = True
+        return cost
 
     def records(self) -> list[Record]:
         """Everything counted so far, as plain records (costed first)."""
@@ -206,7 +294,7 @@ class CallTally:
         found: list[Record] = []
         for (module, _, line), entry in self.entries.items():
             for binding, calls in entry.calls.items():
-                cost = entry.costs.get(binding, "not costed")
+                cost = entry.costs.get(binding, "")
                 record = Record(
                     module=module,
                     name=entry.name,
@@ -218,9 +306,12 @@ class CallTally:
                     exact=True,
                     uncounted=[],
                     why="",
+                    as_run=[],
                 )
                 if isinstance(cost, str):
                     record["why"] = cost
+                    record["as_run"] = [list(pair) for pair in entry.as_run.get(binding, [])]
+                    record["uncounted"] = list(entry.uncounted.get(binding, {}))
                 else:
                     record["formula"] = str(cost.formula)
                     record["flops"] = cost.flops
@@ -252,8 +343,13 @@ def merge(batches: Iterable[Iterable[Record]]) -> list[Record]:
             known = merged.get(key)
             if known is None:
                 merged[key] = Record(**record)
+                merged[key]["as_run"] = list(record["as_run"])
             else:
                 known["calls"] += record["calls"]
+                known["as_run"] += record["as_run"]
+                known["uncounted"] = list(
+                    dict.fromkeys([*known["uncounted"], *record["uncounted"]])
+                )
                 if known["formula"] is None and record["formula"] is not None:
                     calls = known["calls"]
                     known.update(record)
@@ -294,7 +390,7 @@ def rows(records: list[Record]) -> tuple[list[list[str]], list[str]]:
     table_rows: list[list[str]] = []
     notes: list[str] = []
     uncounted: list[str] = []
-    inexact = False
+    inexact = partial = False
     for key in order:
         module, name, line = key
         label_name = name
@@ -308,8 +404,11 @@ def rows(records: list[Record]) -> tuple[list[list[str]], list[str]]:
             dims = _shortened(_binding_text(record["binding"]), _MAX_DIMS_WIDTH)
             calls = record["calls"]
             if record["formula"] is None:
-                table_rows.append([label, str(calls), dims, "?", "?", "?"])
-                notes.append(f"? {name}({_binding_text(record['binding'])}): {record['why']}")
+                row, note = _not_costed_row(name, record)
+                table_rows.append([label, str(calls), dims, *row])
+                notes.append(note)
+                uncounted.extend(record["uncounted"])
+                partial |= 0 < len(record["as_run"]) < calls
                 continue
             inexact |= not record["exact"]
             uncounted.extend(record["uncounted"])
@@ -333,7 +432,44 @@ def rows(records: list[Record]) -> tuple[list[list[str]], list[str]]:
         notes.append(f"uncounted ops (ran, no FLOP rule): {ops}")
     if inexact:
         notes.append("~ formula holds at these sizes only (not checked at other sizes)")
+    if partial:
+        notes.append("as run (k of n): FLOPs over the n calls taken at the mean of the k counted")
     return table_rows, notes
+
+
+def _spread(values: list[int]) -> str:
+    """``1.20k`` when every value is the same, ``1.20k-3.40k`` otherwise."""
+    from ..text import format_count
+
+    low, high = min(values), max(values)
+    return format_count(low) if low == high else f"{format_count(low)}-{format_count(high)}"
+
+
+def _not_costed_row(name: str, record: Record) -> tuple[list[str], str]:
+    """The formula, FLOPs/call and FLOPs cells of a binding no dry run could cost, and its
+    note: the calls counted as they ran (where some were), and why there is no formula."""
+    from ..text import format_count
+
+    dims = _binding_text(record["binding"])
+    why, calls, counted = record["why"], record["calls"], record["as_run"]
+    if not counted:
+        return ["?", "?", "?"], f"? {name}({dims}): {_not_costed(why)}"
+    flops = [pair[0] for pair in counted]
+    moved = [pair[1] for pair in counted]
+    if len(counted) >= calls:
+        shown, total = "as run", format_count(sum(flops))
+    else:  # the calls not counted taken at the mean of those counted
+        shown = f"as run ({len(counted)} of {calls})"
+        total = "~ " + format_count(sum(flops) * calls // len(counted))
+    note = (
+        f"as run {name}({dims}): {_spread(flops)} FLOPs, {_spread(moved)} bytes per call, "
+        f"counted while {_calls(len(counted))} ran; no formula, as {why}"
+    )
+    return [shown, _spread(flops), total], note
+
+
+def _calls(count: int) -> str:
+    return "the call" if count == 1 else f"{count} calls"
 
 
 def table(records: list[Record]) -> list[str]:

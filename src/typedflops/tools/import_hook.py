@@ -105,6 +105,18 @@ FUNCTIONS = ("all", "tensors")
 # Methods that Python makes class- or static methods when they are plain functions: the
 # checked function takes their place as one.
 _IMPLICIT = {"__init_subclass__": classmethod, "__class_getitem__": classmethod}
+# Told of every function the hook decorates (the pytest plugin's report watches them from
+# their first call).
+_decorated: list[Callable[[TypedFunction[..., Any]], None]] = []
+
+
+def on_decorated(callback: Callable[[TypedFunction[..., Any]], None]) -> Callable[[], None]:
+    """Call ``callback(function)`` with every function the hook decorates from now on;
+    returns a function that stops it."""
+    _decorated.append(callback)
+    return lambda: _decorated.remove(callback)
+
+
 _IMPLICIT_STATIC = {"__new__"}
 
 
@@ -186,6 +198,8 @@ def instrument(
     except SpecError as exc:  # (a lenient contract notes its own; this is what is left)
         note(f"{fn.__qualname__}() ({place(fn)}) is not checked: {exc}")
         return fn
+    for callback in _decorated:
+        callback(checked)
     if in_class and fn.__name__ in _IMPLICIT:
         return typing.cast(F, _IMPLICIT[fn.__name__](checked))
     if in_class and fn.__name__ in _IMPLICIT_STATIC:

@@ -10,8 +10,10 @@
     prints, at the end of the session, one row per ``@typed_flops`` function with an array
     annotation that ran (with checks on), per set of dims it was called with (``...``
     included): calls, the dims, its FLOP formula, FLOPs per call and over those calls (a
-    caller's FLOPs include its nested decorated calls); uncounted ops by name, and why a
-    "?" could not be costed. Under pytest-xdist (``-n 2``) each worker sends its rows to the
+    caller's FLOPs include its nested decorated calls); uncounted ops by name. Where no
+    dry run can cost a call (its body reads tensor values), the row gives the FLOPs of
+    calls counted as they ran ("as run"), and a line under the table the bytes and why
+    there is no formula. Under pytest-xdist (``-n 2``) each worker sends its rows to the
     controller, which prints one report.
 
 With either option a test that fails with a :class:`~typedflops.errors.ContractError`
@@ -27,8 +29,7 @@ does not use the options pays nothing.
 from __future__ import annotations
 
 import typing
-from collections.abc import Generator, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -48,8 +49,6 @@ __all__ = [
     "pytest_testnodedown",
     "pytest_unconfigure",
 ]
-
-_PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -97,6 +96,7 @@ def packages_from_option(values: Sequence[str]) -> list[str]:
 _hook_key: pytest.StashKey[ImportHook] = pytest.StashKey()
 _tally_key: pytest.StashKey[CallTally] = pytest.StashKey()
 _active_key: pytest.StashKey[bool] = pytest.StashKey()
+_unwatch_key: pytest.StashKey[Callable[[], None]] = pytest.StashKey()
 # What pytest-xdist workers sent the controller: their records and notes.
 _sent_key: pytest.StashKey[list[dict[str, Any]]] = pytest.StashKey()
 
@@ -112,11 +112,27 @@ def _install_hook(config: pytest.Config, values: Sequence[str], only_tensors: bo
         take_notes()  # (what an earlier run in this process noted is not this run's)
 
 
+def _start_tally(config: pytest.Config) -> None:
+    """The report's tally, observing calls; it watches every function the hook decorates
+    from its first call (see :mod:`.as_run`)."""
+    if _tally_key in config.stash:
+        return
+    from .call_report import CallTally
+    from .import_hook import on_decorated
+
+    tally = CallTally()
+    tally.start()
+    config.stash[_tally_key] = tally
+    config.stash[_unwatch_key] = on_decorated(tally.watch)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # Before conftest files are imported: a conftest that imports the package must
-    # already get the checked version.
+    # already get the checked version (and the report sees its functions decorated).
     known = early_config.known_args_namespace
+    if getattr(known, "typedflops_report", False):
+        _start_tally(early_config)
     _install_hook(
         early_config,
         getattr(known, "typedflops", []),
@@ -129,13 +145,9 @@ def pytest_configure(config: pytest.Config) -> None:
     report: bool = config.getoption("typedflops_report")
     config.stash[_active_key] = bool(packages_from_option(values)) or report
     # (when the plugin was registered after that hook ran)
-    _install_hook(config, values, config.getoption("typedflops_only_tensors"))
     if report:
-        from .call_report import CallTally
-
-        tally = CallTally()
-        tally.start()
-        config.stash[_tally_key] = tally
+        _start_tally(config)
+    _install_hook(config, values, config.getoption("typedflops_only_tensors"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -143,6 +155,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if hook is not None:
         hook.uninstall()
         del config.stash[_hook_key]
+    unwatch = config.stash.get(_unwatch_key, None)
+    if unwatch is not None:
+        unwatch()
+        del config.stash[_unwatch_key]
     tally = config.stash.get(_tally_key, None)
     if tally is not None:
         tally.stop()
@@ -152,46 +168,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # -- compact contract errors ------------------------------------------------------------
 
 
-def _hidden_directories() -> tuple[Path, ...]:
-    """typedflops' own package, and torch's when it is loaded (``Module.__call__`` and the
-    other frames between a model's code and the module it calls)."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    torch_file = getattr(torch, "__file__", None)
-    if torch_file is None:
-        return (_PACKAGE_DIR,)
-    return (_PACKAGE_DIR, Path(torch_file).resolve().parent)
-
-
-def _is_hidden(entry: Any, directories: tuple[Path, ...]) -> bool:  # a pytest TracebackEntry
-    path = Path(entry.path).resolve()
-    return any(path.is_relative_to(directory) for directory in directories)
-
-
-@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
+) -> pytest.TestReport | None:
+    # In place of pytest's own report (run after unittest's, which puts a TestCase's
+    # exception in the call): a ContractError is shown compactly (see .compact_errors).
     excinfo = call.excinfo
     if (
         excinfo is None
-        or not report.failed
         or call.when != "call"
         or not item.config.stash.get(_active_key, False)
         or item.config.getoption("tbstyle") not in ("auto", "short")
         or item.config.getoption("fulltrace")
     ):
-        return report
+        return None
     from ..errors import ContractError
 
-    if isinstance(excinfo.value, ContractError):
-        traceback = excinfo.traceback.cut(path=item.path).filter(excinfo)
-        hidden = _hidden_directories()
-        excinfo.traceback = traceback.filter(lambda entry: not _is_hidden(entry, hidden))
-        report.longrepr = excinfo.getrepr(style="short", chain=False, funcargs=False)
-    return report
+    if not isinstance(excinfo.value, ContractError):
+        return None
+    from .compact_errors import compact_report
+
+    return compact_report(item, call)
 
 
 # -- the report -------------------------------------------------------------------------

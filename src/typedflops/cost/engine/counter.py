@@ -27,6 +27,7 @@ from torch.nested._internal.nested_tensor import NestedTensor
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ...contract.walk import tensors_in
 from ..storage import nbytes
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .events import Event, Group, Sink, _group, current_group, named_event, new_group, new_serial
@@ -154,7 +155,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """The arguments with every real tensor replaced by its meta copy. A CPU scalar,
         which mixes with meta tensors and whose value ``.item()`` may read, is kept, unless
         the op writes to an argument: nothing real is written in a dry run."""
-        if not any(_real(t, writes) for t in _tensors((args, tuple(kwargs.values())))):
+        if not any(_real(t, writes) for t in tensors_in((args, kwargs))):
             return args, kwargs
 
         def copy(tensor: torch.Tensor) -> torch.Tensor:
@@ -177,7 +178,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def _custom_backwards(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Count, once per call, the backward of each ``torch.autograd.Function`` whose
         output an op takes (see :func:`custom_backward_event`)."""
-        for tensor in _tensors((args, tuple(kwargs.values()))):
+        for tensor in tensors_in((args, kwargs)):
             self.custom_backward(tensor.grad_fn)
 
     def custom_backward(self, node: Any) -> None:
@@ -278,20 +279,9 @@ def count_custom_backwards(result: Any, mode: Any = None) -> Any:
             if node is not None:
                 mode.custom_backward(node)
         else:
-            for tensor in _result_tensors(result):
+            for tensor in tensors_in(result, depth=4):
                 mode.custom_backward(tensor.grad_fn)
     return result
-
-
-def _result_tensors(tree: Any, depth: int = 0) -> Iterator[torch.Tensor]:
-    if isinstance(tree, torch.Tensor):
-        yield tree
-    elif depth < 4 and isinstance(tree, list | tuple):
-        for item in tree:
-            yield from _result_tensors(item, depth + 1)
-    elif depth < 4 and isinstance(tree, dict):
-        for item in tree.values():
-            yield from _result_tensors(item, depth + 1)
 
 
 _JAGGED = NestedTensor
@@ -305,7 +295,7 @@ _NESTED_KEYS = {
 
 def _nested_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The dispatch key of the nested-tensor kernels for these arguments, if any is nested."""
-    for tensor in _tensors((args, tuple(kwargs.values()))):
+    for tensor in tensors_in((args, kwargs)):
         if tensor.is_nested and type(tensor) is torch.Tensor:
             return _NESTED_KEYS.get(tensor.device.type)
     return None
@@ -335,7 +325,12 @@ def make_event(
     counted = found is not None
     if entry is not None:
         call = OpCall(name, described_args, dict(described_kwargs), described_out)
-        flops = entry.count(call, args, kwargs, out)
+        try:
+            flops = entry.count(call, args, kwargs, out)
+        except Exception:
+            if entry.source == "user":
+                raise  # (the user's rule says what is wrong)
+            counted = False  # an op our rule does not know in this form: named, not zero
     elif found is None and not any(is_float(t) for t in (*inputs, *outputs)):
         counted = True  # no floating-point values: 0 FLOPs by convention, nothing missed
     view = found is FREE and is_view(func)
@@ -398,9 +393,7 @@ def _generated_for_custom_op(cls: type) -> bool:
 def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     if not torch.is_grad_enabled():
         return False
-    return any(
-        t.requires_grad and t.is_floating_point() for t in _tensors((args, tuple(kwargs.values())))
-    )
+    return any(t.requires_grad and t.is_floating_point() for t in tensors_in((args, kwargs)))
 
 
 def _group_of(name: str, shared: bool) -> Group:
@@ -433,7 +426,7 @@ def _free_event(
         entry=None,
         counted=True,
         bytes_read=0 if view else _unique_bytes(args, kwargs),
-        bytes_written=0 if view else sum(nbytes(t) for t in _tensors(out)),
+        bytes_written=0 if view else sum(nbytes(t) for t in tensors_in(out)),
         view=view,
         needs_grad=False,
         torch_counted=False,
@@ -445,19 +438,11 @@ def _unique_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     """Bytes of the distinct input tensors (``x * x`` reads ``x`` once)."""
     seen: set[int] = set()
     total = 0
-    for tensor in _tensors((args, tuple(kwargs.values()))):
+    for tensor in tensors_in((args, kwargs)):
         if id(tensor) not in seen:
             seen.add(id(tensor))
             total += nbytes(tensor)
     return total
-
-
-def _tensors(tree: Any) -> Iterator[torch.Tensor]:
-    if isinstance(tree, torch.Tensor):
-        yield tree
-    elif isinstance(tree, list | tuple):
-        for item in tree:
-            yield from _tensors(item)
 
 
 # -- naming what the user called ----------------------------------------------------------

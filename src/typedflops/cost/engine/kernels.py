@@ -6,13 +6,18 @@ cost:
 - ``F.scaled_dot_product_attention`` always takes its math path on ``meta``. A CPU or a GPU
   picks a fused kernel (flash, memory-efficient, cuDNN) with its own FLOPs and saved
   tensors, forward and backward. A dry run asks torch which kernel the target picks
-  (``torch._fused_sdp_choice`` on one-element tensors of the same dtype, head sizes, mask
-  and flags, honouring ``torch.nn.attention.sdpa_kernel``) and calls that kernel on the
-  meta tensors; every fused kernel has a meta implementation, backward included. Where the
-  target is CUDA and no CUDA device is present (planning for a GPU on a laptop), the choice
-  is torch's rule for a data-center GPU (sm80 and later): flash for 16-bit inputs with no
-  mask and equal head sizes up to 256, else memory-efficient for float32 and 16-bit inputs
-  whose head sizes it aligns, else math; each only where its flag is on.
+  (``torch._fused_sdp_choice`` on small tensors of the same dtype, head sizes, heads,
+  mask and flags, honouring ``torch.nn.attention.sdpa_kernel``) and calls that kernel on
+  the meta tensors; every fused kernel has a meta implementation, backward included.
+  Where the target is CUDA and no GPU of the target's compute capability is present
+  (planning for an H100 on a laptop), the choice is torch's rule for that capability
+  (:mod:`.attention_choice`), torch's priority order there: cuDNN first on sm90 and sm100
+  (H100, H200, B200) for 16-bit inputs whose head sizes are multiples of 8 up to 256 (128
+  on sm100), else flash, memory-efficient, math, as on every other GPU. A GPU whose
+  capability is not known (``kernels_of("cuda")``) is taken as an A100 (sm80): flash for
+  16-bit inputs with no mask and equal head sizes up to 256, else memory-efficient for
+  float32 and 16-bit inputs whose head sizes it aligns, else math. On a machine with a GPU
+  of the target's capability (or of any, the capability unknown), torch is asked.
 - ``F.rms_norm`` on CUDA is one fused kernel (``_fused_rms_norm``: it keeps the input and a
   float32 ``rstd``); on ``meta`` and on a CPU it is a decomposition that keeps float32
   copies. For a CUDA target the dry run calls a stand-in with the kernel's outputs and
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -32,7 +38,10 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ...devices import DeviceSpec, resolve
 from . import stand_ins  # noqa: F401  (defines torch.ops.typedflops._fused_rms_norm)
+from .attention_choice import CUDNN, EFFICIENT, FLASH, MATH, AttentionCall, reduced_lengths
+from .attention_choice import gpu_choice as _gpu_choice
 from .frames import no_frame
 
 __all__ = [
@@ -41,6 +50,7 @@ __all__ = [
     "attention_on_meta",
     "describe_kernels",
     "kernels_of",
+    "meta_capability",
     "meta_target",
     "on_target",
 ]
@@ -50,11 +60,16 @@ RMS_NORM = F.rms_norm
 
 aten = torch.ops.aten
 
-_MATH, _FLASH, _EFFICIENT, _CUDNN = 0, 1, 2, 3
+_MATH, _FLASH, _EFFICIENT, _CUDNN = MATH, FLASH, EFFICIENT, CUDNN
+_DEVICE_TYPE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:\d+)?")
 
 # The device type whose kernels a dry run of a call made on `meta` stands for (a model
-# built on meta to be costed): None keeps meta's own (math) attention.
+# built on meta to be costed): None keeps meta's own (math) attention. For a GPU, its
+# compute capability when known (the attention kernel torch picks depends on it).
 _meta_target: ContextVar[str | None] = ContextVar("typedflops_meta_target", default=None)
+_meta_capability: ContextVar[tuple[int, int] | None] = ContextVar(
+    "typedflops_meta_capability", default=None
+)
 
 
 def meta_target() -> str | None:
@@ -62,31 +77,78 @@ def meta_target() -> str | None:
     return _meta_target.get()
 
 
+def meta_capability() -> tuple[int, int] | None:
+    """The compute capability of the GPU a dry run on ``meta`` costs, if known."""
+    return _meta_capability.get()
+
+
+def device_type_of(device: DeviceSpec) -> str:
+    """The device type whose kernels a dry run for ``device`` costs (a CPU's or a GPU's)."""
+    return "cpu" if device.kind == "cpu" else "cuda"
+
+
 @contextlib.contextmanager
-def kernels_of(device_type: str | None) -> Iterator[None]:
+def kernels_of(
+    device: str | DeviceSpec | None, capability: tuple[int, int] | None = None
+) -> Iterator[None]:
     """Inside the block, dry runs of calls whose tensors are on ``meta`` (a model built on
-    meta) cost attention as the kernel ``device_type`` (``"cpu"``, ``"cuda"``) would run."""
-    token = _meta_target.set(device_type)
+    meta) cost attention as the kernel ``device`` would run: a device type (``"cpu"``,
+    ``"cuda"``, with the GPU's compute ``capability`` such as ``(9, 0)`` when known) or a
+    device of the table (``"H100 SXM"``, a :class:`~typedflops.devices.DeviceSpec`), which
+    carries both. A GPU of unknown capability is costed as an A100 (sm80).
+
+    >>> with kernels_of("H100 SXM"):
+    ...     meta_target(), meta_capability()
+    ('cuda', (9, 0))
+    """
+    if isinstance(device, str) and _DEVICE_TYPE.fullmatch(device):
+        device = torch.device(device).type
+    elif isinstance(device, str):  # a device of the table, "H100 SXM"
+        device = resolve(device)
+    target = device_type_of(device) if isinstance(device, DeviceSpec) else device
+    if isinstance(device, DeviceSpec):
+        capability = capability or device.capability
+    token = _meta_target.set(target)
+    held = _meta_capability.set(capability if target == "cuda" else None)
     try:
         yield
     finally:
+        _meta_capability.reset(held)
         _meta_target.reset(token)
 
 
-def describe_kernels(device_type: str | None) -> str:
-    """In words, the kernels a dry run costs for ``device_type`` (as reports name them).
+def describe_kernels(device_type: str | None, capability: tuple[int, int] | None = None) -> str:
+    """In words, the kernels a dry run costs for ``device_type`` (a GPU's of compute
+    ``capability`` when known), as reports name them.
 
-    >>> describe_kernels("cuda")
-    "a GPU's (attention as torch picks it there: flash for 16-bit inputs; CUDA's fused RMS norm)"
+    >>> describe_kernels("cuda", (9, 0))  # doctest: +NORMALIZE_WHITESPACE
+    "a GPU's, sm90 (attention as torch picks it there: cuDNN first on sm90 and sm100, for
+    16-bit inputs with head sizes multiples of 8 up to 256, then flash, memory-efficient,
+    math; CUDA's fused RMS norm)"
     """
     if device_type == "cuda":
-        return (
-            "a GPU's (attention as torch picks it there: flash for 16-bit inputs; "
-            "CUDA's fused RMS norm)"
-        )
+        return f"a GPU's{_gpu_words(capability)}; CUDA's fused RMS norm)"
     if device_type == "cpu":
         return "a CPU's (attention as torch picks it there: its fused flash kernel)"
     return "meta's own (math attention, which keeps the s x s scores)"
+
+
+def _gpu_words(capability: tuple[int, int] | None) -> str:
+    if capability is None:
+        return (
+            " of unknown compute capability, taken as an A100's (attention as torch picks it "
+            "on sm80: flash for 16-bit inputs, then memory-efficient, math"
+        )
+    name = f", sm{capability[0]}{capability[1]} (attention as torch picks it there: "
+    if capability[0] in (9, 10):
+        most = "256" if capability == (9, 0) else "128"
+        return (
+            name + "cuDNN first on sm90 and sm100, for 16-bit inputs with head sizes "
+            f"multiples of 8 up to {most}, then flash, memory-efficient, math"
+        )
+    if capability >= (8, 0):
+        return name + "flash for 16-bit inputs, then memory-efficient, math"
+    return name + "memory-efficient (flash and cuDNN need sm80), then math"
 
 
 def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -101,33 +163,62 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def _summary(call: dict[str, Any]) -> AttentionCall | None:
+    """What the filters of torch's fused kernels read of ``call``; None where none of them
+    can take it (not 4-D, inputs of several dtypes or batch sizes, key/value heads that do
+    not group the query's)."""
+    query, key, value, mask = call["query"], call["key"], call["value"], call["attn_mask"]
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return None
+    if not query.dtype == key.dtype == value.dtype:
+        return None
+    batch, heads, length, _ = query.shape
+    if not batch == key.shape[0] == value.shape[0] or key.shape[1] != value.shape[1]:
+        return None
+    grouped = heads != key.shape[1]
+    if grouped and not (call["enable_gqa"] and heads % key.shape[1] == 0):
+        return None
+    fits = True
+    if mask is not None:
+        shape = tuple(mask.shape)
+        fits = (
+            not mask.requires_grad
+            and mask.dim() in (2, 4)
+            and shape[-2] in (1, length)
+            and shape[-1] in (1, key.shape[2])
+            and (mask.dim() == 2 or (shape[0] in (1, batch) and shape[1] in (1, heads)))
+        )
+    return AttentionCall(
+        query.dtype,
+        (int(query.shape[-1]), int(key.shape[-1]), int(value.shape[-1])),
+        None if mask is None else mask.dtype,
+        fits,
+        grouped,
+        bool(call["is_causal"]),
+        float(call["dropout_p"]),
+        torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)),
+        reduced_lengths(int(length), int(key.shape[2])),
+    )
+
+
 def _choice(target: str, call: dict[str, Any]) -> int:
     """The backend the target device would pick for this call (math when unsure)."""
     if target not in ("cpu", "cuda"):
         return _MATH
-    query, key, value = call["query"], call["key"], call["value"]
-    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+    summary = _summary(call)
+    if summary is None:
         return _MATH
-    mask = call["attn_mask"]
-    if target == "cuda" and not torch.cuda.is_available():
-        return _gpu_choice(
-            query.dtype,
-            (query.shape[-1], key.shape[-1], value.shape[-1]),
-            mask is not None,
-            query.shape[1] != key.shape[1],
-            _flags(),
-        )
+    if target == "cuda" and not _present(meta_capability()):
+        return _gpu_choice(summary, _flags(), meta_capability())
     with no_frame():  # asking torch is not part of the call
-        return _cached_choice(
-            target,
-            query.dtype,
-            (query.shape[-1], key.shape[-1], value.shape[-1]),
-            None if mask is None else (mask.dim(), mask.dtype),
-            float(call["dropout_p"]),
-            bool(call["is_causal"]),
-            bool(call["enable_gqa"]),
-            _flags(),
-        )
+        return _cached_choice(target, summary, _flags(), _settings())
+
+
+def _present(capability: tuple[int, int] | None) -> bool:
+    """Whether the GPU a dry run costs is this machine's (torch can be asked)."""
+    if not torch.cuda.is_available():
+        return False
+    return capability is None or tuple(torch.cuda.get_device_capability()) == capability
 
 
 def _flags() -> tuple[bool, ...]:
@@ -140,90 +231,64 @@ def _flags() -> tuple[bool, ...]:
     )
 
 
-_HALF = (torch.float16, torch.bfloat16)
-
-
-def _gpu_choice(
-    dtype: torch.dtype,
-    heads: tuple[int, int, int],
-    masked: bool,
-    grouped: bool,
-    flags: tuple[bool, ...],
-) -> int:
-    """The backend torch picks on a data-center GPU (sm80 and later), found without one:
-    flash, then memory-efficient, then math, each where it takes the call and its flag
-    (``flags``: flash, memory-efficient, math, cuDNN) is on.
-
-    >>> on = (True, True, True, True)
-    >>> _gpu_choice(torch.bfloat16, (64, 64, 64), False, False, on) == _FLASH
-    True
-    >>> _gpu_choice(torch.float32, (64, 64, 64), False, False, on) == _EFFICIENT
-    True
-    >>> _gpu_choice(torch.float32, (63, 63, 63), False, False, on) == _MATH
-    True
-    """
-    flash, efficient, _, _ = flags
-    same = heads[0] == heads[1] == heads[2]
-    if flash and dtype in _HALF and not masked and same and heads[0] <= 256:
-        return _FLASH
-    alignment = 8 if dtype in _HALF else 4
-    aligned = heads[0] == heads[1] and all(h % alignment == 0 for h in (heads[0], heads[2]))
-    if efficient and (dtype in _HALF or dtype == torch.float32) and aligned and not grouped:
-        return _EFFICIENT
-    return _MATH
+def _settings() -> tuple[object, ...]:
+    """torch's other settings its choice reads: determinism and the backends' order."""
+    order = getattr(torch._C, "_get_sdp_priority_order", lambda: ())
+    return (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        tuple(int(b) for b in order()),
+    )
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_choice(
-    target: str,
-    dtype: torch.dtype,
-    heads: tuple[int, int, int],
-    mask: tuple[int, torch.dtype] | None,
-    dropout_p: float,
-    is_causal: bool,
-    enable_gqa: bool,
-    flags: tuple[bool, ...],
+    target: str, call: AttentionCall, flags: tuple[bool, ...], settings: tuple[object, ...]
 ) -> int:
     # Asked of torch's own kernels with every mode set aside: under a FakeTensorMode (a
     # dry run of FSDP) torch would answer for fake tensors (math), and the answer is kept.
     with _disable_current_modes():
-        return _ask_torch(target, dtype, heads, mask, dropout_p, is_causal, enable_gqa)
+        return _ask_torch(target, call)
 
 
-def _ask_torch(
-    target: str,
-    dtype: torch.dtype,
-    heads: tuple[int, int, int],
-    mask: tuple[int, torch.dtype] | None,
-    dropout_p: float,
-    is_causal: bool,
-    enable_gqa: bool,
-) -> int:
-    query = torch.zeros(1, 1, 1, heads[0], dtype=dtype, device=target)
-    key = torch.zeros(1, 1, 1, heads[1], dtype=dtype, device=target)
-    value = torch.zeros(1, 1, 1, heads[2], dtype=dtype, device=target)
+def _ask_torch(target: str, call: AttentionCall) -> int:
+    """torch's choice for a call like ``call``: batch 1, one key/value head (two query
+    heads when grouped), the reduced lengths."""
+    heads = 2 if call.grouped else 1
+    query_length, key_length = call.lengths
+
+    def zeros(*shape: int, dtype: torch.dtype = call.dtype) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=dtype, device=target)
+
+    query = zeros(1, heads, query_length, call.heads[0]).requires_grad_(call.grad)
+    key = zeros(1, 1, key_length, call.heads[1])
+    value = zeros(1, 1, key_length, call.heads[2])
     attn_mask = None
-    if mask is not None:
-        attn_mask = torch.zeros([1] * mask[0], dtype=mask[1], device=target)
+    if call.mask is not None:  # a shape cuDNN takes, or a 3-D one it does not
+        shape = (query_length, key_length) if call.mask_fits else (1, query_length, key_length)
+        attn_mask = zeros(*shape, dtype=call.mask)
     try:
-        return int(
-            torch._fused_sdp_choice(
-                query,
-                key,
-                value,
-                attn_mask=attn_mask,
-                dropout_p=dropout_p,
-                is_causal=is_causal,
-                enable_gqa=enable_gqa,
+        with torch.set_grad_enabled(call.grad):
+            return int(
+                torch._fused_sdp_choice(
+                    query,
+                    key,
+                    value,
+                    attn_mask=attn_mask,
+                    dropout_p=call.dropout,
+                    is_causal=call.causal,
+                    enable_gqa=call.grouped,
+                )
             )
-        )
     except (RuntimeError, TypeError):
         return _MATH
 
 
 def attention_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``F.scaled_dot_product_attention(*args, **kwargs)`` on meta tensors, through the
-    kernel ``target`` (``"cpu"``, ``"cuda"``) would run."""
+    kernel ``target`` (``"cpu"``, ``"cuda"``) would run. cuDNN's takes a boolean mask as
+    torch hands it over: an additive mask in the inputs' dtype (-65504 where masked out),
+    which it keeps for backward with its output and a float32 log-sum-exp per query."""
     call = _arguments(args, kwargs)
     choice = _choice(target, call)
     q, k, v = call["query"], call["key"], call["value"]
@@ -245,6 +310,9 @@ def attention_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
             q, k, v, mask, grad, dropout_p, causal, scale=scale
         )[0]
     if choice == _CUDNN:
+        if mask is not None and mask.dtype == torch.bool:
+            zero = torch.scalar_tensor(0.0, dtype=q.dtype, device=mask.device)
+            mask = torch.where(mask.logical_not(), -65504.0, zero)
         return aten._scaled_dot_product_cudnn_attention(
             q, k, v, mask, grad, dropout_p, causal, scale=scale
         )[0]

@@ -30,6 +30,7 @@ from ...contract.annotation import ELLIPSIS, AxisKind, TensorSpec
 from ...contract.compiled import TensorParameter
 from ...contract.function import CheckedFunction
 from ...errors import SpecError
+from ...syntax.dims import with_ellipsis
 from ..types import Cost
 from .counter import count_custom_backwards
 from .dryrun import Probe, Thunk, measure
@@ -308,7 +309,7 @@ def _default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
 
 def _requested(parameter: TensorParameter, given: set[str], required: set[str]) -> bool:
     """An Optional tensor defaulting to None is built only when a dim only it uses is given."""
-    own = set(parameter.spec.names) | ({ELLIPSIS} if parameter.spec.has_ellipsis else set())
+    own = set(with_ellipsis(parameter.spec.names, parameter.spec.has_ellipsis, ELLIPSIS))
     return bool(own & given) and own <= given and bool(own - required)
 
 
@@ -377,9 +378,12 @@ def estimate_probe(
             f" (tensor parameters: {', '.join(by_name) or 'none'})",
         )
     required = {p.name for p in parameters if not p.defaults_to_none}
-    required_dims = {n for p in parameters if p.name in required for n in p.spec.names}
-    if any(p.spec.has_ellipsis for p in parameters if p.name in required):
-        required_dims.add(ELLIPSIS)
+    required_dims = {
+        n
+        for p in parameters
+        if p.name in required
+        for n in with_ellipsis(p.spec.names, p.spec.has_ellipsis, ELLIPSIS)
+    }
     build_params = [
         p
         for p in parameters
@@ -389,9 +393,7 @@ def estimate_probe(
     ]
     needed: set[str] = set()
     for p in build_params:
-        needed |= set(p.spec.bindable_names)
-        if p.spec.has_ellipsis:
-            needed.add(ELLIPSIS)
+        needed.update(with_ellipsis(p.spec.bindable_names, p.spec.has_ellipsis, ELLIPSIS))
     held = {
         name: size
         for name, size in held_dims(module).items()
@@ -496,9 +498,11 @@ def call_probe(
             assert cut is not None
             after = len(spec.axes) - cut - 1
             dims[ELLIPSIS] = tuple(value.shape[cut : len(value.shape) - after])
-    in_arguments = {n for spec, _, _ in found.values() for n in spec.bindable_names}
-    if any(spec.has_ellipsis for spec, _, _ in found.values()):
-        in_arguments.add(ELLIPSIS)
+    in_arguments = {
+        n
+        for spec, _, _ in found.values()
+        for n in with_ellipsis(spec.bindable_names, spec.has_ellipsis, ELLIPSIS)
+    }
     own = module_dims(module)
     variable = [n for n in dims if n in in_arguments and n not in own]
     repeats = module_repeats(module)

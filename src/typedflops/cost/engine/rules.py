@@ -74,7 +74,7 @@ from .layer_rules import (
     norm_backward,
 )
 from .opcall import OpCall, Rule
-from .tensors import TensorMeta, is_float, map_meta, numel
+from .tensors import TensorMeta, flat_tensors, is_float, map_meta, numel
 
 __all__ = [
     "FLOP_COUNTER_CORRECTIONS",
@@ -187,6 +187,8 @@ _NOT_ARITHMETIC = _words(
 def _pointwise(call: OpCall) -> Any:
     if not any(is_float(t) for t in call.inputs):
         return 0
+    if not flat_tensors(call.out):  # (aten.equal answers a bool: it compares its inputs)
+        return _POINTWISE_COST.get(call.name, 1) * max(numel(t) for t in call.inputs)
     return _POINTWISE_COST.get(call.name, 1) * numel(call.output)
 
 

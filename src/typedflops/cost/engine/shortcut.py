@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ...contract.walk import tensors_in
 from .frames import Frame
 from .saved import SavedEntry, SavedTensors
 from .tensors import TensorMeta, describe
@@ -45,14 +46,6 @@ class Shortcut:
 
     result: TensorMeta
     saved: tuple[tuple[Role, SavedEntry], ...]
-
-
-def _tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    for value in (*args, *kwargs.values()):
-        items = value if isinstance(value, list | tuple) else (value,)
-        found.extend(item for item in items if isinstance(item, torch.Tensor))
-    return found
 
 
 def _module_tensors(args: tuple[Any, ...]) -> dict[Any, Role]:
@@ -79,7 +72,7 @@ def shortcut_of(
         return None
     key = SavedTensors.key(result)
     roles = _module_tensors(args)
-    arguments = [SavedTensors.key(t) for t in _tensors(args, kwargs)]
+    arguments = [SavedTensors.key(t) for t in tensors_in((args, kwargs))]
     if key in roles or key in arguments or (result.is_leaf and result.requires_grad):
         return None  # an argument, a parameter or a buffer: not made by the body
     for index, argument in enumerate(arguments):
@@ -91,7 +84,7 @@ def shortcut_of(
     for leaf in saved.leaves_since(mark):
         role = roles.get(leaf)
         if role is not None and role[0] == "arg":
-            tensor = _tensors(args, kwargs)[role[1]]
+            tensor = tensors_in((args, kwargs))[role[1]]
             base = tensor._base if tensor._base is not None else tensor
             nbytes = int(tensor.untyped_storage().nbytes())
             entries.append((role, SavedEntry(nbytes, describe(base), None)))
@@ -112,7 +105,7 @@ def stand_in(
     if meta.requires_grad:
         result.requires_grad_(True)
         saved.stand_ins.add(SavedTensors.key(result))
-    arguments = _tensors(args, kwargs)
+    arguments = tensors_in((args, kwargs))
     for role, entry in shortcut.saved:
         tensor: torch.Tensor | None = None
         if role[0] == "arg":
