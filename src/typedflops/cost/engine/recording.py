@@ -42,6 +42,7 @@ from .rules import function_rules
 from .sites import find_site
 
 __all__ = [
+    "ROOT_LIMIT",
     "START",
     "NamingMode",
     "RecordingMode",
@@ -63,8 +64,8 @@ _function_at = torch._C._get_function_stack_at
 _getframe = sys._getframe
 _grad = torch._C.is_grad_enabled
 _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
-# A record's root keeps at most this many pending items before it folds them into counts.
-_ROOT_LIMIT = 4096
+#: A record's root keeps at most this many pending items before it folds them into counts.
+ROOT_LIMIT = 4096
 
 #: A call's last label before its first op and after each call it made: its next op
 #: starts a user call (a marker goes first).
@@ -86,7 +87,7 @@ def _place(calls: tuple[Any, ...], event: Event) -> None:
             call.label = label
             items.append((label.name, label.pattern) if type(label) is _Group else label)
         items.append(event)
-        if call.parent is None and len(items) > _ROOT_LIMIT:
+        if call.parent is None and len(items) > ROOT_LIMIT:
             call.session.fold()
 
 

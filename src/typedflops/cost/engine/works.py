@@ -37,7 +37,7 @@ from .events import Event
 from .fit import Size, size_value
 from .frames import no_frame
 from .probes import call_dims, call_probe, stub
-from .recording import START, RecordingMode, lift_naming
+from .recording import ROOT_LIMIT, START, RecordingMode, lift_naming
 from .rules import declared_flops
 from .session import declared_event
 from .signature import signature_without_sizes
@@ -63,8 +63,6 @@ _thread = threading.get_ident
 # the recursion limit while it runs.
 _SHALLOW = 8
 _OWN_FRAMES = 4
-# A record's root keeps at most this many pending items before it folds them into counts.
-_ROOT_LIMIT = 4096
 
 
 class Work:
@@ -202,7 +200,7 @@ class Call:
         """Add a work (a call it made) or a marker-led run of items."""
         self.items.append(item)
         self.label = START
-        if self.parent is None and len(self.items) > _ROOT_LIMIT:
+        if self.parent is None and len(self.items) > ROOT_LIMIT:
             self.session.fold()
 
 
@@ -266,7 +264,7 @@ class RecordSession:
             body.last = (dims, items, work)
         parent.items.append(work)
         parent.label = START
-        if parent.parent is None and len(parent.items) > _ROOT_LIMIT:
+        if parent.parent is None and len(parent.items) > ROOT_LIMIT:
             self.fold()
 
     def abandon(self, call: Call) -> None:
