@@ -374,6 +374,14 @@ _TABLE = torch.randn(10, 6)
             ),
             6,
         ),
+        # only the part of src that index covers is added
+        (lambda: torch.zeros(3).scatter_add(0, torch.tensor([0, 2]), torch.ones(5)), 2),
+        (
+            lambda: torch.zeros(3).scatter_reduce(
+                0, torch.tensor([0, 2, 2]), torch.ones(5), reduce="amax"
+            ),
+            3,
+        ),
         (lambda: torch.bincount(torch.tensor([0, 1, 1, 3, 3]), weights=torch.rand(5)), 5),
         (lambda: torch.bincount(torch.tensor([0, 1, 1, 3, 3])), 0),  # integer counting
         # F.fold sums the overlapping patches: an add per value folded
@@ -386,6 +394,8 @@ _TABLE = torch.randn(10, 6)
         "bag-weighted",
         "bag-module",
         "scatter-add",
+        "scatter_add-src-larger",
+        "scatter_reduce-src-larger",
         "bincount-weights",
         "bincount",
         "fold",

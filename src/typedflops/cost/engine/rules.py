@@ -302,6 +302,12 @@ def _embedding_bag_backward(mode_at: int, weights_at: int) -> Rule:
     return rule
 
 
+def _scattered(call: OpCall) -> Any:
+    """``scatter_add``/``scatter_reduce``: an op per index (``src`` may be larger than
+    ``index``: only the part ``index`` covers is read)."""
+    return numel(call.inputs[1]) if is_float(call.inputs[0]) else 0
+
+
 def _scatter(call: OpCall) -> Any:
     """A scatter that reduces (``reduce="add"``/``"multiply"``): an op per index; else a copy."""
     if call.arg(4, "reduce") is None or not is_float(call.inputs[0]):
@@ -352,8 +358,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten.nll_loss_backward] = entry(_accumulate(1))
     table[aten.embedding_dense_backward] = entry(_accumulate(0))
     table[aten.index_add] = entry(_accumulate(2))
-    table[aten.scatter_add] = entry(_accumulate(2))
-    table[aten.scatter_reduce] = entry(_accumulate(2))
+    table[aten.scatter_add] = entry(_scattered)
+    table[aten.scatter_reduce] = entry(_scattered)
     table[aten.index_put] = entry(_index_put)
     table[aten._embedding_bag] = entry(_embedding_bag)
     table[aten._embedding_bag_forward_only] = entry(_embedding_bag)
