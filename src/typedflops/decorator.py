@@ -8,6 +8,7 @@ model (:mod:`typedflops.cost.model`: ``estimate``, ``formula``) and its timing
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import typing
 from collections.abc import Callable
@@ -147,7 +148,8 @@ def typed_flops(fn: Any = None, /, *, flops: str | None = None, name: str | None
 
     On a class: a dataclass's fields are checked when an instance is made; an
     ``nn.Module`` subclass has its ``forward`` decorated (a ``SpecError`` when ``forward``
-    annotates no tensor: nothing would be checked). To cost a model nobody annotated, see
+    annotates no tensor: nothing would be checked); any other class is a ``SpecError``
+    (decorate its methods). To cost a model nobody annotated, see
     :func:`typedflops.estimate`.
 
     >>> import torch
@@ -175,6 +177,12 @@ def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
     if isinstance(function, type) and issubclass(function, torch.nn.Module):
         return _module_class(function, flops, name)
     if isinstance(function, type):
+        if not dataclasses.is_dataclass(function):
+            raise SpecError.at(
+                f"@typed_flops on class {function.__qualname__.rsplit('<locals>.', 1)[-1]}",
+                "it is neither an nn.Module subclass nor a dataclass, so there is nothing to check",
+                hint="decorate the methods to check (@typed_flops on __call__ or forward)",
+            )
         return typed_class(function)
     if isinstance(function, (classmethod, staticmethod)):
         return type(function)(_decorate(function.__func__, flops, name))

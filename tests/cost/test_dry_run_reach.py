@@ -259,3 +259,68 @@ def test_plan_at_a_batch_past_what_torch_can_address_prints_one_line() -> None:
         "can address (2**63), even on meta; estimate at smaller sizes and evaluate "
         "cost.formula at these"
     )
+
+
+@typed_flops
+def _causal(q: Float[Tensor, "b h s d"]) -> Float[Tensor, "b h s d"]:
+    return nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+def test_a_zero_sized_dim_where_torch_runs_another_path_is_not_exact() -> None:
+    # On an empty sequence torch's attention returns zeros plus its inputs' sums times 0
+    # (three scalar ops): the count of what ran, which says nothing of other lengths.
+    cost = _causal.estimate(b=2, h=2, s=0, d=8)
+    assert cost.flops == 3 and not cost.exact
+    with record() as rec:
+        _causal(torch.randn(2, 2, 0, 8))
+    assert rec.total.flops == 3
+    elsewhere = _causal.estimate(b=2, h=2, s=4, d=8)
+    assert elsewhere.exact and str(elsewhere.formula) == "4*b*d*h*s**2"
+
+
+_LAYER = nn.Linear(8, 16)
+
+
+@typed_flops
+def _project(x: Float[Tensor, "n d"]) -> Float[Tensor, "n e"]:
+    return _LAYER(x)  # type: ignore[no-any-return]
+
+
+@typed_flops
+def _through_numpy(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    return torch.from_numpy(x.detach().numpy() * 2)
+
+
+def test_sizes_the_body_refuses_are_a_spec_error_naming_them_and_torchs_reason() -> None:
+    with pytest.raises(SpecError) as caught:
+        _project.estimate(n=4, d=9)
+    line = _line_of(_project, "return _LAYER(x)  # type: ignore[no-any-return]")
+    assert str(caught.value) == (
+        f"_project(): at n=4, d=9 the body fails at {line}: a and b must have same reduction "
+        "dim, but got [4, 9] X [8, 16].; give sizes the body can run at"
+    )
+    assert isinstance(caught.value.__cause__, RuntimeError)  # torch's own, kept
+    with pytest.raises(SpecError) as caught:
+        _through_numpy.estimate(n=2, d=3)
+    line = _line_of(_through_numpy, "return torch.from_numpy(x.detach().numpy() * 2)")
+    assert str(caught.value).startswith(
+        f"_through_numpy(): a dry run cannot go past .numpy() at {line}: {_VALUES}"
+    )
+    assert _project.estimate(n=4, d=8).flops == 2 * 4 * 8 * 16
+
+
+@typed_flops
+def _stacked(*xs: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    return torch.stack(xs).sum(0)
+
+
+def test_tensors_in_star_args_are_passed_or_a_spec_error_asks_for_them() -> None:
+    with pytest.raises(SpecError) as caught:
+        _stacked.estimate(n=4, d=8)
+    assert str(caught.value) == (
+        "_stacked.estimate(): cannot build *xs: its annotation gives each tensor's shape, not "
+        "how many a call passes; pass them positionally, on meta: "
+        "_stacked.estimate(torch.empty(..., device='meta'), ...)"
+    )
+    meta = torch.empty(4, 8, device="meta")
+    assert _stacked.estimate(meta, meta, meta).flops == 3 * 4 * 8  # the sum of three

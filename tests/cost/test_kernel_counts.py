@@ -165,6 +165,27 @@ def test_a_functions_backward_is_what_its_backward_runs(needs: tuple[bool, bool]
     assert int(counter.get_total_flops()) == 2 * n * d * e * (1 + needs[0] + needs[1])
 
 
+@pytest.mark.parametrize("needs", [(True, True), (False, True)])
+def test_a_flop_counter_mode_around_a_record_counts_only_what_ran(needs: tuple[bool, bool]) -> None:
+    # A record predicts a Function's backward by running it on fake tensors, and an op's
+    # backward by a replay on meta: a FlopCounterMode held around the record sees neither.
+    x = torch.randn(6, 5, requires_grad=needs[0])
+    w = torch.randn(5, 4, requires_grad=needs[1])
+    layer = nn.Linear(5, 4)
+
+    def body() -> None:
+        _Scaled.apply(x, w, 0.5).sum().backward()  # type: ignore[no-untyped-call]
+        layer(x).sum().backward()
+
+    with FlopCounterMode(display=False) as alone:
+        body()
+    with FlopCounterMode(display=False) as around, record() as rec:
+        body()
+        assert rec.total.flops > 0  # its counts asked for while the mode is still held
+    assert around.get_total_flops() == alone.get_total_flops()
+    assert around.get_total_flops() == 2 * 6 * 5 * 4 * (1 + needs[0] + needs[1]) * 2
+
+
 def test_each_call_of_a_function_is_counted_once() -> None:
     x = torch.randn(3, 4, requires_grad=True)
 
@@ -324,6 +345,86 @@ _VIEWS = [
 ]
 
 
+_BAGS = torch.tensor([[1, 2, 3, 4, 5], [0, 0, 9, 9, 9], [2, 4, 6, 8, 1], [3, 3, 3, 3, 3]])
+_TABLE = torch.randn(10, 6)
+
+
+@pytest.mark.parametrize(
+    ("body", "forward"),
+    [
+        # a bag of 5 rows of 6 values, 4 bags: an add per value looked up
+        (lambda: F.embedding_bag(_BAGS, _TABLE, mode="sum"), 4 * 5 * 6),
+        (lambda: F.embedding_bag(_BAGS, _TABLE, mode="mean"), 4 * 5 * 6 + 4 * 6),
+        (lambda: F.embedding_bag(_BAGS, _TABLE, mode="max"), 4 * 5 * 6),
+        (
+            lambda: F.embedding_bag(
+                _BAGS.flatten(),
+                _TABLE,
+                torch.tensor([0, 5, 10, 15]),
+                per_sample_weights=torch.rand(20),
+                mode="sum",
+            ),
+            2 * 20 * 6,
+        ),
+        (lambda: nn.EmbeddingBag(10, 6, mode="sum")(_BAGS), 4 * 5 * 6),  # weights need grad
+        # a scatter that adds as it writes: an add per index
+        (
+            lambda: torch.zeros(3, 8).scatter_(
+                1, torch.tensor([[0, 1], [2, 2], [7, 0]]), 1.0, reduce="add"
+            ),
+            6,
+        ),
+        # only the part of src that index covers is added
+        (lambda: torch.zeros(3).scatter_add(0, torch.tensor([0, 2]), torch.ones(5)), 2),
+        (
+            lambda: torch.zeros(3).scatter_reduce(
+                0, torch.tensor([0, 2, 2]), torch.ones(5), reduce="amax"
+            ),
+            3,
+        ),
+        (lambda: torch.bincount(torch.tensor([0, 1, 1, 3, 3]), weights=torch.rand(5)), 5),
+        (lambda: torch.bincount(torch.tensor([0, 1, 1, 3, 3])), 0),  # integer counting
+        # F.fold sums the overlapping patches: an add per value folded
+        (lambda: F.fold(torch.randn(1, 3 * 2 * 2, 9), (4, 4), 2), 3 * 2 * 2 * 9),
+    ],
+    ids=[
+        "bag-sum",
+        "bag-mean",
+        "bag-max",
+        "bag-weighted",
+        "bag-module",
+        "scatter-add",
+        "scatter_add-src-larger",
+        "scatter_reduce-src-larger",
+        "bincount-weights",
+        "bincount",
+        "fold",
+    ],
+)
+def test_ops_that_reduce_as_they_gather_are_counted(body: Any, forward: int) -> None:
+    flops, _, uncounted = _recorded(body)
+    assert (flops, uncounted) == (forward, ())
+
+
+@pytest.mark.parametrize(("mode", "per_value"), [("sum", 1), ("mean", 2), ("max", 0)])
+def test_an_embedding_bags_backward_adds_each_bags_gradient_into_its_rows(
+    mode: str, per_value: int
+) -> None:
+    bag = nn.EmbeddingBag(10, 6, mode=mode)
+    forward, backward, uncounted = _recorded(lambda: bag(_BAGS))
+    # 4 bags of 5 rows of 6 values: an add per value (mean: and a divide); max passes
+    # each bag's gradient to the row that won
+    assert (backward, uncounted) == (per_value * 4 * 5 * 6, ())
+    assert forward == 4 * 5 * 6 + (4 * 6 if mode == "mean" else 0)
+
+
+def test_ops_that_compute_without_a_rule_are_named_and_splits_are_free() -> None:
+    assert _recorded(lambda: torch.histc(torch.randn(50), bins=5)) == (0, 0, ("histc",))
+    assert find_rule(aten.unsafe_split.Tensor) is FREE
+    assert find_rule(aten.unsafe_split_with_sizes.default) is FREE
+    assert find_rule(aten._embedding_bag_forward_only.default) is not FREE
+
+
 @pytest.mark.parametrize("view", _VIEWS)
 def test_views_cost_nothing_and_are_never_uncounted(view: Any) -> None:
     x = torch.randn(3, 4)
@@ -362,6 +463,29 @@ def test_a_formula_negative_at_every_size_is_refused_at_decoration(formula: str)
         @typed_flops(flops=formula)
         def f(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
             return x
+
+
+def test_a_formula_that_is_no_whole_number_is_refused_where_it_is_evaluated() -> None:
+    @typed_flops(flops="n*d/2")
+    def half(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+        return x
+
+    @typed_flops(flops="n*d//2")
+    def rounded(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+        return x
+
+    assert half.estimate(n=4, d=3).flops == 6
+    message = (
+        "half(): flops=d*n/2 gives 9/2 FLOPs at n=3, d=3; a count is a whole number; "
+        "round it in the formula: // rounds down"
+    )
+    with pytest.raises(SpecError) as caught:
+        half.estimate(n=3, d=3)
+    assert str(caught.value) == message
+    with pytest.raises(SpecError) as caught, record():
+        half(torch.ones(3, 3))
+    assert str(caught.value) == message
+    assert rounded.estimate(n=3, d=3).flops == 4
 
 
 def test_a_formula_negative_at_some_sizes_is_refused_where_it_is_evaluated() -> None:

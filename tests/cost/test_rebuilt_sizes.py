@@ -14,7 +14,7 @@ import sympy
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from nanogpt import GPT, MLP, Block, GPTConfig
 from torch import Tensor, nn
 
@@ -174,6 +174,50 @@ def test_kept_arguments_and_a_loop_over_blocks(
     cost = cost_at({})
     assert cost.exact
     assert_holds_where_rebuilt(cost, cost_at, {"d_model": 5, "d_ff": 6, "layers": 3, "ellipsis": 7})
+
+
+class ResidualStack(nn.Module):
+    """Blocks applied with the residual add in the parent: work outside the blocks that
+    repeats with them (``n_layer * F`` of the blocks' own ops does not give it)."""
+
+    def __init__(self, vocab_size: int, dim: int, n_layer: int) -> None:
+        super().__init__()
+        self.vocab_size, self.dim, self.n_layer = vocab_size, dim, n_layer
+        self.emb = nn.Embedding(vocab_size, dim)
+        self.blocks = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n_layer))
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+
+    @typed_flops
+    def forward(self, ids: Int[Tensor, "b s"]) -> Float[Tensor, "b s vocab"]:
+        x = self.emb(ids)
+        for block in self.blocks:
+            x = x + block(x)
+        out: Tensor = self.head(x)
+        return out
+
+
+@pytest.mark.parametrize(("n_layer", "batch"), [(2, 2), (3, 2), (4, 4), (1, 2)])
+def test_a_count_of_blocks_with_work_around_them_is_named_and_holds(
+    n_layer: int, batch: int
+) -> None:
+    base = {"vocab_size": 16, "dim": 8, "n_layer": n_layer, "b": batch, "s": 16}
+
+    def cost_at(changes: Mapping[str, int]) -> Cost:
+        sizes = {**base, **changes}
+        if "vocab" in changes:
+            sizes["vocab_size"] = changes["vocab"]
+        model = ResidualStack(sizes["vocab_size"], sizes["dim"], sizes["n_layer"])
+        cost: Cost = ResidualStack.forward.estimate(model, b=sizes["b"], s=sizes["s"])
+        return cost
+
+    cost = cost_at({})
+    assert cost.exact and "n_layer" in symbols(cost) and cost.fixed == {}
+    b, s, dim, vocab, layers = sympy.symbols("b s dim vocab n_layer")
+    # the head; per block a linear (its bias not counted) and the residual add
+    per_token = 2 * dim * vocab + layers * (2 * dim**2 + dim)
+    assert sympy.expand(cost.formula - b * s * per_token) == 0
+    changes = {"b": 3, "s": 5, "dim": 12, "vocab": 30, "n_layer": n_layer + 2}
+    assert_holds_where_rebuilt(cost, cost_at, changes)
 
 
 # nanoGPT, annotated by hand (tests/nanogpt.py): GPT keeps its config, Block keeps none.

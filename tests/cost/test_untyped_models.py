@@ -306,3 +306,43 @@ def test_a_module_class_decorated_twice_keeps_one_contract() -> None:
     forward = Twice.forward
     assert typed_flops(Twice) is Twice and Twice.forward is forward
     assert math.isclose(float(Twice()(torch.zeros(3)).sum()), 3.0)
+
+
+def test_typed_flops_on_a_class_that_is_no_module_nor_dataclass_is_a_spec_error() -> None:
+    with pytest.raises(SpecError) as caught:
+
+        @typed_flops
+        class Scorer:  # its __call__ annotated, but the decorator would check nothing
+            def __call__(self, x: Float[Tensor, "n d"]) -> Float[Tensor, " n"]:
+                return x.sum(-1)
+
+    assert str(caught.value) == (
+        "@typed_flops on class Scorer: it is neither an nn.Module subclass nor a dataclass, "
+        "so there is nothing to check; decorate the methods to check (@typed_flops on "
+        "__call__ or forward)"
+    )
+
+
+class _TakesKeywords(nn.Module):
+    """A forward that takes **kwargs, as Hugging Face models' do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.head = nn.Linear(16, 50)
+
+    def forward(self, input_ids: Tensor, **kwargs: Any) -> Tensor:
+        hidden: Tensor = self.embed(input_ids)
+        if kwargs.get("output_hidden_states"):
+            return hidden
+        out: Tensor = self.head(hidden)
+        return out
+
+
+def test_flags_for_a_forwards_keywords_are_passed_and_ints_stay_sizes() -> None:
+    model = _TakesKeywords()
+    ids = Int[Tensor, "batch seq"]
+    assert estimate(model, ids, batch=2, seq=5).flops == 2 * 5 * 2 * 16 * 50
+    assert estimate(model, ids, output_hidden_states=True, batch=2, seq=5).flops == 0
+    with pytest.raises(SpecError, match=r"unknown dim layers; its dims are batch, seq"):
+        estimate(model, ids, layers=3, batch=2, seq=5)

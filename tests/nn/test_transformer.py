@@ -237,6 +237,30 @@ def test_parts_bind_their_sizes() -> None:
             "TransformerConfig(): d_model=10 is not a multiple of n_heads=4; give d_head",
         ),
         (
+            lambda: TransformerConfig.gpt2(10, 8, 16, 1, 2, norm="RMSNorm"),
+            "TransformerConfig(): norm='RMSNorm' is not one of 'layernorm', 'rmsnorm'",
+        ),
+        (
+            lambda: TransformerConfig.gpt2(10, 8, 16, 1, 2, mlp="SwiGLU"),
+            "TransformerConfig(): mlp='SwiGLU' is not one of 'gelu', 'swiglu'",
+        ),
+        (
+            lambda: TransformerConfig.gpt2(10, 8, 16, 1, 2, positions="rotary"),
+            "TransformerConfig(): positions='rotary' is not one of 'learned', 'rope'",
+        ),
+        (
+            lambda: TransformerConfig.gpt2(10, 8, 16, 1, 2, kernel="flash"),
+            "TransformerConfig(): kernel='flash' is not one of 'sdpa', 'einsum'",
+        ),
+        (
+            lambda: TransformerConfig.gpt2(10, 8, 16, 1, 2, d_ff=-64),
+            "TransformerConfig(): d_ff=-64 is not a size (0: the default)",
+        ),
+        (
+            lambda: TransformerConfig.gpt2(10, 8, 16, 1, 2, dropout=1.0),
+            "TransformerConfig(): dropout=1.0 is not a probability in [0, 1)",
+        ),
+        (
             lambda: rotary_tables(4, 3),
             "rotary_tables(): d_head=3 must be even (pairs of axes turn)",
         ),

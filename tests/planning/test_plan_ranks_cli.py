@@ -108,6 +108,8 @@ def test_a_factory_of_the_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "    return TransformerLM(tiny_config(), device='meta')\n"
         "def not_a_model():\n"
         "    return 3\n"
+        "def sized(width):\n"
+        "    return tiny_config()\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "mymodels", raising=False)
@@ -119,6 +121,12 @@ def test_a_factory_of_the_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         resolve_model("mymodels:not_a_model")
     with pytest.raises(SpecError, match="cannot import 'nowhere_at_all'"):
         resolve_model("nowhere_at_all:make")
+    with pytest.raises(SpecError) as caught:
+        resolve_model("mymodels:sized")
+    assert str(caught.value) == (
+        "--model: mymodels:sized() cannot be called with no arguments "
+        "(missing a required argument: 'width')"
+    )
 
 
 @pytest.mark.parametrize(

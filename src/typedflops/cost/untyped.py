@@ -6,6 +6,7 @@ a model nobody annotated (a Hugging Face or torchvision model) is costed in ``ba
 from __future__ import annotations
 
 import inspect
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,10 +37,11 @@ def estimate(
     for its leading parameters or by parameter name: ``Int[Tensor, "batch seq"]`` is built
     as a tensor of shape ``(batch, seq)`` and dtype int64 (``Float[...]``: float32 or
     ``dtype``). Other values given for parameters are passed as they are (``use_cache=False``;
-    a real tensor takes part through a meta copy). The remaining keywords are the dims'
-    sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``. ``grad`` names the inputs
-    whose tensors require grad; the module's parameters follow their ``requires_grad``, so
-    ``backward_flops`` is the backward of a training step.
+    a real tensor takes part through a meta copy), and so are values other than sizes for a
+    ``forward`` that takes ``**kwargs`` (``output_hidden_states=True``). The remaining
+    keywords are the dims' sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``.
+    ``grad`` names the inputs whose tensors require grad; the module's parameters follow
+    their ``requires_grad``, so ``backward_flops`` is the backward of a training step.
 
     A ``@typed_flops`` function, or a module whose ``forward`` is one, needs no annotations:
     ``estimate(model, batch=8)`` is ``model.forward.estimate(batch=8)``. Missing, unknown or
@@ -77,8 +79,13 @@ def estimate(
     hints = [value for value in (*arguments.values(), *named.values())]
     dim_names = {dim for hint in hints if is_tensor_annotation(hint) for dim in _dims_of(hint)}
     dims: dict[str, Any] = {}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
     for key, value in named.items():
-        if key in names and (key not in dim_names or is_tensor_annotation(value)):
+        if takes_any and key not in names and key not in dim_names and not _a_size(value):
+            # a forward's **kwargs takes a flag or an object (output_hidden_states=True); an
+            # int stays a size, so a dim nothing names is still refused
+            arguments[key] = value
+        elif key in names and (key not in dim_names or is_tensor_annotation(value)):
             if key in arguments:
                 raise SpecError.at(
                     f"estimate({_label(model)})", f"{key} is given twice (by position and name)"
@@ -108,6 +115,13 @@ def estimate(
     wrapper = _wrapper(model, owner, positional, arguments, specs)
     objects = (owner,) if owner is not None else ()
     return estimate_checked(wrapper, objects, dims, dtype, tuple(grad))
+
+
+def _a_size(value: Any) -> bool:
+    """An int (not a bool), or a tuple of them (the sizes ``...`` stands for)."""
+    if isinstance(value, tuple):
+        return all(_a_size(item) for item in value)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _label(model: Any) -> str:

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import sympy
 import torch
@@ -34,6 +34,13 @@ from .layers import MLP, Device, Dropout, Embedding, LayerNorm, RMSNorm, SwiGLU,
 from .lecture import Linear
 
 __all__ = ["CONFIGS", "Block", "TransformerConfig", "TransformerLM"]
+
+
+_Norm = Literal["layernorm", "rmsnorm"]
+_Mlp = Literal["gelu", "swiglu"]
+_Positions = Literal["learned", "rope"]
+#: The config's fields that name a kind, and the kinds each may name.
+_CHOICES: dict[str, Any] = {"norm": _Norm, "mlp": _Mlp, "positions": _Positions, "kernel": Kernel}
 
 
 @dataclass(frozen=True)
@@ -57,9 +64,9 @@ class TransformerConfig:
     n_heads: int
     d_head: int = 0
     d_ff: int = 0
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    mlp: Literal["gelu", "swiglu"] = "gelu"
-    positions: Literal["learned", "rope"] = "learned"
+    norm: _Norm = "layernorm"
+    mlp: _Mlp = "gelu"
+    positions: _Positions = "learned"
     tied: bool = True
     bias: bool = True
     dropout: float = 0.0
@@ -71,6 +78,21 @@ class TransformerConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise SpecError.at("TransformerConfig()", f"{name}={value!r} is not a size >= 1")
+        for name in ("d_head", "d_ff"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise SpecError.at(
+                    "TransformerConfig()", f"{name}={value!r} is not a size (0: the default)"
+                )
+        for name, kind in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in get_args(kind):
+                known = ", ".join(repr(choice) for choice in get_args(kind))
+                raise SpecError.at("TransformerConfig()", f"{name}={value!r} is not one of {known}")
+        if not (type(self.dropout) in (int, float) and 0 <= self.dropout < 1):
+            raise SpecError.at(
+                "TransformerConfig()", f"dropout={self.dropout!r} is not a probability in [0, 1)"
+            )
         if not self.d_head:
             if self.d_model % self.n_heads:
                 raise SpecError.at(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -67,6 +68,14 @@ def _from_factory(spec: str) -> TransformerConfig:
     factory = getattr(module, attribute, None)
     if not callable(factory):
         raise SpecError.at(_WHERE, f"{module_name} has no callable {attribute!r}")
+    try:
+        inspect.signature(factory).bind()
+    except TypeError as error:
+        raise SpecError.at(
+            _WHERE, f"{spec}() cannot be called with no arguments ({error})"
+        ) from None
+    except ValueError:  # a callable whose signature Python cannot read: call it
+        pass
     made = factory()
     if isinstance(made, TransformerConfig):
         return made

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .counter import counting
 from .events import Event
@@ -89,7 +90,8 @@ def _replay(event: Event) -> BackwardResult:
     leaves: list[torch.Tensor] = []
     sink = _ListSink()
     try:
-        with torch.device("meta"), no_frame():
+        # the dispatch modes around (a FlopCounterMode the user holds) never see a replay
+        with _disable_current_modes(), torch.device("meta"), no_frame():
 
             def build(meta: TensorMeta) -> torch.Tensor:
                 tensor = torch.empty_strided(meta.shape, meta.stride, dtype=meta.dtype)

@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.function import BackwardCFunction
 from torch.nested._internal.nested_tensor import NestedTensor
 from torch.overrides import TorchFunctionMode, resolve_name
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ...contract.walk import tensors_in
 from ..storage import nbytes
@@ -232,8 +232,10 @@ def custom_backward_event(node: Any, *, to_meta: bool = False) -> Event:
 
     Its ``backward`` is called with ``node`` as its ``ctx`` and a gradient of each output's
     shape, on fake tensors (the saved tensors and any real tensor it reaches converted on
-    the fly, nothing computed), under a counting mode. When it cannot run so (it reads a
-    value, ``ctx`` lacks what it needs), it is listed as uncounted, with the reason.
+    the fly, nothing computed), under a counting mode of its own: the dispatch modes around
+    the call (a ``FlopCounterMode`` the user holds) never see these ops. When it cannot run
+    so (it reads a value, ``ctx`` lacks what it needs), it is listed as uncounted, with the
+    reason.
     """
     cls = node._forward_cls
     name = f"{cls.__name__} (backward)"
@@ -242,7 +244,7 @@ def custom_backward_event(node: Any, *, to_meta: bool = False) -> Event:
         saved = node.saved_tensors
         real = any(_real(t) for t in saved if isinstance(t, torch.Tensor))
         fake = FakeTensorMode(allow_non_fake_inputs=True) if real else contextlib.nullcontext()
-        with no_frame(), fake, torch.no_grad():
+        with _disable_current_modes(), no_frame(), fake, torch.no_grad():
             grads = [
                 torch.zeros(tuple(meta.shape), dtype=meta.dtype, device=meta.device)
                 for meta in node._input_metadata

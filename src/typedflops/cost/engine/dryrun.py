@@ -95,6 +95,13 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     values = _values(start, [*fitting.varied, *sequence])
     repeat = _repeat_symbols(probe, values)
     repeat = _verified_repeats(runner, start, probe, fitting, repeat, values)
+    unverified = _unverified_repeats(probe, repeat, values)
+    if unverified:
+        # a count of blocks that ``n_layers * F`` does not give (work outside the blocks
+        # repeats with them: a residual add per block) is a size like the others, fitted by
+        # rebuilding the module at other counts
+        kept = {name: count for name, count in probe.repeats.items() if name not in unverified}
+        return measure(dataclasses.replace(probe, repeats=kept), shifted=shifted)
     values.update({str(symbol): count for count, symbol in repeat.items()})
     terms = fitting.terms(repeat)
     if sequence:
@@ -112,7 +119,11 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     changed = {name for s in studies if not s.stuck for name in _names(s.axis)}
     changed |= {str(symbol) for symbol in repeat.values()}
     cost = _cost(probe, base, fitting, terms, bound, values, changed)
-    moving = any(s.other_ops for s in studies if s.axis in at_one)
+    moving = any(
+        s.other_ops or _moves_from_zero(runner, start, base, s.axis)
+        for s in studies
+        if s.axis in at_one
+    )
     if at_one and not shifted:
         cost = _fitted_above_one(probe, cost, at_one, moving)
     elif moving:
@@ -138,6 +149,17 @@ def _with_terms(
         dims=dims,
         fixed=fixed,
     )
+
+
+def _moves_from_zero(runner: Runner, at: Mapping[str, Size], base: Run, axis: Axis) -> bool:
+    """Whether a dim of size 0 (never changed by a study: no value is near it) runs other
+    ops at size 2 than at 0 (torch's empty-input paths: attention on an empty batch sums
+    its inputs times 0), or cannot run there: its count at 0 says nothing of other sizes."""
+    size = at[axis.keys[0]]
+    if size_value(size) != 0:
+        return False
+    run = runner.run({**at, **axis.assign((2, *size[1:]) if isinstance(size, tuple) else 2)})
+    return run is None or run.ops != base.ops
 
 
 def _is_one(size: Size) -> bool:
@@ -204,6 +226,22 @@ def _repeat_symbols(probe: Probe, values: Mapping[str, int]) -> dict[int, sympy.
         value: sympy.Symbol(found[0])
         for value, found in by_value.items()
         if len(found) == 1 and value >= 2
+    }
+
+
+def _unverified_repeats(
+    probe: Probe, repeat: Mapping[int, sympy.Symbol], values: Mapping[str, int]
+) -> set[str]:
+    """The module's counts of blocks that a rebuild can change but no ``n_layers * F``
+    formula was confirmed for."""
+    rebuild = probe.rebuild
+    if rebuild is None or rebuild.declared:
+        return set()
+    named = {str(symbol) for symbol in repeat.values()}
+    return {
+        name
+        for name, count in probe.repeats.items()
+        if rebuild.sizes.get(name) == count and name not in values and name not in named
     }
 
 

@@ -335,6 +335,24 @@ def _requested_by_name(
     return requested
 
 
+def _variadic_given(function: str, signature: inspect.Signature, args: tuple[Any, ...]) -> None:
+    """A SpecError for ``*xs: Float[Tensor, ...]`` left empty: its annotation gives each
+    tensor's shape, not how many a call passes."""
+    for index, (name, parameter) in enumerate(signature.parameters.items()):
+        if (
+            parameter.kind is parameter.VAR_POSITIONAL
+            and len(args) <= index
+            and "Tensor" in str(parameter.annotation)
+        ):
+            raise SpecError.at(
+                f"{function}.estimate()",
+                f"cannot build *{name}: its annotation gives each tensor's shape, not how many "
+                "a call passes",
+                hint="pass them positionally, on meta: "
+                f"{function}.estimate(torch.empty(..., device='meta'), ...)",
+            )
+
+
 def estimate_probe(
     call: CheckedFunction[..., Any],
     args: tuple[Any, ...],
@@ -368,6 +386,7 @@ def estimate_probe(
             f"unknown dim{'s' * (len(unknown) > 1)} {', '.join(unknown)}; its dims are {shown}",
         )
     sizes = check_sizes(function, given, variadic)
+    _variadic_given(function, contract.signature, args)
     unknown_grad = sorted(set(grad) - set(by_name))
     if unknown_grad:
         which = "is not a tensor parameter" if len(unknown_grad) == 1 else "are not"

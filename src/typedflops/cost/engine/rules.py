@@ -272,6 +272,55 @@ def _index_put(call: OpCall) -> Any:
     return numel(values) if accumulate and is_float(values) else 0
 
 
+def _embedding_bag(call: OpCall) -> Any:
+    """A bag's rows summed (mean: and divided; max: compared): an add or compare per value
+    looked up, a multiply more per value with ``per_sample_weights``."""
+    weight, indices = call.inputs[0], call.inputs[1]
+    if not is_float(weight):
+        return 0
+    values = numel(indices) * weight.shape[1]
+    weighted = call.arg(6, "per_sample_weights") is not None
+    mean = call.arg(4, "mode", 0) == 1
+    return values * (1 + weighted) + (numel(call.output) if mean else 0)
+
+
+def _embedding_bag_backward(mode_at: int, weights_at: int) -> Rule:
+    """The bags' gradients added into the rows they looked up: an add per value (mean: a
+    divide more; ``per_sample_weights``: a multiply more); max passes each on, 0 FLOPs."""
+
+    def rule(call: OpCall) -> Any:
+        grad, indices = call.inputs[0], call.inputs[1]
+        if not is_float(grad):
+            return 0
+        values = numel(indices) * grad.shape[-1]
+        mode = call.arg(mode_at, "mode", 0)
+        if mode == 2:
+            return 0
+        weighted = call.arg(weights_at, "per_sample_weights") is not None
+        return values * (1 + weighted + (mode == 1))
+
+    return rule
+
+
+def _scattered(call: OpCall) -> Any:
+    """``scatter_add``/``scatter_reduce``: an op per index (``src`` may be larger than
+    ``index``: only the part ``index`` covers is read)."""
+    return numel(call.inputs[1]) if is_float(call.inputs[0]) else 0
+
+
+def _scatter(call: OpCall) -> Any:
+    """A scatter that reduces (``reduce="add"``/``"multiply"``): an op per index; else a copy."""
+    if call.arg(4, "reduce") is None or not is_float(call.inputs[0]):
+        return 0
+    return numel(call.inputs[1])
+
+
+def _bincount(call: OpCall) -> Any:
+    """Counting is integer work; with float ``weights`` an add per weight."""
+    weights = call.arg(1, "weights")
+    return numel(weights) if weights is not None and is_float(weights) else 0
+
+
 def _builtin_entries() -> dict[Any, RuleEntry]:
     def entry(rule: Rule, matmul: bool = False) -> RuleEntry:
         return RuleEntry(rule, symbolic=True, source="typedflops", matmul=matmul)
@@ -309,9 +358,16 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten.nll_loss_backward] = entry(_accumulate(1))
     table[aten.embedding_dense_backward] = entry(_accumulate(0))
     table[aten.index_add] = entry(_accumulate(2))
-    table[aten.scatter_add] = entry(_accumulate(2))
-    table[aten.scatter_reduce] = entry(_accumulate(2))
+    table[aten.scatter_add] = entry(_scattered)
+    table[aten.scatter_reduce] = entry(_scattered)
     table[aten.index_put] = entry(_index_put)
+    table[aten._embedding_bag] = entry(_embedding_bag)
+    table[aten._embedding_bag_forward_only] = entry(_embedding_bag)
+    table[aten._embedding_bag_backward] = entry(_embedding_bag_backward(8, 10))
+    table[aten._embedding_bag_dense_backward] = entry(_embedding_bag_backward(7, 8))
+    table[aten.scatter] = entry(_scatter)
+    table[aten.bincount] = entry(_bincount)
+    table[aten.col2im] = entry(_accumulate(0))  # F.fold: overlapping patches summed
     table[aten._index_put_impl_] = entry(_index_put)
     return table
 
@@ -333,16 +389,17 @@ _FREE_OPS = _words(
     full full_like new_zeros new_ones new_full scalar_tensor arange linspace logspace eye rand
     rand_like randn randn_like randint randint_like randperm bernoulli uniform normal tril triu
     clone copy _to_copy to contiguous _copy_from _copy_from_and_resize cat stack split
-    split_with_sizes unbind chunk narrow_copy slice_scatter select_scatter diagonal_scatter
-    as_strided_scatter index index_select gather scatter masked_fill where masked_scatter
+    split_with_sizes unsafe_split unsafe_split_with_sizes unsafe_chunk unbind chunk
+    narrow_copy slice_scatter select_scatter diagonal_scatter
+    as_strided_scatter index index_select gather masked_fill where masked_scatter
     masked_select take embedding flip roll repeat constant_pad_nd reflection_pad1d
     reflection_pad2d replication_pad1d replication_pad2d tril_indices triu_indices nonzero sort
     argsort topk unique _unique2 one_hot fill zero detach alias lift_fresh lift_fresh_copy
     _local_scalar_dense item set_ resize_ record_stream native_dropout_backward_mask
     _assert_async _assert_tensor_metadata sym_constrain_range _fused_sdp_choice
     _has_compatible_shallow_copy_type is_same_size _pin_memory _make_dep_token bucketize
-    searchsorted histc bincount _unsafe_index index_fill masked_fill_ upsample_nearest1d
-    upsample_nearest2d pixel_shuffle pixel_unshuffle im2col col2im _embedding_bag_forward_only
+    searchsorted _unsafe_index index_fill masked_fill_ upsample_nearest1d
+    upsample_nearest2d pixel_shuffle pixel_unshuffle im2col
     _unsafe_view _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded
     """
 )
@@ -532,7 +589,8 @@ def op_name(func: torch._ops.OpOverload) -> str:
 
 def declared_flops(function: str, formula: sympy.Expr, dims: Mapping[str, int]) -> int:
     """The count a ``flops=`` formula gives at ``dims``, or a SpecError where it is negative
-    (a formula that is negative for every size is refused at decoration instead).
+    (a formula that is negative for every size is refused at decoration instead) or not a
+    whole number (``n/2`` at an odd ``n``: ``n//2`` rounds down).
 
     >>> declared_flops("f", sympy.sympify("n - d"), {"n": 4, "d": 3})
     1
@@ -540,14 +598,24 @@ def declared_flops(function: str, formula: sympy.Expr, dims: Mapping[str, int]) 
     Traceback (most recent call last):
       ...
     typedflops.errors.SpecError: f(): flops=-d + n gives -1 FLOPs at n=2, d=3; a count is ...
+    >>> declared_flops("f", sympy.sympify("n*d/2"), {"n": 3, "d": 3})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+      ...
+    typedflops.errors.SpecError: f(): flops=d*n/2 gives 9/2 FLOPs at n=3, d=3; a count is a ...
     """
     value = formula.xreplace({sympy.Symbol(name): size for name, size in dims.items()})
+    used = {str(symbol) for symbol in formula.free_symbols}
+    shown = ", ".join(f"{name}={size}" for name, size in dims.items() if name in used)
     if value < 0:
-        used = {str(symbol) for symbol in formula.free_symbols}
-        shown = ", ".join(f"{name}={size}" for name, size in dims.items() if name in used)
         raise SpecError.at(
             f"{function}()",
             f"flops={formula} gives {value} FLOPs at {shown}; a count is never negative",
+        )
+    if not value.is_integer:
+        raise SpecError.at(
+            f"{function}()",
+            f"flops={formula} gives {value} FLOPs at {shown}; a count is a whole number",
+            hint="round it in the formula: // rounds down",
         )
     return int(value)
 

@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import (
 )
 
 from ...config import disabled
-from ...errors import ContractError, DryRunError
+from ...errors import ContractError, DryRunError, SpecError
 from .backward import backward_of
 from .events import Event
 from .fit import Size
@@ -163,8 +163,10 @@ class Runner:
                 DataDependentOutputException,
                 RuntimeError,
             ) as error:
-                if isinstance(error, ContractError) or not _explained(error):
+                if isinstance(error, ContractError):
                     raise
+                if not _explained(error):
+                    raise body_error(self.probe, error) from error
                 raise dry_run_error(self.probe, error) from None
         self._runs[_key(assignment)] = run
         return run
@@ -260,6 +262,30 @@ def dry_run_error(probe: Probe, exc: BaseException) -> DryRunError:
     )
     error.reads_values = f"{shown}{at}"
     return error
+
+
+def body_error(probe: Probe, exc: BaseException) -> SpecError:
+    """One line for a body that torch refuses at the call's sizes (a ``Linear(8, 16)`` given
+    ``d=9``, a kernel larger than its input, ``.numpy()``): the sizes, the user's line and
+    torch's reason."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    where = _user_line(exc)
+    at = f" at {where}" if where else ""
+    if "numpy" in reason and "tensor subclasses" in reason:
+        error = DryRunError.at(
+            f"{probe.function}()",
+            f"a dry run cannot go past .numpy(){at}: its result depends on the tensors' "
+            "values, not only their shapes",
+            hint="record a real run instead (with typedflops.record() as rec: ...)",
+        )
+        error.reads_values = f".numpy(){at}"
+        return error
+    sizes = ", ".join(f"{name}={size}" for name, size in probe.dims.items())
+    return SpecError.at(
+        f"{probe.function}()",
+        f"at {sizes} the body fails{at}: {reason}",
+        hint="give sizes the body can run at",
+    )
 
 
 # Where code that is not the user's lives: torch, sympy, typedflops, the standard library.
