@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -341,6 +341,21 @@ def test_nested_records_each_see_everything_inside_them() -> None:
     assert (outer.total.flops, inner.total.flops) == (384, 192)
     assert (outer_counter.get_total_flops(), inner_counter.get_total_flops()) == (384, 192)
     assert outer.calls[0].calls == 2
+
+
+def test_records_closed_out_of_order_each_see_what_ran_while_they_were_open() -> None:
+    with ExitStack() as stack:
+        first = record()
+        a = first.__enter__()
+        repeated(X, W, Config(1))
+        b = stack.enter_context(record())
+        repeated(X, W, Config(1))
+        first.__exit__(None, None, None)  # the outer one closes first
+        repeated(X, W, Config(1))
+        with record() as c:
+            repeated(X, W, Config(1))
+    repeated(X, W, Config(1))  # after every record: seen by none
+    assert (a.total.flops, b.total.flops, c.total.flops) == (384, 576, 192)
 
 
 @typed_flops

@@ -190,7 +190,8 @@ def record() -> Iterator[Recorder]:
     # the records open here, in this thread (a context copied to another thread, as
     # asyncio.to_thread does, holds records that are not this thread's)
     mine = [c for c in outer if c.session.thread == session.thread] if type(outer) is tuple else []
-    token = counting_frame.set((*mine, session.root))
+    ours = (*mine, session.root)
+    token = counting_frame.set(ours)
     session.mode = entered()
     start = time.perf_counter()
     try:
@@ -200,5 +201,12 @@ def record() -> Iterator[Recorder]:
             torch.cuda.synchronize()
         recorder.seconds = time.perf_counter() - start
         left()
-        counting_frame.reset(token)
+        current = counting_frame.get()
+        if current is ours:
+            counting_frame.reset(token)
+        elif type(current) is tuple:
+            # closed before a record opened inside it (an ExitStack, enter and exit by
+            # hand): the records still open go on
+            rest = tuple(call for call in current if call.session is not session)
+            counting_frame.set(rest or (None if type(outer) is tuple else outer))
         session.close()
