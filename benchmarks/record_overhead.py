@@ -4,19 +4,21 @@ Every number is a median over interleaved rounds in one process (float32, CPU, 1
 so that machine noise hits every variant alike:
 
 - ``call``: a decorated two-matmul function (8x16 @ 16x16 @ 16x4), checked vs checked
-  inside ``record()`` (the ratio ``benchmarks/soak.py`` also prints), and the same body
-  undecorated under a do-nothing dispatch + function mode pair (the floor any counting
-  mode pays in Python) and under FlopCounterMode;
-- ``shapes``: 20,000 calls of it over 1,000 distinct batch sizes inside one ``record()``
-  (per call), then ``rec.total`` and ``rec.table()`` (formulas fitted on demand: one fit
-  serves every row it reproduces);
+  inside ``record()`` (the ratio ``benchmarks/soak.py`` also prints) vs checked under a
+  dispatch mode that does nothing (the floor of any counting mode that sees each op in
+  Python: a recorded call's body runs under the counting mode alone), and the same body
+  undecorated under a do-nothing dispatch + function mode pair (what counting and naming
+  the user's calls outside decorated ones pays at least) and under FlopCounterMode;
+- ``shapes``: 20,000 calls of it over 1,000 distinct batch sizes, checked vs inside one
+  ``record()`` (per call, interleaved rounds), then ``rec.total`` and ``rec.table()``
+  (formulas fitted on demand: one fit serves every row it reproduces);
 - ``model``: a GPT-style model written the usual way (``nn.Linear``, ``nn.LayerNorm``,
   ``F.scaled_dot_product_attention``, no annotations), a forward and backward step, plain,
   under FlopCounterMode and under ``record()``, at one shape and over 12 distinct shapes;
 - ``deep``: one forward through a ``ModuleList`` of 10,000 small blocks, under
   FlopCounterMode and under ``record()``, and the time of ``rec.total``.
 
-Prints ``record / FlopCounterMode`` (target <= 3) and ``recorded / checked`` per case.
+Prints ``record / FlopCounterMode`` and ``recorded / checked`` (targets <= 3) per case.
 
 Run: ``python benchmarks/record_overhead.py`` (``--quick`` for fewer calls and rounds).
 """
@@ -68,6 +70,12 @@ def _floor() -> Iterator[None]:
     that names the user's calls pays per op before counting anything."""
     with _PassFunction(), _PassDispatch():
         yield
+
+
+def _dispatch_floor() -> AbstractContextManager[Any]:
+    """A dispatch mode that does nothing: what any counting mode that sees each op in
+    Python pays per op."""
+    return _PassDispatch()
 
 
 class Block(nn.Module):
@@ -144,19 +152,23 @@ def bench_call(rounds: int, calls: int) -> None:
             plain_two_layers(x, w1, w2)
 
     variants = {
-        **_each(checked, checked=nullcontext, recorded=record),
+        **_each(checked, checked=nullcontext, recorded=record, checked_floor=_dispatch_floor),
         **_each(plain, plain=nullcontext, floor=_floor, FlopCounterMode=_counter, record=record),
     }
     per = {name: value / calls * 1e6 for name, value in _medians(variants, rounds).items()}
     print(f"call ({calls} calls, 8x16 @ 16x16 @ 16x4):")
     for name, value in per.items():
         print(f"  {name:<16} {value:9.2f} us")
-    print(f"  recorded / checked:                   {per['recorded'] / per['checked']:.2f}")
-    print(f"  floor (pass-through modes) / checked: {per['floor'] / per['checked']:.2f}")
-    print(f"  record / FlopCounterMode (plain body): {per['record'] / per['FlopCounterMode']:.2f}")
+    print(f"  recorded / checked:                     {per['recorded'] / per['checked']:.2f}")
+    print(
+        f"  checked floor (a pass-through dispatch mode) / checked: "
+        f"{per['checked floor'] / per['checked']:.2f}"
+    )
+    print(f"  floor (pass-through modes) / plain:     {per['floor'] / per['plain']:.2f}")
+    print(f"  record / FlopCounterMode (plain body):  {per['record'] / per['FlopCounterMode']:.2f}")
 
 
-def bench_shapes(calls: int, shapes: int) -> None:
+def bench_shapes(calls: int, shapes: int, rounds: int) -> None:
     w1, w2 = torch.randn(16, 16), torch.randn(16, 4)
     xs = [torch.randn(batch, 16) for batch in range(1, shapes + 1)]
 
@@ -168,20 +180,22 @@ def bench_shapes(calls: int, shapes: int) -> None:
         for index in range(calls):
             plain_two_layers(xs[index % shapes], w1, w2)
 
-    unrecorded = _seconds(checked)
+    # each round a record of its own: every distinct shape is a new row again
+    found = _medians(_each(checked, checked=nullcontext, recorded=record), rounds)
+    unrecorded, recorded = found["checked"], found["recorded"]
     with record() as rec:
-        recorded = _seconds(checked)
+        checked()
     with FlopCounterMode(display=False):
         counted = _seconds(plain)
     with record():
         recorded_plain = _seconds(plain)
     total_time = _seconds(lambda: rec.total)
     table_time = _seconds(rec.table)
-    print(f"shapes ({calls} calls over {shapes} batch sizes, one record):")
+    print(f"shapes ({calls} calls over {shapes} batch sizes, one record a round):")
     print(
         f"  checked {unrecorded / calls * 1e6:.1f} us a call, recorded {recorded / calls * 1e6:.1f}"
     )
-    print(f"  recorded / checked: {recorded / unrecorded:.2f}")
+    print(f"  recorded / checked: {recorded / unrecorded:.2f} (median of {rounds} rounds)")
     print(
         f"  undecorated: FlopCounterMode {counted / calls * 1e6:.1f} us a call, record "
         f"{recorded_plain / calls * 1e6:.1f}; record / FlopCounterMode: "
@@ -247,7 +261,9 @@ def main() -> None:
     with FlopCounterMode(display=False):
         plain_two_layers(torch.randn(2, 16), torch.randn(16, 16), torch.randn(16, 4))
     bench_call(rounds=5 if quick else 15, calls=100 if quick else 500)
-    bench_shapes(calls=2_000 if quick else 20_000, shapes=100 if quick else 1_000)
+    bench_shapes(
+        calls=2_000 if quick else 20_000, shapes=100 if quick else 1_000, rounds=3 if quick else 5
+    )
     bench_model(rounds=3 if quick else 9)
     bench_deep(blocks=1_000 if quick else 10_000, rounds=1 if quick else 3)
 

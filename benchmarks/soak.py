@@ -2,8 +2,11 @@
 
 Prints, for a small two-matmul function (8x16 @ 16x16 @ 16x4, float32, CPU):
 
-- time per call unchecked, checked, and checked inside ``record()`` (interleaved rounds, so
-  the ratio recorded / checked is measured under the same load);
+- time per call unchecked, checked, checked inside ``record()``, and checked under a
+  dispatch mode that does nothing (interleaved rounds, so the ratios are measured under the
+  same load): ``record()`` counts each op of the body as it runs, in a dispatch mode, so the
+  floor's ratio to a checked call is what torch's round trip to Python costs on these small
+  ops before anything is counted;
 - the growth of resident memory over 1e5 checked calls and over 1e4 recorded calls (every
   call is counted as it ran; calls that did the same work share a row, so a recording keeps
   memory per distinct work, not per call);
@@ -21,10 +24,12 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from typedflops import record, typed_flops
 
@@ -38,6 +43,13 @@ def checked(
     x: Float[Tensor, "batch d"], w1: Float[Tensor, "d h"], w2: Float[Tensor, "h k"]
 ) -> Float[Tensor, "batch k"]:
     return torch.relu(x @ w1) @ w2
+
+
+class PassThrough(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """A dispatch mode that runs each op and does nothing else."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
 
 
 def rss_mib() -> float:
@@ -69,7 +81,7 @@ def main() -> None:
     assert warm.total.flops > 0
 
     rounds = 20
-    times: dict[str, list[float]] = {"plain": [], "checked": [], "recorded": []}
+    times: dict[str, list[float]] = {"plain": [], "checked": [], "recorded": [], "floor": []}
     calls = 500 // scale or 1
     with record() as rec:
         run_checked()  # the first record loads what counting needs: not part of a figure
@@ -79,11 +91,14 @@ def main() -> None:
         with record() as rec:
             run_checked()
             times["recorded"].append(per_call(run_checked, calls))
+        with PassThrough():  # type: ignore[no-untyped-call]
+            times["floor"].append(per_call(run_checked, calls))
     medians = {name: statistics.median(values) * 1e6 for name, values in times.items()}
     print("per call (median of 20 rounds, 1 thread):")
     for name, value in medians.items():
         print(f"  {name:<9} {value:8.2f} us")
     print(f"recorded / checked: {medians['recorded'] / medians['checked']:.2f} (target <= 3)")
+    print(f"floor / checked:    {medians['floor'] / medians['checked']:.2f} (no counting at all)")
     print(f"rows kept for {calls + 1} recorded calls: {len(rec.calls)}")
 
     gc.collect()

@@ -348,6 +348,32 @@ class CheckedFunction(Generic[P, R]):
             raise exc.with_traceback(None) from None
         return state
 
+    def recall_arguments(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> tuple[CallState, recall.Outcome | None]:
+        """:meth:`check_arguments`, taking the bindings of an earlier call whose arguments
+        read the same (see :mod:`.recall`): the call's state, and the outcome recalled
+        (whose state is shared: a call that sets more on it takes ``outcome.own_state()``)."""
+        try:
+            return recall.check_arguments(self._contract or self.contract, self.name, args, kwargs)
+        except ContractError as exc:
+            raise exc.with_traceback(None) from None
+
+    def recall_return(
+        self, result: Any, state: CallState, outcome: recall.Outcome | None
+    ) -> CallState:
+        """:meth:`check_return` for a call checked by :meth:`recall_arguments`: the call's
+        state after it (its own, if the check bound more)."""
+        try:
+            return recall.check_return(self._contract or self.contract, result, state, outcome)
+        except ContractError as exc:
+            raise exc.with_traceback(None) from None
+
+    @property
+    def binds_in_body(self) -> bool:
+        """Whether its body binds dims of its own (it reads jaxtyping's memo)."""
+        return self._body is not self._fn
+
     def check_return(self, result: Any, state: CallState) -> None:
         """Check a call's return value against its annotation, in the call's state."""
         try:

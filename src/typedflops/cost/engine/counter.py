@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ...contract.walk import tensors_in
 from ..storage import nbytes
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
-from .events import Event, Sink, current_group, group, named_event, new_group
+from .events import Event, Group, Sink, _group, current_group, named_event, new_group, new_serial
 from .frames import current_frame, no_frame
 from .functions import inside_rule, watching
 from .kernels import on_target
@@ -274,8 +274,13 @@ def count_custom_backwards(result: Any, mode: Any = None) -> Any:
     if mode is None:
         mode = getattr(getattr(current_frame(), "session", None), "mode", None)
     if isinstance(mode, CountingMode):
-        for tensor in tensors_in(result, depth=4):
-            mode.custom_backward(tensor.grad_fn)
+        if type(result) is torch.Tensor:  # (the usual)
+            node = result.grad_fn
+            if node is not None:
+                mode.custom_backward(node)
+        else:
+            for tensor in tensors_in(result, depth=4):
+                mode.custom_backward(tensor.grad_fn)
     return result
 
 
@@ -302,10 +307,13 @@ def make_event(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     out: Any,
+    shared: bool = False,
 ) -> Event:
-    """The event of one op that ran: its costs by its rule (``found``), its metadata."""
+    """The event of one op that ran: its costs by its rule (``found``), its metadata.
+    ``shared``: an event kept for every call that runs the op alike (``record()``'s), whose
+    group is the op's own, not one call's."""
     if found is FREE and not _needs_grad(args, kwargs):
-        return _free_event(func, args, kwargs, out)
+        return _free_event(func, args, kwargs, out, shared)
     described_args = describe(args)
     described_kwargs = tuple((key, describe(value)) for key, value in kwargs.items())
     described_out = describe(out)
@@ -333,7 +341,7 @@ def make_event(
     return Event(
         op=name,
         func=func,
-        group=current_group() or new_group(name),
+        group=_group_of(name, shared),
         args=described_args,
         kwargs=described_kwargs,
         out=described_out,
@@ -388,14 +396,29 @@ def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return any(t.requires_grad and t.is_floating_point() for t in tensors_in((args, kwargs)))
 
 
-def _free_event(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Event:
+def _group_of(name: str, shared: bool) -> Group:
+    """The group of a new event: the current user call's, or the op's own."""
+    if shared:
+        found = _SHARED.get(name)
+        if found is None:
+            found = _SHARED[name] = Group(name, None, -1)
+        return found
+    return current_group() or new_group(name)
+
+
+_SHARED: dict[str, Group] = {}
+
+
+def _free_event(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, shared: bool = False
+) -> Event:
     """A zero-FLOP op that needs no backward: its bytes, not its arguments' description."""
     name = op_name(func)
     view = is_view(func)
     return Event(
         op=name,
         func=func,
-        group=current_group() or new_group(name),
+        group=_group_of(name, shared),
         args=(),
         kwargs=(),
         out=None,
@@ -467,7 +490,8 @@ def _group_name(func: Any) -> str | None:
 
 
 class GroupingMode(TorchFunctionMode):
-    """Names each top-level torch call, so its ``aten`` events form one row."""
+    """Names each top-level torch call, so its ``aten`` events form one row; on ``meta``
+    tensors, runs a call as the device a dry run stands for would (see :mod:`.kernels`)."""
 
     def __init__(self, counter: CountingMode) -> None:
         super().__init__()
@@ -480,19 +504,35 @@ class GroupingMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        kwargs = kwargs or {}
-        if self.counter.paused or current_group() is not None:
+        if kwargs is None:
+            kwargs = {}
+        if self.counter.paused or _group.get() is not None:
             return func(*args, **kwargs)
-        try:
-            name = _group_name(func)
-        except TypeError:  # an unhashable callable
-            name = None
+        name = self.name(func)
+        target = self.target(func, args, name)
         if name is None:
+            if target is None:
+                return func(*args, **kwargs)
+            return on_target(target, func, args, kwargs)
+        token = _group.set(Group(name, None, new_serial()))
+        try:
+            if target is not None:
+                return on_target(target, func, args, kwargs)
             return func(*args, **kwargs)
-        with group(name):
-            if self.counter.target is not None:
-                return on_target(self.counter.target, func, args, kwargs)
-            return func(*args, **kwargs)
+        finally:
+            _group.reset(token)
+
+    def name(self, func: Any) -> str | None:
+        """The name of the row a call's ops form (None: a call not named, such as reading
+        an attribute)."""
+        try:
+            return _group_name(func)
+        except TypeError:  # an unhashable callable
+            return None
+
+    def target(self, func: Any, args: tuple[Any, ...], name: str | None) -> str | None:
+        """The device type whose kernels a call on meta tensors runs as, if any."""
+        return self.counter.target if name is not None else None
 
 
 @contextlib.contextmanager
@@ -536,27 +576,27 @@ def suspended(mode: CountingMode | None) -> Iterator[None]:
         yield
         return
     dispatch_depth = torch._C._len_torch_dispatch_stack()
-    function_depth = torch._C._len_torch_function_stack()
+    functions = [
+        torch._C._get_function_stack_at(index)
+        for index in range(torch._C._len_torch_function_stack())
+    ]
+    grouping = mode.grouping
+    # (a decorated call's body runs with a record's naming mode taken off: see .recording)
+    grouping_on_top = grouping is not None and functions[-1:] == [grouping]
     on_top = (
         dispatch_depth > 0
         and torch._C._get_dispatch_stack_at(dispatch_depth - 1) is mode
-        and (
-            mode.grouping is None
-            or (
-                function_depth > 0
-                and torch._C._get_function_stack_at(function_depth - 1) is mode.grouping
-            )
-        )
+        and (grouping_on_top or all(other is not grouping for other in functions))
     )
     if not on_top:
         with paused(mode):
             yield
         return
     dispatch = torch._C._pop_torch_dispatch_stack(None)
-    grouping = torch._C._pop_torch_function_stack() if mode.grouping is not None else None
+    lifted = torch._C._pop_torch_function_stack() if grouping_on_top else None
     try:
         yield
     finally:
         torch._C._push_on_torch_dispatch_stack(dispatch)
-        if grouping is not None:
-            torch._C._push_on_torch_function_stack(grouping)
+        if lifted is not None:
+            torch._C._push_on_torch_function_stack(lifted)

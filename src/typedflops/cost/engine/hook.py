@@ -16,11 +16,11 @@ import torch
 
 from ...contract.function import CheckedFunction, attach_counter, notify_observers
 from ...contract.scope import CallState, call_scope
-from .calls import begin_call
+from .calls import CallHandle, begin_call
 from .counter import count_custom_backwards
 from .frames import Frame
 from .session import RunSession
-from .works import count_recorded_call, count_recorded_coroutine
+from .works import AwaitedCall, count_recorded_call
 
 __all__ = ["Counter"]
 
@@ -70,10 +70,12 @@ class Counter:
         coroutine: Coroutine[Any, Any, Any],
     ) -> Any:
         """Await a decorated coroutine's body as one counted call."""
+        handle: CallHandle | AwaitedCall
         if type(frame) is tuple:
-            return await count_recorded_coroutine(frame, function, args, kwargs, state, coroutine)
-        assert isinstance(frame, Frame)
-        handle = begin_call(frame, function, args, kwargs, cached=False)
+            handle = AwaitedCall(frame, function, args, kwargs)
+        else:
+            assert isinstance(frame, Frame)
+            handle = begin_call(frame, function, args, kwargs, cached=False)
         with handle.scope():
             result = await coroutine
         handle.finish(state.sizes)

@@ -191,7 +191,7 @@ def record() -> Iterator[Recorder]:
     # asyncio.to_thread does, holds records that are not this thread's)
     mine = [c for c in outer if c.session.thread == session.thread] if type(outer) is tuple else []
     token = counting_frame.set((*mine, session.root))
-    entered()
+    session.mode = entered()
     start = time.perf_counter()
     try:
         yield recorder

@@ -1,14 +1,15 @@
 """What ``record()`` keeps of the calls it sees: every decorated call counted as it ran, once
 per distinct work.
 
-A :class:`Call` is a decorated call being counted in one record: the ops it ran (each with
-the user call it belongs to) and the calls it made, in order. When it returns, what it did
-is looked up among the :class:`Work` the record has seen (the function, the dims it bound,
-and each op's event and each inner call's work, in order): calls share a work, and so a
-row, only when they did the same work; a call that did anything else is a work of its own.
-So a repeated call costs its ops' dict lookups, and a recording keeps memory per distinct
-work, not per call. Ops outside any decorated call, and the works of the record's top-level
-calls, are folded into counts as they come (see :meth:`RecordSession.fold`).
+A :class:`Call` is a decorated call being counted in one record: the ops it ran, each
+after a marker of the user call it ran in (see :mod:`.recording`), and the works of the
+calls it made, in order. When it returns, what it did is looked up among the :class:`Work`
+the record has seen (the function, the dims it bound, and its items in order): calls share
+a work, and so a row, only when they did the same work; a call that did anything else is a
+work of its own. So a repeated call costs its ops' dict lookups, and a recording keeps
+memory per distinct work, not per call. Ops outside any decorated call, and the works of
+the record's top-level calls, are folded into counts as they come (see
+:meth:`RecordSession.fold`).
 
 Nothing keeps a user's tensor: events hold shapes, and a work keeps a weak reference to its
 module (for dry runs that fit its formula; see :mod:`.recorder`).
@@ -16,10 +17,12 @@ module (for dry runs that fit its formula; see :mod:`.recorder`).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+import types
 import weakref
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -34,22 +37,26 @@ from .events import Event
 from .fit import Size, size_value
 from .frames import no_frame
 from .probes import call_dims, call_probe, stub
-from .recording import group_label, thread_mode
+from .recording import ROOT_LIMIT, START, RecordingMode, lift_naming
 from .rules import declared_flops
 from .session import declared_event
 from .signature import signature_without_sizes
+from .sites import Site, sites_of
 
 __all__ = [
+    "AwaitedCall",
     "Call",
     "RecordSession",
     "Work",
     "count_recorded_call",
-    "count_recorded_coroutine",
     "note_measured",
 ]
 
 _frame = counting_frame
 _no_torch_function = torch._C.DisableTorchFunction
+_Tensor = torch.Tensor
+_function_modes = torch._C._len_torch_function_stack
+_push_function = torch._C._push_on_torch_function_stack
 _thread = threading.get_ident
 # As a checked call does (see typedflops.contract.function): past this depth of nested
 # calls, the frames a recorded call adds (the checked call, the hook, this) are added to
@@ -62,7 +69,8 @@ class Work:
     """What one call did, once per record: its function, dims and items in order.
 
     ``items`` holds op groups (``(name, pattern, events)``: the ops of one user call) and
-    the works of the calls it made. ``fixed`` is the cost of a benchmarked call (its
+    the works of the calls it made, grouped from the call's ``flat`` items when first read
+    (see :mod:`.recording`). ``fixed`` is the cost of a benchmarked call (its
     ``measurement`` beside it), which stands in for its items.
     """
 
@@ -70,11 +78,12 @@ class Work:
         "__weakref__",
         "_cost",
         "_counts",
+        "_items",
         "dims",
         "fitting",
         "fixed",
+        "flat",
         "function",
-        "items",
         "measurement",
         "probe",
     )
@@ -83,13 +92,14 @@ class Work:
         self,
         function: str,
         dims: dict[str, Size],
-        items: tuple[Any, ...],
+        flat: tuple[Any, ...],
         probe: Callable[[], Probe] | None = None,
         fitting: Any = None,
     ) -> None:
         self.function = function
         self.dims = dims
-        self.items = items
+        self.flat = flat
+        self._items: tuple[Any, ...] | None = None
         self.probe = probe
         self.fitting = fitting
         self.fixed: Cost | None = None
@@ -97,10 +107,17 @@ class Work:
         self._counts: Any = None
         self._cost: Cost | None = None
 
+    @property
+    def items(self) -> tuple[Any, ...]:
+        """Its op groups and the works of its calls, in order."""
+        if self._items is None:
+            self._items = _grouped(self.flat)
+        return self._items
+
     def children(self) -> list[tuple[Work, int]]:
         """The works of the calls it made, each once, with how many times per call."""
         found: dict[Work, int] = {}
-        for item in self.items:
+        for item in self.flat:
             if type(item) is Work:
                 found[item] = found.get(item, 0) + 1
         return list(found.items())
@@ -110,31 +127,81 @@ class Work:
         return [item for item in self.items if type(item) is tuple]
 
 
+class _Body:
+    """What a record reads of a decorated function once: the body it runs, its code (whose
+    frames name its ops, see :mod:`.sites`), whether it declares ``flops=``, runs later (a
+    coroutine or generator) or binds dims itself, and whether its dims are the ones its
+    annotations bind."""
+
+    __slots__ = ("binds", "code", "declared", "deferred", "last", "plain", "run", "sites")
+
+    def __init__(self, function: CheckedFunction[..., Any]) -> None:
+        self.run = function.body
+        code = getattr(function.__wrapped__, "__code__", None)
+        self.code: types.CodeType | None = code if isinstance(code, types.CodeType) else None
+        self.sites = sites_of(self.code)
+        self.declared = function.declared is not None
+        self.deferred = function.deferred
+        self.binds = function.binds_in_body
+        contract = function.contract
+        self.plain = not contract.takes_self and not any(
+            p.spec.has_ellipsis for p in contract.tensor_parameters()
+        )
+        #: Its last call's dims, items and work (in the record that reads it).
+        self.last: tuple[Mapping[str, Size], list[Any], Work] | None = None
+
+
 class Call:
     """A decorated call being counted in one record (or the record's root, ``parent`` None):
-    ``items`` holds ``(event, label)`` pairs for its ops and the works of its calls."""
+    ``items`` holds its ops' events after markers, and the works of its calls (see
+    :mod:`.recording`); ``label`` is the user call its last op ran in."""
 
-    __slots__ = ("declared", "function", "items", "parent", "session")
+    __slots__ = (
+        "body",
+        "code",
+        "declared",
+        "function",
+        "items",
+        "label",
+        "parent",
+        "session",
+        "sites",
+    )
 
     def __init__(
         self,
         session: RecordSession,
         parent: Call | None,
         function: CheckedFunction[..., Any] | None,
-        declared: bool = False,
+        body: _Body | None = None,
     ) -> None:
         self.session = session
         self.parent = parent
         self.function = function
         self.items: list[Any] = []
-        self.declared = declared
+        self.label: Any = START
+        self.body = body
+        if body is None:
+            self.declared = False
+            self.code: types.CodeType | None = None
+            self.sites: dict[int, Site] | None = None
+        else:
+            self.declared = body.declared
+            self.code, self.sites = body.code, body.sites
 
-    def child(self, function: CheckedFunction[..., Any]) -> Call:
+    def child(self, function: CheckedFunction[..., Any], body: _Body) -> Call:
         """The call of ``function`` made inside this one (itself inside a ``flops=``
         call, whose declared count stands for everything its body runs)."""
         if self.declared:
             return self
-        return Call(self.session, self, function, function.declared is not None)
+        return Call(self.session, self, function, body)
+
+    def add(self, item: Any) -> None:
+        """Add a work (a call it made) or a marker-led run of items."""
+        self.items.append(item)
+        self.label = START
+        if self.parent is None and len(self.items) > ROOT_LIMIT:
+            self.session.fold()
 
 
 class _Closed(list[Any]):
@@ -156,8 +223,17 @@ class RecordSession:
         self.loose: dict[tuple[str, str | None, tuple[Event, ...]], int] = {}
         self.zeroed: dict[Event, Event] = {}
         self.declared: dict[tuple[str, int], Event] = {}
-        self.plain_dims: dict[CheckedFunction[..., Any], bool] = {}
+        self.bodies: dict[CheckedFunction[..., Any], _Body] = {}
         self.closed = False
+        #: The recording mode of its thread (set when the record opens).
+        self.mode: RecordingMode | None = None
+
+    def body(self, function: CheckedFunction[..., Any]) -> _Body:
+        """What this record reads of ``function`` (read on its first call)."""
+        found = self.bodies.get(function)
+        if found is None:
+            found = self.bodies[function] = _Body(function)
+        return found
 
     # -- a call returned ---------------------------------------------------------------
 
@@ -169,53 +245,46 @@ class RecordSession:
         bound: Mapping[str, Size],
     ) -> None:
         """Close a call that returned: find (or make) its work, hand it to its caller."""
-        fn = call.function
-        assert fn is not None and call.parent is not None
-        plain = self.plain_dims.get(fn)
-        if plain is None:
-            contract = fn.contract
-            plain = self.plain_dims[fn] = not contract.takes_self and not any(
-                p.spec.has_ellipsis for p in contract.tensor_parameters()
-            )
-        dims = bound if plain else call_dims(fn, args, kwargs, bound)
-        flat = self._flat(call.items, call.declared)
+        fn, body, parent = call.function, call.body, call.parent
+        assert fn is not None and body is not None and parent is not None
+        dims = bound if body.plain else call_dims(fn, args, kwargs, bound)
+        items = call.items
         if call.declared:
-            assert fn.declared is not None
-            value = declared_flops(
-                fn.name, fn.declared, {k: size_value(v) for k, v in dims.items()}
-            )
-            flat.append((fn.name, None))
-            flat.append(self._declared(fn.name, value))
-        key = (fn, tuple(dims.items()), tuple(flat))
-        work = self.works.get(key)
-        if work is None:
-            work = self._new_work(fn, dict(dims), flat, args, kwargs, bound)
-            self.works[key] = work
-        parent = call.parent
+            items = self._declared(fn, items, dims)
+        last = body.last
+        if last is not None and last[0] is dims and last[1] == items:
+            work = last[2]  # (the usual: a call that did what the last one did)
+        else:
+            flat = tuple(items)
+            key = (fn, tuple(dims.items()), flat)
+            found = self.works.get(key)
+            if found is None:
+                found = self.works[key] = self._new_work(fn, dict(dims), flat, args, kwargs, bound)
+            work = found
+            body.last = (dims, items, work)
         parent.items.append(work)
-        if parent.parent is None and len(parent.items) > 4096:
+        parent.label = START
+        if parent.parent is None and len(parent.items) > ROOT_LIMIT:
             self.fold()
 
     def abandon(self, call: Call) -> None:
         """A call that raised: the ops it ran are its caller's."""
         assert call.parent is not None
         call.parent.items.extend(call.items)
+        call.parent.label = START
 
-    def _flat(self, items: list[Any], zero: bool) -> list[Any]:
-        """A call's items as a flat key: a group's label, then its events; inner works."""
-        flat: list[Any] = []
-        previous: Any = flat  # no label is the list itself
-        for item in items:
-            if type(item) is tuple:
-                event, label = item
-                if label is None or label is not previous:
-                    flat.append(group_label(label, event))
-                    previous = label
-                flat.append(self._zero(event) if zero else event)
-            else:
-                flat.append(item)
-                previous = flat
-        return flat
+    def _declared(
+        self, fn: CheckedFunction[..., Any], items: list[Any], dims: Mapping[str, Size]
+    ) -> list[Any]:
+        """A ``flops=`` call's items: its events with their forward FLOPs left to the
+        declaration, then the declared count."""
+        assert fn.declared is not None
+        value = declared_flops(fn.name, fn.declared, {k: size_value(v) for k, v in dims.items()})
+        declared = self.declared.get((fn.name, value))
+        if declared is None:
+            declared = self.declared[(fn.name, value)] = declared_event(fn.name, value)
+        zeroed = [self._zero(item) if type(item) is Event else item for item in items]
+        return [*zeroed, (fn.name, None), declared]
 
     def _zero(self, event: Event) -> Event:
         """The event with its forward FLOPs left to a ``flops=`` declaration."""
@@ -228,29 +297,21 @@ class RecordSession:
             self.zeroed[event] = found
         return found
 
-    def _declared(self, function: str, value: int) -> Event:
-        found = self.declared.get((function, value))
-        if found is None:
-            found = self.declared[(function, value)] = declared_event(function, value)
-        return found
-
     def _new_work(
         self,
         fn: CheckedFunction[..., Any],
         dims: dict[str, Size],
-        flat: list[Any],
+        flat: tuple[Any, ...],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         bound: Mapping[str, Size],
     ) -> Work:
-        items = _grouped(flat)
         try:
             fitting: Any = (fn, signature_without_sizes(args, kwargs))
             hash(fitting)
         except TypeError:
             fitting = None
-        probe = _probe_factory(fn, args, kwargs, dict(bound))
-        return Work(fn.name, dims, items, probe, fitting)
+        return Work(fn.name, dims, flat, _Probe(fn, args, kwargs, bound), fitting)
 
     # -- the root ----------------------------------------------------------------------
 
@@ -261,12 +322,15 @@ class RecordSession:
         if isinstance(items, _Closed):
             return
         keep = len(items)
-        if not final and items and type(items[-1]) is tuple and items[-1][1] is not None:
-            label = items[-1][1]
-            while keep > 0 and type(items[keep - 1]) is tuple and items[keep - 1][1] is label:
+        if not final:
+            while keep > 0 and type(items[keep - 1]) is Event:
                 keep -= 1
+            if keep == 0 or items[keep - 1] is None or type(items[keep - 1]) is Work:
+                keep = len(items)  # ops named each by itself, or a call's work: all done
+            else:
+                keep -= 1  # from the marker of the last user call's ops
         done, rest = items[:keep], items[keep:]
-        for item in _grouped(self._flat(done, False)):
+        for item in _grouped(done):
             if type(item) is Work:
                 self.top[item] = self.top.get(item, 0) + 1
             else:
@@ -285,54 +349,65 @@ class RecordSession:
         work = Work(name, dict(cost.dims), ())
         work.fixed = cost
         work.measurement = measurement
-        call.items.append(work)
-        if call.parent is None:
-            self.fold()
+        call.add(work)
 
 
-def _grouped(flat: list[Any]) -> tuple[Any, ...]:
-    """A flat key back as items: ``(name, pattern, events)`` groups and works."""
+def _grouped(flat: Sequence[Any]) -> tuple[Any, ...]:
+    """A call's items as ``(name, pattern, events)`` groups and works: the events after a
+    marker form one group (after None, each event is one, named after its op)."""
     items: list[Any] = []
-    label: tuple[str, str | None] | None = None
+    label: tuple[str | None, str | None] | None = None
     events: list[Event] = []
     for entry in flat:
-        if type(entry) is tuple:
-            if label is not None:
-                items.append((label[0], label[1], tuple(events)))
-            label, events = entry, []
-        elif type(entry) is Work:
-            if label is not None:
-                items.append((label[0], label[1], tuple(events)))
-            label, events = None, []
+        kind = type(entry)
+        if kind is Event:
+            if label is None:
+                items.append((entry.op, None, (entry,)))
+            else:
+                events.append(entry)
+            continue
+        if label is not None and events:
+            items.append((label[0] or events[0].op, label[1], tuple(events)))
+        label, events = None, []
+        if kind is Work:
             items.append(entry)
-        else:
-            events.append(entry)
-    if label is not None:
-        items.append((label[0], label[1], tuple(events)))
+        elif kind is Site:
+            label = (entry.name, None)  # (a site whose call has no name: its first op's)
+        elif entry is not None:
+            label = entry
+    if label is not None and events:
+        items.append((label[0] or events[0].op, label[1], tuple(events)))
     return tuple(items)
 
 
-def _probe_factory(
-    fn: CheckedFunction[..., Any],
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    bound: Mapping[str, Size],
-) -> Callable[[], Probe]:
-    """Build the work's probe now (it keeps shapes, not tensors) and hand it out later."""
-    module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
-    reference = weakref.ref(module) if module is not None else None
-    rest = args[1:] if module is not None else args
-    shapes = tuple(stub(a) for a in rest)
-    named = {k: stub(v) for k, v in kwargs.items()}
+class _Probe:
+    """A work's probe, built when the work is made (it keeps shapes, not tensors, and its
+    module by a weak reference) and handed out when a fit asks for it."""
 
-    def make() -> Probe:
-        owner = reference() if reference is not None else None
-        if reference is not None and owner is None:
-            raise RuntimeError(f"{fn.name}: its module no longer exists")
-        positional = (owner, *shapes) if reference is not None else shapes
-        return call_probe(fn, positional, named, bound)
+    __slots__ = ("bound", "function", "module", "named", "shapes")
 
-    return make
+    def __init__(
+        self,
+        function: CheckedFunction[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        bound: Mapping[str, Size],
+    ) -> None:
+        module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
+        self.function = function
+        self.module = weakref.ref(module) if module is not None else None
+        self.shapes = tuple(stub(a) for a in (args[1:] if module is not None else args))
+        self.named = {k: stub(v) for k, v in kwargs.items()}
+        self.bound = dict(bound)
+
+    def __call__(self) -> Probe:
+        shapes = self.shapes
+        if self.module is not None:
+            owner = self.module()
+            if owner is None:
+                raise RuntimeError(f"{self.function.name}: its module no longer exists")
+            shapes = (owner, *shapes)
+        return call_probe(self.function, shapes, self.named, self.bound)
 
 
 # -- the contract's hook, for records ----------------------------------------------------
@@ -345,56 +420,94 @@ def count_recorded_call(
     kwargs: Mapping[str, Any],
 ) -> Any:
     """Check, run and count one call in every record open here (``calls``: the innermost
-    call of each). typedflops' own work (checks, bookkeeping) runs with torch-function
-    modes off, so that only the body's ops are seen."""
-    if calls[0].session.thread != _thread():
+    call of each). Its body runs with the record's naming mode off torch's stack (its ops
+    are named by their call sites); typedflops' own work (checks, bookkeeping) sees no
+    torch-function mode."""
+    session = calls[0].session
+    if session.thread != _thread():
         # another thread, given this context (asyncio.to_thread copies it): its ops are
         # not this record's, nor its calls
         calls = tuple(call for call in calls if call.session.thread == _thread())
         if not calls:
             with no_frame():
                 return function(*args, **kwargs)
-    with _no_torch_function():
-        state = function.check_arguments(args, kwargs)
-    if function.deferred:
-        return function.call_deferred(args, kwargs, state)
-    if len(calls) == 1:
-        inner: tuple[Call, ...] = (calls[0].child(function),)
-    else:
-        inner = tuple(call.child(function) for call in calls)
-    frame_token = _frame.set(inner)
-    scope_token = call_scope.set(state)
-    parent = scope_token.old_value
-    deep = False
-    if isinstance(parent, CallState):
-        state.depth = parent.depth + 1
-        if state.depth > _SHALLOW:
-            # recursion: the frames a recorded call adds do not count against it
-            deep = True
-            sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
+        session = calls[0].session
+    mode = session.mode
+    naming = lift_naming(mode) if mode is not None else None
+    others = _function_modes()  # (the user's: not over typedflops' own work)
     try:
-        result = count_custom_backwards(function.body(*args, **kwargs), thread_mode())
-    except BaseException:
-        _abandon(inner, calls)
-        raise
-    finally:
-        call_scope.reset(scope_token)
-        _frame.reset(frame_token)
+        if others:
+            with _no_torch_function():
+                state, outcome = function.recall_arguments(args, kwargs)
+        else:
+            state, outcome = function.recall_arguments(args, kwargs)
+        body = session.bodies.get(function) or session.body(function)
+        if body.deferred:
+            return function.call_deferred(args, kwargs, state)
+        if len(calls) == 1:
+            outer = calls[0]
+            inner: tuple[Call, ...] = (
+                outer if outer.declared else Call(session, outer, function, body),
+            )
+        else:
+            inner = tuple(call.child(function, body) for call in calls)
+        parent = call_scope.get()
+        if outcome is not None and (parent is not None or body.binds):
+            state = outcome.own_state()  # (the recalled one is shared)
+        if parent is not None:
+            state.depth = parent.depth + 1
+        deep = state.depth > _SHALLOW  # recursion: the frames it adds do not count
         if deep:
-            sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
-    with _no_torch_function():
+            sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
+        frame_token = _frame.set(inner)
+        scope_token = call_scope.set(state)
         try:
-            function.check_return(result, state)
+            result = body.run(*args, **kwargs) if kwargs else body.run(*args)
         except BaseException:
             _abandon(inner, calls)
             raise
-        sizes = state.sizes
+        finally:
+            call_scope.reset(scope_token)
+            _frame.reset(frame_token)
+            if deep:
+                sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
+        if others:
+            with _no_torch_function():
+                state = _returned(inner, calls, function, result, state, outcome)
+        else:
+            state = _returned(inner, calls, function, result, state, outcome)
         for index, call in enumerate(inner):
             if call is not calls[index]:  # (else inside a flops= call: part of its body)
-                call.session.finish(call, args, kwargs, sizes)
+                call.session.finish(call, args, kwargs, state.sizes)
+    finally:
+        if naming is not None and naming.counter.open:
+            _push_function(naming)  # (see .recording.lift_naming)
     if _observed:
         notify_observers(function, args, kwargs, state)
     return result
+
+
+def _returned(
+    inner: tuple[Call, ...],
+    calls: tuple[Call, ...],
+    function: CheckedFunction[Any, Any],
+    result: Any,
+    state: CallState,
+    outcome: Any,
+) -> CallState:
+    """Count the backward of the autograd Functions a call returns, and check its return
+    value (a call whose value fails gave its ops to its caller)."""
+    try:
+        if type(result) is _Tensor:  # (the usual)
+            node = result.grad_fn
+            if node is not None:
+                count_custom_backwards(result, calls[0].session.mode)
+        else:
+            count_custom_backwards(result, calls[0].session.mode)
+        return function.recall_return(result, state, outcome)
+    except BaseException:
+        _abandon(inner, calls)
+        raise
 
 
 def _abandon(inner: tuple[Call, ...], calls: tuple[Call, ...]) -> None:
@@ -403,28 +516,41 @@ def _abandon(inner: tuple[Call, ...], calls: tuple[Call, ...]) -> None:
             call.session.abandon(call)
 
 
-async def count_recorded_coroutine(
-    calls: tuple[Call, ...],
-    function: CheckedFunction[Any, Any],
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    state: CallState,
-    coroutine: Coroutine[Any, Any, Any],
-) -> Any:
-    """Await a decorated coroutine's body as one counted call of every record open here."""
-    inner = tuple(call.child(function) for call in calls)
-    token = _frame.set(inner)
-    try:
-        result = await coroutine
-    except BaseException:
-        _abandon(inner, calls)
-        raise
-    finally:
-        _frame.reset(token)
-    for call, outer in zip(inner, calls, strict=True):
-        if call is not outer:
-            call.session.finish(call, args, kwargs, state.sizes)
-    return result
+class AwaitedCall:
+    """A decorated coroutine's call in every record open here (``calls``: the innermost
+    call of each), while its body is awaited in :meth:`scope`."""
+
+    __slots__ = ("args", "calls", "inner", "kwargs")
+
+    def __init__(
+        self,
+        calls: tuple[Call, ...],
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        self.calls = calls
+        self.inner = tuple(call.child(function, call.session.body(function)) for call in calls)
+        self.args = args
+        self.kwargs = kwargs
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Its ops and calls go to it inside the block (to its callers if it raises)."""
+        token = _frame.set(self.inner)
+        try:
+            yield
+        except BaseException:
+            _abandon(self.inner, self.calls)
+            raise
+        finally:
+            _frame.reset(token)
+
+    def finish(self, bound: Mapping[str, Size]) -> None:
+        """Close it after its body returned and its arguments passed (``bound``: its dims)."""
+        for call, outer in zip(self.inner, self.calls, strict=True):
+            if call is not outer:
+                call.session.finish(call, self.args, self.kwargs, bound)
 
 
 def note_measured(name: str, cost: Cost, measurement: Any) -> None:
