@@ -6,6 +6,8 @@ import ast
 import pickle
 import re
 import traceback
+import typing
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -335,6 +337,31 @@ def test_bad_flops_formula_at_decoration(formula: str, fragment: str) -> None:
         @typed_flops(flops=formula)
         def f(x: Float[Tensor, "batch d"]) -> Float[Tensor, " batch"]:
             return x.sum(-1)
+
+
+def test_a_hint_beartype_cannot_check_at_decoration() -> None:
+    def f(rows: Any) -> int:
+        return 0
+
+    f.__annotations__["rows"] = typing.cast(Any, list)[int, str]  # list takes one type
+    with pytest.raises(SpecError) as info:
+        typed_flops(f)
+    assert str(info.value).startswith("hint list[int, str]: beartype cannot check it (")
+
+
+def test_deprecated_typing_hints_check_without_warnings() -> None:
+    # Dict[str, Any] and Callable[..., Tensor] are valid; beartype's PEP 585 deprecation
+    # warnings about them are not passed on, neither for a good call nor for a bad one.
+    def f(fn: typing.Callable[..., Tensor], extra: typing.Dict[str, Any] | None) -> None:  # noqa: UP006
+        return None
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checked = typed_flops(f)
+        checked(torch.neg, {"a": 1})
+        message = "f(): argument 'extra' violates its hint dict[str, Any] | None: int 3 not"
+        with pytest.raises(ContractError, match=re.escape(message)):
+            checked(torch.neg, 3)  # type: ignore[arg-type]
 
 
 # -- the SpecError builder ------------------------------------------------------------------

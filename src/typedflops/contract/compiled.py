@@ -24,6 +24,7 @@ from .checkers import Checker, compile_hint, tensor_specs
 from .deferred import PLACEHOLDER_PREFIX, argument_sizes, shown, spec_of
 from .recall import CPU_FACTS, Facts, Outcome, recall_plan, recall_span, tensor_hint, verdict
 from .scope import CallState, display_name, shape_text, violation
+from .typevars import with_bounds
 from .unchecked import (
     compiling_leniently,
     is_decorating,
@@ -85,6 +86,7 @@ class Contract:
     ) -> None:
         self.function = function_name
         hints = _resolve_hints(fn, function_name, localns)
+        hints = _bounded(fn, function_name, hints)
         signature = inspect.signature(fn)
         self.signature = signature
         self.parameters: list[Parameter] = []
@@ -437,6 +439,21 @@ def _resolve_hints(
         if compiling_leniently():
             return _resolvable_hints(fn, function, localns)
         raise SpecError.at(f"{function}()", f"cannot resolve its type hints ({exc})") from None
+
+
+def _bounded(fn: Callable[..., Any], function: str, hints: dict[str, Any]) -> dict[str, Any]:
+    """The hints with their type variables replaced by their bounds (see :mod:`.typevars`);
+    a bound naming a class not defined yet is an :class:`UnresolvedHintError`, as a hint
+    naming one is, or leaves the variable to beartype in a lenient function called once."""
+    module = getattr(fn, "__globals__", None) or {}
+    try:
+        return {name: with_bounds(hint, module) for name, hint in hints.items()}
+    except NameError as exc:
+        if compiling_leniently() and not is_decorating():
+            return hints
+        raise UnresolvedHintError.at(
+            f"{function}()", f"cannot resolve its type hints ({exc})"
+        ) from None
 
 
 def _resolvable_hints(

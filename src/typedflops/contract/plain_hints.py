@@ -4,20 +4,30 @@ They follow beartype's semantics. Classes, ``None``, unions of them and ``Litera
 plain predicate (an ``isinstance`` or a comparison): cheap per call, and simple enough for
 torch.compile to trace. Other hints are asked of beartype; under torch.compile, which
 cannot trace beartype, they are left unchecked (a valid call must never fail there).
+
+beartype compiles its check of a hint when the contract is compiled, not at the first call:
+a hint beartype cannot check (``list[int, str]``) is a :class:`~typedflops.errors.SpecError`
+naming the hint, and beartype's deprecation warnings about valid hints (``typing.Dict``,
+deprecated by PEP 585) are not passed on: they are about style, not about the call.
 """
 
 from __future__ import annotations
 
 import types
 import typing
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from beartype import BeartypeConf
 from beartype.door import die_if_unbearable, is_bearable
-from beartype.roar import BeartypeDoorHintViolation
+from beartype.roar import (
+    BeartypeDecorHintPepDeprecationWarning,
+    BeartypeDoorHintViolation,
+    BeartypeException,
+)
 
-from ..errors import ContractError
+from ..errors import ContractError, SpecError
 from .annotation import array_type_name, is_tensor_annotation
 from .scope import CallState, is_compiling, violation
 from .unchecked import compiling_leniently
@@ -126,7 +136,28 @@ def plain_predicate(hint: Any) -> Predicate:
     if predicate is not None:
         return predicate
     conf = _TOWER if compiling_leniently() else _NO_TOWER
+    _compile_beartype_check(hint, conf)
     return lambda value: is_compiling() or is_bearable(value, hint, conf=conf)
+
+
+def _compile_beartype_check(hint: Any, conf: BeartypeConf) -> None:
+    """Have beartype compile (and cache) its check of ``hint`` now, without its deprecation
+    warnings; a hint it cannot check is a SpecError.
+
+    >>> _compile_beartype_check(typing.Dict[str, int], _NO_TOWER)  # no warning
+    >>> _compile_beartype_check(list[int, str], _NO_TOWER)
+    Traceback (most recent call last):
+    typedflops.errors.SpecError: hint list[int, str]: beartype cannot check it (...)
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BeartypeDecorHintPepDeprecationWarning)
+        try:
+            is_bearable(None, hint, conf=conf)
+        except BeartypeException as exc:
+            reason = " ".join(f"{exc}".split()).removeprefix("Is_bearable() ")
+            raise SpecError.at(
+                f"hint {hint_text(hint)}", f"beartype cannot check it ({reason})"
+            ) from None
 
 
 def _beartype_reason(text: str) -> str:
@@ -153,6 +184,8 @@ def plain_checker(hint: Any) -> Checker:
     shown = hint_text(hint)
     predicate = simple_predicate(hint)
     conf = _TOWER if compiling_leniently() else _NO_TOWER
+    if predicate is None:
+        _compile_beartype_check(hint, conf)
 
     def check(value: Any, state: CallState, where: str) -> None:
         if predicate is not None:
@@ -164,7 +197,9 @@ def plain_checker(hint: Any) -> Checker:
             reason = f"got {type_name(value)}"
         else:
             try:
-                die_if_unbearable(value, hint, conf=conf)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", BeartypeDecorHintPepDeprecationWarning)
+                    die_if_unbearable(value, hint, conf=conf)
             except BeartypeDoorHintViolation as exc:
                 reason = _beartype_reason(f"{exc}")
             else:  # pragma: no cover - beartype disagreed with itself

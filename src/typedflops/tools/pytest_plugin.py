@@ -255,6 +255,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         for line in table(records):
             terminalreporter.write_line(line)
     if unchecked:
-        terminalreporter.write_sep("-", f"typedflops: {len(unchecked)} hints not checked")
+        count = len(unchecked)
+        terminalreporter.write_sep(
+            "-", f"typedflops: {count} hint{'s' if count != 1 else ''} not checked"
+        )
         for line in unchecked:
             terminalreporter.write_line(line)

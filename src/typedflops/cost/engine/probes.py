@@ -9,7 +9,9 @@
 Tensors are built on the device a dry run gives (``meta``: shapes, dtypes and
 ``requires_grad``, no storage). A module (``self``) takes part with such copies of its
 parameters and buffers, or built again there at other sizes of its own (:mod:`.rebuild`);
-a module given as another argument (``f(model, ids)``) takes part with such copies too,
+a module given as another argument (``f(model, ids)``) takes part with such copies too;
+an object that is not a module (a method's ``self``) with a shallow copy of itself, so
+that the body's assignments to it never reach the caller's object;
 and a real tensor the body reaches otherwise (a global module's weight) through a meta
 copy made as the op runs (see :mod:`.counter`).
 """
@@ -17,6 +19,7 @@ copy made as the op runs (see :mod:`.counter`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -220,6 +223,24 @@ def _module_device(module: Any) -> str | None:
     return None
 
 
+def _own_copy(obj: Any) -> Any:
+    """The dry run's own shallow copy of a method's object that is not a module (None
+    stays None): what the body assigns to ``self`` (``self.A = A`` in ``__init__``, a
+    ``cached_property``) stays on the copy, never on the caller's object, whose real
+    tensors must not be swapped for the dry run's storage-less ones.
+
+    >>> class Pair:
+    ...     def __init__(self, a: torch.Tensor) -> None:
+    ...         self.a = a
+    >>> pair = Pair(torch.ones(2))
+    >>> twin = _own_copy(pair)
+    >>> twin.a = torch.empty(3, device="meta")
+    >>> pair.a.device.type, twin is not pair
+    ('cpu', True)
+    """
+    return None if obj is None else copy.copy(obj)
+
+
 def _with_module(
     module: Any,
     rebuild: Rebuild | None,
@@ -233,7 +254,7 @@ def _with_module(
     (or it declares them), the module built again at them (``rebuilt_cache``: those already
     built for the runs of one estimate, by their sizes)."""
     if not isinstance(module, torch.nn.Module):
-        return module, lambda thunk: thunk()
+        return _own_copy(module), lambda thunk: thunk()
     changes = rebuild.changes(sizes) if rebuild is not None else {}
     # A module that declares its sizes is always built again (on meta, all its state is
     # meta: the backward a planner runs after the call needs no reparametrization).
