@@ -129,6 +129,44 @@ def test_a_dry_run_reads_and_writes_nothing_real() -> None:
     assert norm.num_batches_tracked is not None and int(norm.num_batches_tracked) == 0
 
 
+class _Caching(nn.Module):
+    """Keeps what its last forward saw, as caches and hooks' users do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(D, D)
+        self.last: Tensor | None = None
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+        y: Tensor = self.inner(x)
+        self.last = y
+        self.inner.seen = x.shape[0]
+        self.register_buffer("cache", y.detach(), persistent=False)
+        return y
+
+
+@typed_flops
+def _through_caching(model: _Caching, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+    return model(x)  # type: ignore[no-any-return]
+
+
+def test_what_a_dry_run_assigns_to_the_callers_modules_is_put_back() -> None:
+    model = _Caching()
+    real = model(torch.ones(2, D))
+    for cost in (
+        model.forward.estimate(batch=B, d=D),
+        _through_caching.estimate(model, batch=B, d=D),
+    ):
+        assert cost.flops == 2 * B * D * D
+        assert model.last is not None and model.last.device.type == "cpu"
+        assert torch.equal(model.last, real) and model.inner.seen == 2
+        assert model.cache.device.type == "cpu" and model.cache.shape == (2, D)
+    fresh = _Caching()
+    fresh.forward.estimate(batch=B, d=D)
+    assert fresh.last is None and "seen" not in vars(fresh.inner) and "cache" not in fresh._buffers
+
+
 def test_a_dry_run_with_a_dtype_casts_modules_in_arguments() -> None:
     cost = _through.estimate(_Mlp(), batch=B, d=D, dtype=torch.bfloat16)
     as_float = _through.estimate(_Mlp(), batch=B, d=D)

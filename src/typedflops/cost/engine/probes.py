@@ -18,8 +18,6 @@ copy made as the op runs (see :mod:`.counter`).
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import inspect
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.nn.utils.stateless import _reparametrize_module
 
 from ...contract.annotation import ELLIPSIS, AxisKind, TensorSpec
 from ...contract.compiled import TensorParameter
@@ -36,10 +33,17 @@ from ...errors import SpecError
 from ...syntax.dims import with_ellipsis
 from ..types import Cost
 from .counter import count_custom_backwards
+from .dry_modules import (
+    argument_modules,
+    copy_on,
+    module_device,
+    with_module,
+    with_modules,
+)
 from .dryrun import Probe, Thunk, measure
 from .fit import Size
 from .module_sizes import held_dims, module_dims, module_names, module_repeats
-from .rebuild import Rebuild, rebuild_of
+from .rebuild import rebuild_of
 
 __all__ = [
     "TensorStub",
@@ -190,132 +194,6 @@ def _group(size: Size) -> tuple[int, ...]:
     return (size,) if isinstance(size, int) else tuple(size)
 
 
-def _copy_on(device: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """A storage-less copy: same shape, strides and ``requires_grad``; floats in ``dtype``."""
-    cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
-    copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=cast, device=device)
-    return copy.requires_grad_(tensor.requires_grad) if copy.is_floating_point() else copy
-
-
-def _module_state(
-    device: str, module: torch.nn.Module, dtype: torch.dtype | None
-) -> dict[str, torch.Tensor]:
-    # Each module object once (a module shared by two parents is one place to set), each of
-    # its own tensors by name (a weight tied between two modules is set in both, to one copy).
-    state: dict[str, torch.Tensor] = {}
-    for prefix, sub in module.named_modules():
-        for name, tensor in (
-            *sub.named_parameters(recurse=False),
-            *sub.named_buffers(recurse=False),
-        ):
-            state[f"{prefix}.{name}" if prefix else name] = tensor
-    copies: dict[int, torch.Tensor] = {}
-    for tensor in state.values():
-        if id(tensor) not in copies:
-            copies[id(tensor)] = _copy_on(device, tensor, dtype)
-    return {name: copies[id(tensor)] for name, tensor in state.items()}
-
-
-def _module_device(module: Any) -> str | None:
-    if isinstance(module, torch.nn.Module):
-        for tensor in (*module.parameters(), *module.buffers()):
-            return tensor.device.type
-    return None
-
-
-def _own_copy(obj: Any) -> Any:
-    """The dry run's own shallow copy of a method's object that is not a module (None
-    stays None): what the body assigns to ``self`` (``self.A = A`` in ``__init__``, a
-    ``cached_property``) stays on the copy, never on the caller's object, whose real
-    tensors must not be swapped for the dry run's storage-less ones.
-
-    >>> class Pair:
-    ...     def __init__(self, a: torch.Tensor) -> None:
-    ...         self.a = a
-    >>> pair = Pair(torch.ones(2))
-    >>> twin = _own_copy(pair)
-    >>> twin.a = torch.empty(3, device="meta")
-    >>> pair.a.device.type, twin is not pair
-    ('cpu', True)
-    """
-    return None if obj is None else copy.copy(obj)
-
-
-def _with_module(
-    module: Any,
-    rebuild: Rebuild | None,
-    device: str,
-    sizes: Mapping[str, Size],
-    dtype: torch.dtype | None,
-    rebuilt_cache: dict[Any, torch.nn.Module] | None = None,
-) -> tuple[Any, Callable[[Thunk], Any]]:
-    """The module to call at ``sizes`` and how to run a thunk with its state on ``device``:
-    the module with fake copies of its tensors, or, where ``sizes`` change its own sizes
-    (or it declares them), the module built again at them (``rebuilt_cache``: those already
-    built for the runs of one estimate, by their sizes)."""
-    if not isinstance(module, torch.nn.Module):
-        return _own_copy(module), lambda thunk: thunk()
-    changes = rebuild.changes(sizes) if rebuild is not None else {}
-    # A module that declares its sizes is always built again (on meta, all its state is
-    # meta: the backward a planner runs after the call needs no reparametrization).
-    rebuilt = rebuild is not None and (rebuild.declared or bool(changes))
-    if rebuild is not None and rebuilt:
-        key = (device, dtype, tuple(sorted(changes.items())))
-        target = rebuilt_cache.get(key) if rebuilt_cache is not None else None
-        if target is None:
-            with torch.device(device):
-                target = rebuild.at(changes, dtype)  # on the dry run's device: no storage
-            if rebuilt_cache is not None:
-                rebuilt_cache[key] = target
-        module = target
-    state = {
-        name: tensor
-        for name, tensor in _module_state(device, module, dtype).items()
-        if not rebuilt or tensor.device.type != device
-    }
-
-    def run(thunk: Thunk) -> Any:
-        if not state:
-            return thunk()
-        with _reparametrize_module(module, state, strict=False):
-            return thunk()
-
-    return module, run
-
-
-def _argument_modules(values: Sequence[Any], own: Any) -> list[torch.nn.Module]:
-    """The modules among a call's other arguments (``f(model, ids)``), also inside a list,
-    tuple or dict, each once and not ``own`` (the call's ``self``)."""
-    found: dict[int, torch.nn.Module] = {}
-    for value in values:
-        items = value.values() if isinstance(value, dict) else value
-        for item in items if isinstance(value, list | tuple | dict) else (value,):
-            if isinstance(item, torch.nn.Module) and item is not own:
-                found.setdefault(id(item), item)
-    return list(found.values())
-
-
-def _with_modules(
-    runner: Callable[[Thunk], Any],
-    modules: Sequence[torch.nn.Module],
-    device: str,
-    dtype: torch.dtype | None,
-) -> Callable[[Thunk], Any]:
-    """``runner`` with each of ``modules`` taking part through storage-less copies of its
-    parameters and buffers on ``device`` (a module given as an argument, as ``self`` is)."""
-    if not modules:
-        return runner
-    states = [(module, _module_state(device, module, dtype)) for module in modules]
-
-    def run(thunk: Thunk) -> Any:
-        with contextlib.ExitStack() as stack:
-            for module, state in states:
-                stack.enter_context(_reparametrize_module(module, state, strict=False))
-            return runner(thunk)
-
-    return run
-
-
 def _default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
     allowed = spec.dtypes
     if allowed is None:
@@ -462,7 +340,7 @@ def estimate_probe(
                 hint=f"pass {param.name}=... to estimate",
             )
     base: dict[str, Size] = {**own, **held, **sizes}
-    device = _module_device(module) or "cpu"
+    device = module_device(module) or "cpu"
     repeats = module_repeats(module)
     rebuild = rebuild_of(module, {**held, **sizes})
     # Held dims are changed too: with the module's own sizes, where it can be rebuilt.
@@ -471,20 +349,20 @@ def estimate_probe(
         variable += [n for n in own if n not in variable and n not in repeats]
 
     rebuilt: dict[Any, torch.nn.Module] = {}
-    others = _argument_modules(
+    others = argument_modules(
         (*(args[1:] if module is not None else args), *passthrough.values()), module
     )
     if device == "cpu" and others:
-        device = _module_device(others[0]) or device
+        device = module_device(others[0]) or device
 
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
-        target, own_runner = _with_module(module, rebuild, run_device, assignment, dtype, rebuilt)
-        runner = _with_modules(own_runner, others, run_device, dtype)
+        target, own_runner = with_module(module, rebuild, run_device, assignment, dtype, rebuilt)
+        runner = with_modules(own_runner, others, run_device, dtype)
         positional = [target, *args[1:]] if module is not None else list(args)
         kwargs: dict[str, Any] = {}
         for key, value in passthrough.items():
             kwargs[key] = (
-                _copy_on(run_device, value, dtype) if isinstance(value, torch.Tensor) else value
+                copy_on(run_device, value, dtype) if isinstance(value, torch.Tensor) else value
             )
         for p in build_params:
             shape = shape_at(p.spec, assignment)
@@ -550,12 +428,12 @@ def call_probe(
     if rebuild is not None and rebuild.declared:  # a count of blocks is checked apart
         variable += [n for n in own if n not in variable and n not in repeats]
     devices = [value.device for _, value, _ in found.values()]
-    device = devices[0] if devices else _module_device(module) or "cpu"
+    device = devices[0] if devices else module_device(module) or "cpu"
 
     rebuilt: dict[Any, torch.nn.Module] = {}
 
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
-        target, runner = _with_module(module, rebuild, run_device, assignment, None, rebuilt)
+        target, runner = with_module(module, rebuild, run_device, assignment, None, rebuilt)
         call_args = [materialize(a, run_device) for a in positional]
         call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
         if module is not None:

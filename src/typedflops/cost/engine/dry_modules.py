@@ -1,0 +1,200 @@
+"""The modules a dry run calls: storage-less copies of their tensors on the dry run's device,
+and everything else about them left as the caller had it.
+
+A dry run calls the caller's own modules (``self``, a model passed as an argument) with
+their parameters and buffers swapped for copies on ``meta`` (or built again at other sizes,
+see :mod:`.rebuild`); what the body assigns to them while it runs (``self.last = y``, a
+cache, a buffer registered in ``forward``) is put back afterwards, and an object that is not
+a module runs as a shallow copy of itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.nn.utils.stateless import _reparametrize_module
+
+from .dryrun import Thunk
+from .fit import Size
+from .rebuild import Rebuild
+
+__all__ = [
+    "argument_modules",
+    "copy_on",
+    "module_device",
+    "module_state",
+    "own_copy",
+    "with_module",
+    "with_modules",
+]
+
+
+def copy_on(device: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """A storage-less copy: same shape, strides and ``requires_grad``; floats in ``dtype``."""
+    cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+    copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=cast, device=device)
+    return copy.requires_grad_(tensor.requires_grad) if copy.is_floating_point() else copy
+
+
+def module_state(
+    device: str, module: torch.nn.Module, dtype: torch.dtype | None
+) -> dict[str, torch.Tensor]:
+    # Each module object once (a module shared by two parents is one place to set), each of
+    # its own tensors by name (a weight tied between two modules is set in both, to one copy).
+    state: dict[str, torch.Tensor] = {}
+    for prefix, sub in module.named_modules():
+        for name, tensor in (
+            *sub.named_parameters(recurse=False),
+            *sub.named_buffers(recurse=False),
+        ):
+            state[f"{prefix}.{name}" if prefix else name] = tensor
+    copies: dict[int, torch.Tensor] = {}
+    for tensor in state.values():
+        if id(tensor) not in copies:
+            copies[id(tensor)] = copy_on(device, tensor, dtype)
+    return {name: copies[id(tensor)] for name, tensor in state.items()}
+
+
+def module_device(module: Any) -> str | None:
+    if isinstance(module, torch.nn.Module):
+        for tensor in (*module.parameters(), *module.buffers()):
+            return tensor.device.type
+    return None
+
+
+def own_copy(obj: Any) -> Any:
+    """The dry run's own shallow copy of a method's object that is not a module (None
+    stays None): what the body assigns to ``self`` (``self.A = A`` in ``__init__``, a
+    ``cached_property``) stays on the copy, never on the caller's object, whose real
+    tensors must not be swapped for the dry run's storage-less ones.
+
+    >>> class Pair:
+    ...     def __init__(self, a: torch.Tensor) -> None:
+    ...         self.a = a
+    >>> pair = Pair(torch.ones(2))
+    >>> twin = own_copy(pair)
+    >>> twin.a = torch.empty(3, device="meta")
+    >>> pair.a.device.type, twin is not pair
+    ('cpu', True)
+    """
+    return None if obj is None else copy.copy(obj)
+
+
+def with_module(
+    module: Any,
+    rebuild: Rebuild | None,
+    device: str,
+    sizes: Mapping[str, Size],
+    dtype: torch.dtype | None,
+    rebuilt_cache: dict[Any, torch.nn.Module] | None = None,
+) -> tuple[Any, Callable[[Thunk], Any]]:
+    """The module to call at ``sizes`` and how to run a thunk with its state on ``device``:
+    the module with fake copies of its tensors, or, where ``sizes`` change its own sizes
+    (or it declares them), the module built again at them (``rebuilt_cache``: those already
+    built for the runs of one estimate, by their sizes)."""
+    if not isinstance(module, torch.nn.Module):
+        return own_copy(module), lambda thunk: thunk()
+    changes = rebuild.changes(sizes) if rebuild is not None else {}
+    # A module that declares its sizes is always built again (on meta, all its state is
+    # meta: the backward a planner runs after the call needs no reparametrization).
+    rebuilt = rebuild is not None and (rebuild.declared or bool(changes))
+    if rebuild is not None and rebuilt:
+        key = (device, dtype, tuple(sorted(changes.items())))
+        target = rebuilt_cache.get(key) if rebuilt_cache is not None else None
+        if target is None:
+            with torch.device(device):
+                target = rebuild.at(changes, dtype)  # on the dry run's device: no storage
+            if rebuilt_cache is not None:
+                rebuilt_cache[key] = target
+        module = target
+    state = {
+        name: tensor
+        for name, tensor in module_state(device, module, dtype).items()
+        if not rebuilt or tensor.device.type != device
+    }
+
+    def run(thunk: Thunk) -> Any:
+        with _attributes_kept(module):
+            if not state:
+                return thunk()
+            with _reparametrize_module(module, state, strict=False):
+                return thunk()
+
+    return module, run
+
+
+@contextlib.contextmanager
+def _attributes_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Put back, after a dry run, what its body assigned to the modules it ran
+    (``self.last = y``, a cache, a buffer registered in ``forward``): the caller's modules
+    never keep a dry run's storage-less tensors.
+
+    >>> lin = torch.nn.Linear(2, 2)
+    >>> with _attributes_kept(lin):
+    ...     lin.last = torch.empty(2, device="meta")
+    ...     lin.register_buffer("cache", torch.empty(2, device="meta"))
+    >>> hasattr(lin, "last"), "cache" in lin._buffers
+    (False, False)
+    """
+    kept: list[tuple[torch.nn.Module, list[tuple[dict[str, Any], dict[str, Any]]]]] = [
+        (
+            sub,
+            [
+                (store, dict(store))
+                for store in (sub._parameters, sub._buffers, sub._modules, sub.__dict__)
+            ],
+        )
+        for sub in module.modules()
+    ]
+    try:
+        yield
+    finally:
+        for _, stores in kept:
+            for store, saved in stores:  # (its own attributes last)
+                if not _same(store, saved):
+                    store.clear()
+                    store.update(saved)
+
+
+def _same(now: Mapping[str, Any], before: Mapping[str, Any]) -> bool:
+    """Whether a dict holds the same objects it held (compared by identity: ``==`` on a
+    tensor is a tensor)."""
+    return now.keys() == before.keys() and all(now[key] is value for key, value in before.items())
+
+
+def argument_modules(values: Sequence[Any], own: Any) -> list[torch.nn.Module]:
+    """The modules among a call's other arguments (``f(model, ids)``), also inside a list,
+    tuple or dict, each once and not ``own`` (the call's ``self``)."""
+    found: dict[int, torch.nn.Module] = {}
+    for value in values:
+        items = value.values() if isinstance(value, dict) else value
+        for item in items if isinstance(value, list | tuple | dict) else (value,):
+            if isinstance(item, torch.nn.Module) and item is not own:
+                found.setdefault(id(item), item)
+    return list(found.values())
+
+
+def with_modules(
+    runner: Callable[[Thunk], Any],
+    modules: Sequence[torch.nn.Module],
+    device: str,
+    dtype: torch.dtype | None,
+) -> Callable[[Thunk], Any]:
+    """``runner`` with each of ``modules`` taking part through storage-less copies of its
+    parameters and buffers on ``device`` (a module given as an argument, as ``self`` is)."""
+    if not modules:
+        return runner
+    states = [(module, module_state(device, module, dtype)) for module in modules]
+
+    def run(thunk: Thunk) -> Any:
+        with contextlib.ExitStack() as stack:
+            for module, state in states:
+                stack.enter_context(_attributes_kept(module))
+                stack.enter_context(_reparametrize_module(module, state, strict=False))
+            return runner(thunk)
+
+    return run
