@@ -141,14 +141,14 @@ class _Caching(nn.Module):
     def forward(self, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
         y: Tensor = self.inner(x)
         self.last = y
-        self.inner.seen = x.shape[0]
+        setattr(self.inner, "seen", x.shape[0])  # noqa: B010 (an attribute nn.Linear lacks)
         self.register_buffer("cache", y.detach(), persistent=False)
         return y
 
 
 @typed_flops
 def _through_caching(model: _Caching, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
-    return model(x)  # type: ignore[no-any-return]
+    return model(x)
 
 
 def test_what_a_dry_run_assigns_to_the_callers_modules_is_put_back() -> None:
