@@ -180,8 +180,11 @@ def _decorate(function: Any, flops: str | None, name: str | None) -> Any:
         if not dataclasses.is_dataclass(function):
             raise SpecError.at(
                 f"@typed_flops on class {function.__qualname__.rsplit('<locals>.', 1)[-1]}",
-                "it is neither an nn.Module subclass nor a dataclass, so there is nothing to check",
-                hint="decorate the methods to check (@typed_flops on __call__ or forward)",
+                "it is neither an nn.Module subclass nor a dataclass, and a plain class's "
+                "methods are not checked through it",
+                hint=(
+                    "decorate the methods to check (@typed_flops on __init__, __call__ or forward)"
+                ),
             )
         return typed_class(function)
     if isinstance(function, (classmethod, staticmethod)):

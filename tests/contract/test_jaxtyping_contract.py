@@ -63,13 +63,14 @@ def test_a_decorated_dataclass_stays_a_class_and_checks_its_fields() -> None:
         Batch(ones(4, 3), torch.zeros(4, dtype=torch.long), weight="heavy")  # type: ignore[arg-type]
 
 
-def test_a_plain_class_is_returned_unchanged() -> None:
+def test_a_plain_class_is_refused_where_jaxtyping_returns_it_unchecked() -> None:
     class Plain:
         def __init__(self, x: Float[Tensor, " n"]) -> None:
             self.x = x
 
     original_init = Plain.__init__
-    assert typed_flops(Plain) is Plain
+    with pytest.raises(SpecError, match=r"^@typed_flops on class Plain: it is neither"):
+        typed_flops(Plain)
     assert Plain.__init__ is original_init
 
 

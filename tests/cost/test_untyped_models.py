@@ -318,8 +318,8 @@ def test_typed_flops_on_a_class_that_is_no_module_nor_dataclass_is_a_spec_error(
 
     assert str(caught.value) == (
         "@typed_flops on class Scorer: it is neither an nn.Module subclass nor a dataclass, "
-        "so there is nothing to check; decorate the methods to check (@typed_flops on "
-        "__call__ or forward)"
+        "and a plain class's methods are not checked through it; decorate the methods to "
+        "check (@typed_flops on __init__, __call__ or forward)"
     )
 
 
