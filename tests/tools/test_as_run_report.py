@@ -18,9 +18,16 @@ writes 4*n*k, the division reads and writes 4*n*k.
 from __future__ import annotations
 
 import pytest
+import torch
+from jaxtyping import Float
 from plugin_args import PLUGIN_ARGS
+from torch import Tensor
 
-from typedflops.tools.call_report import Record, merge, table
+from typedflops import typed_flops
+from typedflops.cost.engine.dryrun import measure
+from typedflops.cost.engine.probes import call_probe
+from typedflops.errors import DeviceError
+from typedflops.tools.call_report import Record, merge, no_formula_reason, table
 
 pytest_plugins = ["pytester"]
 
@@ -208,3 +215,31 @@ def test_workers_counts_add_up_and_a_spread_is_shown() -> None:
         "uncounted ops (ran, no FLOP rule): linalg_cholesky_ex",
         "as run (k of n): FLOPs over the n calls taken at the mean of the k counted",
     ]
+
+
+@typed_flops
+def _mm(a: Float[Tensor, "m k"], b: Float[Tensor, "k n"]) -> Float[Tensor, "m n"]:
+    return a @ b
+
+
+class _Factored:
+    """Holds a real tensor a dry run's copy of it keeps (not a module: nothing to swap)."""
+
+    def __init__(self, a: Tensor) -> None:
+        self.a = a
+
+    @typed_flops
+    def apply(self, x: Float[Tensor, "k n"]) -> Float[Tensor, "k n"]:
+        return _mm(self.a, x)
+
+
+def test_a_dry_run_meeting_real_tensors_held_in_self_says_so() -> None:
+    factored, x = _Factored(torch.ones(3, 3)), torch.ones(3, 2)
+    factored.apply(x)
+    with pytest.raises(DeviceError) as caught:
+        measure(call_probe(_Factored.apply, (factored, x), {}, {"k": 3, "n": 2}))
+    assert no_formula_reason(caught.value) == (
+        "a dry run runs on meta tensors, and this call meets real ones it cannot replace "
+        "(held in self or outside the arguments): _mm(): argument 'b' is on meta but "
+        "argument 'a' is on cpu; all tensors of one call must be on one device"
+    )

@@ -118,14 +118,22 @@ def no_formula_reason(error: BaseException) -> str:
 
     >>> no_formula_reason(RuntimeError("Tensor.item() cannot be called on meta")).split("(")[0]
     'the body reads tensor values '
+    >>> from typedflops.errors import DeviceError
+    >>> no_formula_reason(DeviceError("f(): argument 'x' is on cpu but 'y' is on meta"))[:50]
+    'a dry run runs on meta tensors, and this call meet'
     """
-    from ..errors import ContractError, DryRunError
+    from ..errors import ContractError, DeviceError, DryRunError
 
     first = str(error).splitlines()[0] if str(error) else type(error).__name__
     if isinstance(error, DryRunError) and error.reads_values is not None:
         return (  # the op and the line that ran it
             f"the body reads tensor values ({error.reads_values}), which a dry run on meta "
             "tensors does not have"
+        )
+    if isinstance(error, DeviceError):
+        return (
+            "a dry run runs on meta tensors, and this call meets real ones it cannot replace "
+            f"(held in self or outside the arguments): {first[:120]}"
         )
     if isinstance(error, ContractError):
         return (
