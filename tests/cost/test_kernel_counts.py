@@ -465,6 +465,16 @@ def test_a_formula_negative_at_every_size_is_refused_at_decoration(formula: str)
             return x
 
 
+def _refused_in_estimate_and_call(f: Any, message: str, *, n: int, d: int) -> None:
+    """``f``'s formula refused, with ``message``, by a dry run and by a recorded call."""
+    with pytest.raises(SpecError) as caught:
+        f.estimate(n=n, d=d)
+    assert str(caught.value) == message
+    with pytest.raises(SpecError) as caught, record():
+        f(torch.ones(n, d))
+    assert str(caught.value) == message
+
+
 def test_a_formula_that_is_no_whole_number_is_refused_where_it_is_evaluated() -> None:
     @typed_flops(flops="n*d/2")
     def half(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
@@ -479,12 +489,7 @@ def test_a_formula_that_is_no_whole_number_is_refused_where_it_is_evaluated() ->
         "half(): flops=d*n/2 gives 9/2 FLOPs at n=3, d=3; a count is a whole number; "
         "round it in the formula: // rounds down"
     )
-    with pytest.raises(SpecError) as caught:
-        half.estimate(n=3, d=3)
-    assert str(caught.value) == message
-    with pytest.raises(SpecError) as caught, record():
-        half(torch.ones(3, 3))
-    assert str(caught.value) == message
+    _refused_in_estimate_and_call(half, message, n=3, d=3)
     assert rounded.estimate(n=3, d=3).flops == 4
 
 
@@ -495,10 +500,5 @@ def test_a_formula_negative_at_some_sizes_is_refused_where_it_is_evaluated() -> 
 
     assert f.estimate(n=5, d=3).flops == 2
     message = "f(): flops=-d + n gives -1 FLOPs at n=2, d=3; a count is never negative"
-    with pytest.raises(SpecError) as caught:
-        f.estimate(n=2, d=3)
-    assert str(caught.value) == message
-    with pytest.raises(SpecError) as caught, record():
-        f(torch.ones(2, 3))
-    assert str(caught.value) == message
+    _refused_in_estimate_and_call(f, message, n=2, d=3)
     assert rules.declared_flops("f", sympy.sympify("n - d"), {"n": 3, "d": 3}) == 0

@@ -604,20 +604,18 @@ def declared_flops(function: str, formula: sympy.Expr, dims: Mapping[str, int]) 
     typedflops.errors.SpecError: f(): flops=d*n/2 gives 9/2 FLOPs at n=3, d=3; a count is a ...
     """
     value = formula.xreplace({sympy.Symbol(name): size for name, size in dims.items()})
+    if value >= 0 and value.is_integer:
+        return int(value)
     used = {str(symbol) for symbol in formula.free_symbols}
     shown = ", ".join(f"{name}={size}" for name, size in dims.items() if name in used)
+    gives = f"flops={formula} gives {value} FLOPs at {shown}"
     if value < 0:
-        raise SpecError.at(
-            f"{function}()",
-            f"flops={formula} gives {value} FLOPs at {shown}; a count is never negative",
-        )
-    if not value.is_integer:
-        raise SpecError.at(
-            f"{function}()",
-            f"flops={formula} gives {value} FLOPs at {shown}; a count is a whole number",
-            hint="round it in the formula: // rounds down",
-        )
-    return int(value)
+        raise SpecError.at(f"{function}()", f"{gives}; a count is never negative")
+    raise SpecError.at(
+        f"{function}()",
+        f"{gives}; a count is a whole number",
+        hint="round it in the formula: // rounds down",
+    )
 
 
 def count_of(value: Any) -> int:

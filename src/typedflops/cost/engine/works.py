@@ -54,7 +54,6 @@ __all__ = [
 
 _frame = counting_frame
 _no_torch_function = torch._C.DisableTorchFunction
-_Tensor = torch.Tensor
 _function_modes = torch._C._len_torch_function_stack
 _push_function = torch._C._push_on_torch_function_stack
 _thread = threading.get_ident
@@ -498,12 +497,7 @@ def _returned(
     """Count the backward of the autograd Functions a call returns, and check its return
     value (a call whose value fails gave its ops to its caller)."""
     try:
-        if type(result) is _Tensor:  # (the usual)
-            node = result.grad_fn
-            if node is not None:
-                count_custom_backwards(result, calls[0].session.mode)
-        else:
-            count_custom_backwards(result, calls[0].session.mode)
+        count_custom_backwards(result, calls[0].session.mode)
         return function.recall_return(result, state, outcome)
     except BaseException:
         _abandon(inner, calls)
