@@ -33,7 +33,63 @@ def palm_model_flops(matmul_flops: int | sympy.Expr) -> int | sympy.Expr:
     return 3 * matmul_flops
 
 
-__all__ = ["Cost", "OpCost", "Term", "palm_model_flops"]
+__all__ = [
+    "Cost",
+    "OpCost",
+    "Term",
+    "above_one",
+    "at_size_one",
+    "is_one",
+    "palm_model_flops",
+    "tidy",
+]
+
+
+def is_one(size: sympy.Expr) -> sympy.Expr:
+    """1 where ``size`` is 1, else 0 (sympy's ``KroneckerDelta(1, size)``): in a formula,
+    the part that holds at size 1 only (where torch runs other kernels: a sum over one
+    element is a multiply). Plain sympy, so a formula read back from text keeps it.
+
+    >>> n, d = sympy.symbols("n d")
+    >>> formula = 2 * n * d - n * is_one(d)
+    >>> formula, formula.xreplace({n: 4, d: 1}), formula.xreplace({n: 4, d: 3})
+    (2*d*n - n*KroneckerDelta(1, d), 4, 24)
+    """
+    return sympy.KroneckerDelta(1, size)
+
+
+def at_size_one(expr: sympy.Basic) -> bool:
+    """Whether ``expr`` is an :func:`is_one` factor."""
+    return isinstance(expr, sympy.KroneckerDelta) and sympy.Integer(1) in expr.args
+
+
+def tidy(formula: sympy.Expr) -> sympy.Expr:
+    """``formula`` as its part at sizes of 2 and up, plus one factored part for each set of
+    dims at 1.
+
+    >>> b, i, o = sympy.symbols("b i o")
+    >>> tidy(2 * b * i * o - (b * o - b) * is_one(i) - b * is_one(i))
+    2*b*i*o - b*o*KroneckerDelta(1, i)
+    """
+    parts: dict[sympy.Expr, sympy.Expr] = {}
+    for monomial in sympy.Add.make_args(sympy.expand(formula)):
+        factors = sympy.Mul.make_args(monomial)
+        key = sympy.Mul(*(f for f in factors if at_size_one(f)))
+        rest = sympy.Mul(*(f for f in factors if not at_size_one(f)))
+        parts[key] = parts.get(key, sympy.Integer(0)) + rest
+    general = sympy.factor(parts.pop(sympy.Integer(1), sympy.Integer(0)))
+    ordered = sorted(parts.items(), key=lambda item: (len(item[0].args), str(item[0])))
+    return sympy.Add(general, *(sympy.factor(rest) * key for key, rest in ordered if rest != 0))
+
+
+def above_one(formula: sympy.Expr) -> sympy.Expr:
+    """``formula`` where every dim is 2 or more: its parts at size 1 dropped.
+
+    >>> n, d = sympy.symbols("n d")
+    >>> above_one(2 * n * d - n * is_one(d))
+    2*d*n
+    """
+    return sympy.sympify(formula).replace(at_size_one, lambda e: sympy.Integer(0))
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..types import Cost, Term
+from .at_one import checked_at_one, with_part_at_one
 from .axes import Axis, axes_of, named_by_call, study, third, tied
 from .events import Event
 from .fit import Fitted, Plan, Size, fit, size_value
@@ -79,9 +80,11 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     rebuild = probe.rebuild
     if rebuild is not None and not rebuild.declared:
         start.update({rebuild.key(name): size for name, size in rebuild.sizes.items()})
+    start.update(probe.pinned)
     base = runner.base(start)
     bound = {**base.bound, **probe.dims}
-    studies = [study(runner, start, base, axis) for axis in axes_of(probe, bound)]
+    axes = [a for a in axes_of(probe, bound) if not probe.pinned.keys() & set(a.keys)]
+    studies = [study(runner, start, base, axis) for axis in axes]
     studies = named_by_call(tied(runner, start, base, studies), start, base)
     at_one = [
         s.axis
@@ -128,6 +131,11 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         cost = _fitted_above_one(probe, cost, at_one, moving)
     elif moving:
         cost = _inexact(cost)
+    if not shifted:
+        checked = [s.axis for s in studies if s.axis not in at_one]
+        cost = checked_at_one(
+            probe, runner, start, checked, cost, lambda p: measure(p, shifted=True)
+        )
     return cost
 
 
@@ -425,6 +433,10 @@ def _fitted_above_one(probe: Probe, cost: Cost, stuck: Sequence[Axis], moving: b
     except Exception:  # the call cannot run at 2: the base run's formulas stand
         above = None
     values = {**(above.dims if above is not None else {}), **cost.dims}
+    # (one dim at 1, not tied to a module's size: the base run's formula is its piece at 1)
+    lone = stuck[0] if len(stuck) == 1 and stuck[0].keys == (stuck[0].name,) else None
+    size = None if lone is None else probe.dims.get(lone.name)
+    piece = lone.name if lone is not None and size == 1 else None
     terms: dict[str, Term] = {}
     for name, term in cost.terms.items():
         if above is not None:
@@ -432,6 +444,10 @@ def _fitted_above_one(probe: Probe, cost: Cost, stuck: Sequence[Axis], moving: b
             moved = Term(term.count, candidate.formula, candidate.exact)
             if moved.holds_at(values):
                 terms[name] = moved
+                continue
+            if moving and piece is not None and term.exact and candidate.exact:
+                formula = with_part_at_one(candidate.formula, piece, term.formula)
+                terms[name] = Term(term.count, formula)
                 continue
         terms[name] = dataclasses.replace(term, exact=False) if moving else term
     used = {str(symbol) for term in terms.values() for symbol in term.formula.free_symbols}

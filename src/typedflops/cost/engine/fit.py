@@ -25,6 +25,7 @@ from typing import Any
 
 import sympy
 
+from ..types import tidy
 from .events import Event
 from .rules import OpCall
 from .tensors import TensorMeta, flat_tensors, map_meta
@@ -291,4 +292,6 @@ def total(formulas: Iterable[sympy.Expr], *, factor: bool = True) -> sympy.Expr:
 
 @functools.lru_cache(maxsize=4096)
 def _factored(expr: sympy.Expr) -> sympy.Expr:
+    if expr.has(sympy.KroneckerDelta):
+        return tidy(expr)  # (the part at sizes of 2 and up, then the parts at 1)
     return sympy.factor(expr)

@@ -53,7 +53,8 @@ class Probe:
     sizes of its own (keys :meth:`Rebuild.key` in an assignment), ``build`` makes the call
     at an assignment of sizes with its tensors on a device (``"meta"``), ``device`` the
     device type the call would run on, ``declared`` a ``flops=`` formula replacing the
-    outermost call's count.
+    outermost call's count, ``pinned`` sizes (by key in an assignment) held at a value
+    that no run changes.
     """
 
     function: str
@@ -65,6 +66,7 @@ class Probe:
     repeats: dict[str, int] = field(default_factory=dict)
     declared: sympy.Expr | None = None
     rebuild: Rebuild | None = None
+    pinned: dict[str, Size] = field(default_factory=dict)
 
 
 @dataclass

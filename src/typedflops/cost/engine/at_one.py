@@ -1,0 +1,155 @@
+"""Formulas at size 1, where torch (or the body) runs other ops than at 2 and up.
+
+A sum over one element is no sum: ``torch.einsum`` runs a multiply where the summed dim is
+1, and bodies written the usual way branch on it (``if x.shape[1] == 1: return x``). The
+fits change each size from its value and never to 1, so each call dim a formula names is
+checked by a dry run at 1. Where that run gives another count, what differs there is fitted
+in the other dims with that dim held at 1, and added where it is 1:
+``2*b*i*o - b*o*KroneckerDelta(1, i)``. Pairs of dims at 1 are checked and fitted the same
+way (``KroneckerDelta(1, i)*KroneckerDelta(1, j)``); three or more dims at 1 at once are not
+checked. A term whose part at 1 no fit finds is inexact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+
+import sympy
+
+from ..types import Cost, Term, is_one, tidy
+from .axes import Axis
+from .fit import Size
+from .runs import Probe, Runner
+
+__all__ = ["checked_at_one", "with_part_at_one"]
+
+Measure = Callable[[Probe], Cost]
+
+# Every pair of dims is set to 1 together up to this many dims (beyond, pairs of dims with
+# a part at 1 alone, up to this many of them).
+_PAIRS = 4
+
+
+def with_part_at_one(formula: sympy.Expr, name: str, at_one: sympy.Expr) -> sympy.Expr:
+    """``formula``, with ``at_one`` (a formula in the other dims) in its place where the dim
+    ``name`` is 1.
+
+    >>> b, i, o = sympy.symbols("b i o")
+    >>> with_part_at_one(2 * b * i * o, "i", b * o)
+    2*b*i*o - b*o*KroneckerDelta(1, i)
+    """
+    symbol = sympy.Symbol(name)
+    difference = sympy.expand(at_one - formula.xreplace({symbol: 1}))
+    return tidy(formula + difference * is_one(symbol))
+
+
+def checked_at_one(
+    probe: Probe,
+    runner: Runner,
+    at: Mapping[str, Size],
+    axes: Sequence[Axis],
+    cost: Cost,
+    measure: Measure,
+) -> Cost:
+    """``cost`` with its exact terms checked by runs with the call's dims (``axes``, at 2 or
+    more in ``at``) at 1: each alone, then in pairs (a sum over ``i`` and ``j`` is lowered
+    where both are 1). A term such a run refutes gains its part there, fitted by
+    ``measure`` with those dims held at 1, or is inexact where no fit finds one."""
+    terms = dict(cost.terms)
+    named = [
+        axis
+        for axis in axes
+        if axis.far
+        and isinstance(at[axis.keys[0]], int)
+        and int(at[axis.keys[0]]) >= 2  # type: ignore[arg-type]  # (an int, tested above)
+        and any(_names(term, (axis,)) for term in terms.values())
+    ]
+    parted: list[Axis] = []
+    for axis in named:
+        if _with_parts(probe, runner, at, (axis,), cost.dims, terms, measure):
+            parted.append(axis)
+    pairs = named if len(named) <= _PAIRS else parted[:_PAIRS]
+    for group in itertools.combinations(pairs, 2):
+        _with_parts(probe, runner, at, group, cost.dims, terms, measure)
+    if terms == cost.terms:
+        return cost
+    return dataclasses.replace(
+        cost,
+        forward=terms["forward"],
+        backward=terms["backward"],
+        matmul=terms["matmul"],
+        recompute=terms["recompute"],
+        activation=terms["activation"],
+    )
+
+
+def _with_parts(
+    probe: Probe,
+    runner: Runner,
+    at: Mapping[str, Size],
+    group: Sequence[Axis],
+    dims: Mapping[str, int],
+    terms: dict[str, Term],
+    measure: Measure,
+) -> bool:
+    """Check ``terms`` with the ``group``'s dims at 1, giving each refuted one its part
+    there (in place); whether any was refuted."""
+    wrong, counts = _refuted(probe, runner, at, group, dims, terms)
+    if not wrong:
+        return False
+    pinned = _pinned(probe, group, measure)
+    values = {**dims, **{axis.name: 1 for axis in group}}
+    ones = {sympy.Symbol(axis.name): sympy.Integer(1) for axis in group}
+    where = sympy.Mul(*(is_one(symbol) for symbol in ones))
+    for name in wrong:
+        term, part = terms[name], None if pinned is None else pinned.terms[name]
+        if part is None or not part.exact or part.at(values) != counts[name]:
+            terms[name] = dataclasses.replace(term, exact=False)
+            continue
+        difference = sympy.expand(part.formula - term.formula.xreplace(ones))
+        terms[name] = Term(term.count, tidy(term.formula + difference * where))
+    return True
+
+
+def _names(term: Term, group: Sequence[Axis]) -> bool:
+    """Whether the term is exact and names a dim of ``group``."""
+    symbols = term.formula.free_symbols
+    return term.exact and any(sympy.Symbol(axis.name) in symbols for axis in group)
+
+
+def _refuted(
+    probe: Probe,
+    runner: Runner,
+    at: Mapping[str, Size],
+    group: Sequence[Axis],
+    dims: Mapping[str, int],
+    terms: Mapping[str, Term],
+) -> tuple[list[str], dict[str, int]]:
+    """The exact terms naming a dim of ``group`` that a run with those dims at 1 refutes,
+    and that run's counts (none where the body refuses those sizes)."""
+    checked = [
+        name
+        for name, term in terms.items()
+        if _names(term, group) and not (name == "forward" and probe.declared is not None)
+    ]
+    run = runner.run({**at, **{key: 1 for axis in group for key in axis.keys}}) if checked else None
+    if run is None:
+        return [], {}
+    counts = run.counts()
+    values = {**dims, **{axis.name: 1 for axis in group}}
+    return [name for name in checked if terms[name].at(values) != counts[name]], counts
+
+
+def _pinned(probe: Probe, group: Sequence[Axis], measure: Measure) -> Cost | None:
+    """The cost with the ``group``'s dims held at 1 (a module's own size tied to a dim
+    with it) and the other sizes changed as usual; None where the body does not run there."""
+    keys = {key: 1 for axis in group for key in axis.keys}
+    dims = {**probe.dims, **{name: 1 for name in keys if name in probe.dims}}
+    variable = [name for name in probe.variable if name not in keys]
+    pinned = {**probe.pinned, **keys}
+    try:
+        return measure(dataclasses.replace(probe, dims=dims, variable=variable, pinned=pinned))
+    except Exception:  # a body that runs at 1 but not at the fit's sizes from there
+        return None
