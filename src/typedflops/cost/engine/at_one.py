@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import sympy
 
-from ..types import Cost, Term, is_one, tidy
+from ..types import Cost, Term, above_one, is_one, tidy
 from .axes import Axis
 from .fit import Size
 from .runs import Probe, Runner
@@ -108,7 +108,11 @@ def _with_parts(
         if part is None or not part.exact or part.at(values) != counts[name]:
             terms[name] = dataclasses.replace(term, exact=False)
             continue
-        difference = sympy.expand(part.formula - term.formula.xreplace(ones))
+        # A dim alone: its part is what differs from the formula for sizes of 2 and up, so
+        # that parts of dims that change other ops add up where both are 1; a pair: what
+        # differs from the formula with the parts of each dim.
+        base = above_one(term.formula) if len(group) == 1 else term.formula
+        difference = sympy.expand(part.formula - base.xreplace(ones))
         terms[name] = Term(term.count, tidy(term.formula + difference * where))
     return True
 
