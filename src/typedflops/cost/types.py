@@ -6,6 +6,7 @@ Plain data: the conventions behind the numbers are written once, in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -256,6 +257,19 @@ class Cost:
             "recompute": self.recompute,
             "activation": self.activation,
         }
+
+    def with_terms(self, terms: Mapping[str, Term], **changes: Any) -> Cost:
+        """This cost with its terms replaced by ``terms`` (by the names of :attr:`terms`),
+        and any other field given as a keyword."""
+        return dataclasses.replace(
+            self,
+            forward=terms["forward"],
+            backward=terms["backward"],
+            matmul=terms["matmul"],
+            recompute=terms["recompute"],
+            activation=terms["activation"],
+            **changes,
+        )
 
     @property
     def exact(self) -> bool:

@@ -73,16 +73,7 @@ def checked_at_one(
     pairs = named if len(named) <= _PAIRS else parted[:_PAIRS]
     for group in itertools.combinations(pairs, 2):
         _with_parts(probe, runner, at, group, cost.dims, terms, measure)
-    if terms == cost.terms:
-        return cost
-    return dataclasses.replace(
-        cost,
-        forward=terms["forward"],
-        backward=terms["backward"],
-        matmul=terms["matmul"],
-        recompute=terms["recompute"],
-        activation=terms["activation"],
-    )
+    return cost if terms == cost.terms else cost.with_terms(terms)
 
 
 def _with_parts(

@@ -147,16 +147,7 @@ def _inexact(cost: Cost) -> Cost:
 def _with_terms(
     cost: Cost, terms: Mapping[str, Term], dims: Mapping[str, int], fixed: Mapping[str, int]
 ) -> Cost:
-    return dataclasses.replace(
-        cost,
-        forward=terms["forward"],
-        backward=terms["backward"],
-        matmul=terms["matmul"],
-        recompute=terms["recompute"],
-        activation=terms["activation"],
-        dims=dims,
-        fixed=fixed,
-    )
+    return cost.with_terms(terms, dims=dims, fixed=fixed)
 
 
 def _moves_from_zero(runner: Runner, at: Mapping[str, Size], base: Run, axis: Axis) -> bool:
