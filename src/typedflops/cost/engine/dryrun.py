@@ -73,7 +73,9 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     A dim of size 1 that could not be changed (torch takes another path at size 1: a view
     where a copy was, a sum over one element lowered away) is fitted from runs at size 2
     and up instead; a formula from there replaces the base run's where it gives the base
-    run's count at size 1, so that every formula still evaluates to its count.
+    run's count at size 1, and where it does not, the base run's formula is its part at 1
+    (:mod:`.at_one`), so that every formula still evaluates to its count. Each call dim
+    above 1 is then run at 1 and given such a part where the ops there differ.
     """
     runner = Runner(probe)
     start: dict[str, Size] = dict(probe.dims)
