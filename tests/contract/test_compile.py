@@ -191,8 +191,7 @@ def test_dims_a_typed_submodule_holds_need_not_be_given() -> None:
     scorer = Scorer()
     cost = scorer.score.estimate(n=10)
     assert cost.dims["d_in"] == 16
-    # (where d_in is 1, the product over it is a multiply: one FLOP less per output)
-    assert str(cost.formula) == "d_out*n*(2*d_in + 1) - d_out*n*KroneckerDelta(1, d_in)"
+    assert str(cost.formula) == "d_out*n*(2*d_in + 1)"
     assert scorer.score.formula == cost.formula
     with pytest.raises(ShapeError, match="d_in"):
         scorer.score(torch.randn(3, 15))

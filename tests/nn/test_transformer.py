@@ -16,7 +16,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import Cost, ShapeError, SpecError
-from typedflops.cost.types import above_one
 from typedflops.nn import (
     CONFIGS,
     MLP,
@@ -70,14 +69,14 @@ def lm(config: TransformerConfig) -> TransformerLM:
 def test_gpt2_matmul_flops_equal_narayanan(kernel: str) -> None:
     model = lm(dataclasses.replace(SMALL_GPT2, kernel=kernel))  # type: ignore[arg-type]
     cost = model.estimate(batch=2, seq=16)
-    assert sympy.expand(as_papers(above_one(cost.matmul_formula)) - NARAYANAN) == 0
+    assert sympy.expand(as_papers(cost.matmul_formula) - NARAYANAN) == 0
     assert cost.exact
 
 
 def test_narayanan_holds_under_the_math_kernel_too() -> None:
     with sdpa_kernel(SDPBackend.MATH):
         cost = lm(SMALL_GPT2).estimate(batch=2, seq=16)
-    assert sympy.expand(as_papers(above_one(cost.matmul_formula)) - NARAYANAN) == 0
+    assert sympy.expand(as_papers(cost.matmul_formula) - NARAYANAN) == 0
 
 
 def test_gpt3_175b_matmul_flops_equal_narayanan_at_its_size() -> None:
@@ -86,7 +85,7 @@ def test_gpt3_175b_matmul_flops_equal_narayanan_at_its_size() -> None:
     config = CONFIGS["gpt3-175b"]
     papers = NARAYANAN.subs({B: 1, s: 2048, l: 96, h: config.d_model, V: config.vocab})
     assert cost.matmul_flops == papers
-    assert sympy.expand(as_papers(above_one(cost.matmul_formula)) - NARAYANAN) == 0
+    assert sympy.expand(as_papers(cost.matmul_formula) - NARAYANAN) == 0
 
 
 def test_formulas_name_the_model_dims_and_the_layer_count() -> None:

@@ -13,7 +13,6 @@ import torch
 
 from typedflops import SpecError
 from typedflops.config import disabled
-from typedflops.cost.types import above_one
 from typedflops.memory import training_memory
 from typedflops.nn import Block, TransformerConfig, TransformerLM
 from typedflops.planning.peak import LiveBytes
@@ -204,7 +203,7 @@ def test_a_gpt_layer_against_korthikanti_term_by_term() -> None:
     (2 + 8 + 8 sbh), the two dropout masks (2sbh)."""
     model = TransformerLM(gpt2(kernel="einsum", dropout=0.1), device="meta", dtype=torch.bfloat16)
     cost = model.loss_estimate(batch=2, seq=32)
-    formula = above_one(cost.activation_formula).xreplace(GPT_SHAPE)
+    formula = cost.activation_formula.xreplace(GPT_SHAPE)
     per_layer = sympy.expand(sympy.diff(formula, L))
     assert sympy.expand(per_layer - KORTHIKANTI) == 16 * s * b + s**2
 
@@ -215,7 +214,7 @@ def test_a_gpt_layer_on_the_fused_attention_kernel_against_korthikanti() -> None
     log-sum-exp per query and head (+4asb), and the LayerNorms' statistics (+16sb)."""
     model = TransformerLM(gpt2(), dtype=torch.bfloat16)  # on a CPU: its flash kernel
     cost = model.loss_estimate(batch=2, seq=32)
-    per_layer = sympy.expand(sympy.diff(above_one(cost.activation_formula).xreplace(GPT_SHAPE), L))
+    per_layer = sympy.expand(sympy.diff(cost.activation_formula.xreplace(GPT_SHAPE), L))
     difference = -2 * s * b * h - 5 * a * s**2 * b + 4 * a * s * b + 16 * s * b
     assert sympy.expand(per_layer - KORTHIKANTI - difference) == 0
 

@@ -1,13 +1,14 @@
-"""Formulas at size 1, where torch (or the body) runs other ops than at 2 and up.
+"""Formulas at size 1, where the body makes other calls than at 2 and up.
 
-A sum over one element is no sum: ``torch.einsum`` runs a multiply where the summed dim is
-1, and bodies written the usual way branch on it (``if x.shape[1] == 1: return x``). The
-fits change each size from its value and never to 1, so each call dim a formula names is
-checked by a dry run at 1. Where that run gives another count, what differs there is fitted
-in the other dims with that dim held at 1, and added where it is 1:
-``2*b*i*o - b*o*KroneckerDelta(1, i)``. Pairs of dims at 1 are checked and fitted the same
-way (``KroneckerDelta(1, i)*KroneckerDelta(1, j)``); three or more dims at 1 at once are not
-checked. A term whose part at 1 no fit finds is inexact.
+Bodies written the usual way branch on a dim being 1 (``if x.shape[1] == 1: return x``),
+and the fits change each size from its value, never to 1; so each call dim a formula names
+is checked by a dry run at 1. Where the body makes other calls there, what differs is
+fitted in the other dims with that dim held at 1, and added where it is 1:
+``5*d*n - 5*n*KroneckerDelta(1, d)``. Pairs of dims at 1 are checked and fitted the same way
+(``KroneckerDelta(1, i)*KroneckerDelta(1, j)``); three or more dims at 1 at once are not
+checked. A term whose part at 1 no fit finds is inexact. Where the body makes the same
+calls and only torch runs other kernels inside one (a sum over one element is a multiply),
+the formula stays that of the calls as written.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import sympy
 from ..types import Cost, Term, above_one, is_one, tidy
 from .axes import Axis
 from .fit import Size
-from .runs import Probe, Runner
+from .runs import Probe, Run, Runner
 
-__all__ = ["checked_at_one", "with_part_at_one"]
+__all__ = ["checked_at_one", "with_part_at_one", "written_calls"]
 
 Measure = Callable[[Probe], Cost]
 
@@ -48,6 +49,7 @@ def with_part_at_one(formula: sympy.Expr, name: str, at_one: sympy.Expr) -> symp
 def checked_at_one(
     probe: Probe,
     runner: Runner,
+    base: Run,
     at: Mapping[str, Size],
     axes: Sequence[Axis],
     cost: Cost,
@@ -67,18 +69,29 @@ def checked_at_one(
         and any(_names(term, (axis,)) for term in terms.values())
     ]
     parted: list[Axis] = []
+    calls = written_calls(base)
     for axis in named:
-        if _with_parts(probe, runner, at, (axis,), cost.dims, terms, measure):
+        if _with_parts(probe, runner, calls, at, (axis,), cost.dims, terms, measure):
             parted.append(axis)
     pairs = named if len(named) <= _PAIRS else parted[:_PAIRS]
     for group in itertools.combinations(pairs, 2):
-        _with_parts(probe, runner, at, group, cost.dims, terms, measure)
+        _with_parts(probe, runner, calls, at, group, cost.dims, terms, measure)
     return cost if terms == cost.terms else cost.with_terms(terms)
+
+
+def written_calls(run: Run) -> list[tuple[str, str | None]]:
+    """The calls the body made in a run (``x @ w``, ``einsum(...)``), in order: the ops
+    each ran may differ between sizes while these stay the same."""
+    seen: dict[int, tuple[str, str | None]] = {}
+    for event in run.events:
+        seen.setdefault(event.group.serial, (event.group.name, event.group.pattern))
+    return list(seen.values())
 
 
 def _with_parts(
     probe: Probe,
     runner: Runner,
+    calls: list[tuple[str, str | None]],
     at: Mapping[str, Size],
     group: Sequence[Axis],
     dims: Mapping[str, int],
@@ -86,9 +99,11 @@ def _with_parts(
     measure: Measure,
 ) -> bool:
     """Check ``terms`` with the ``group``'s dims at 1, giving each refuted one its part
-    there (in place); whether any was refuted."""
-    wrong, counts = _refuted(probe, runner, at, group, dims, terms)
-    if not wrong:
+    there (in place); whether any was refuted. Where the body made the same calls there
+    (torch ran other kernels inside one: a sum over one element is a multiply), the
+    formula stays the one of the calls as written, as for sizes of 2 and up."""
+    wrong, counts, run = _refuted(probe, runner, at, group, dims, terms)
+    if not wrong or run is None or written_calls(run) == calls:
         return False
     pinned = _pinned(probe, group, measure)
     values = {**dims, **{axis.name: 1 for axis in group}}
@@ -121,9 +136,9 @@ def _refuted(
     group: Sequence[Axis],
     dims: Mapping[str, int],
     terms: Mapping[str, Term],
-) -> tuple[list[str], dict[str, int]]:
+) -> tuple[list[str], dict[str, int], Run | None]:
     """The exact terms naming a dim of ``group`` that a run with those dims at 1 refutes,
-    and that run's counts (none where the body refuses those sizes)."""
+    that run's counts and the run (none where the body refuses those sizes)."""
     checked = [
         name
         for name, term in terms.items()
@@ -131,10 +146,10 @@ def _refuted(
     ]
     run = runner.run({**at, **{key: 1 for axis in group for key in axis.keys}}) if checked else None
     if run is None:
-        return [], {}
+        return [], {}, None
     counts = run.counts()
     values = {**dims, **{axis.name: 1 for axis in group}}
-    return [name for name in checked if terms[name].at(values) != counts[name]], counts
+    return [name for name in checked if terms[name].at(values) != counts[name]], counts, run
 
 
 def _pinned(probe: Probe, group: Sequence[Axis], measure: Measure) -> Cost | None:

@@ -136,7 +136,7 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     if not shifted:
         checked = [s.axis for s in studies if s.axis not in at_one]
         cost = checked_at_one(
-            probe, runner, start, checked, cost, lambda p: measure(p, shifted=True)
+            probe, runner, base, start, checked, cost, lambda p: measure(p, shifted=True)
         )
     return cost
 
