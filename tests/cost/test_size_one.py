@@ -124,3 +124,34 @@ def test_an_exact_formula_gives_the_count_at_other_sizes_one_included(
     sizes = dict(zip(names, other, strict=False))
     if cost.exact:
         assert _at(cost, sizes) == _estimate(function, sizes).flops
+
+
+class _Head(torch.nn.Module):
+    """Written the usual way: torch modules, no annotations, a branch for batch 1, a tensor
+    made inside forward."""
+
+    def __init__(self, d: int, k: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(d, k)
+        self.norm = torch.nn.LayerNorm(k)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y: Tensor = self.proj(x)
+        if x.shape[0] == 1:  # a single example: no norm
+            return y
+        mask = torch.ones(y.shape[-1])
+        out: Tensor = self.norm(y) * mask
+        return out
+
+
+def test_a_plain_module_branching_on_batch_one() -> None:
+    from typedflops import estimate
+
+    spec = Float[Tensor, "batch ... d"]
+    cost = estimate(_Head(16, 8), spec, batch=4, ellipsis=3, d=16)
+    batch, ellipsis = sympy.symbols("batch ellipsis")
+    assert cost.exact
+    assert cost.formula == 320 * batch * ellipsis - 64 * ellipsis * is_one(batch)
+    for size in (1, 2, 5):
+        ran = estimate(_Head(16, 8), spec, batch=size, ellipsis=3, d=16).flops
+        assert cost.formula.xreplace({batch: size, ellipsis: 3}) == ran

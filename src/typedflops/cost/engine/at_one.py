@@ -56,16 +56,15 @@ def checked_at_one(
     measure: Measure,
 ) -> Cost:
     """``cost`` with its exact terms checked by runs with the call's dims (``axes``, at 2 or
-    more in ``at``) at 1: each alone, then in pairs (a sum over ``i`` and ``j`` is lowered
-    where both are 1). A term such a run refutes gains its part there, fitted by
+    more in ``at``) at 1: each alone, then in pairs (``if n == 1 and d == 1``). A term such
+    a run refutes, where the body made other calls, gains its part there, fitted by
     ``measure`` with those dims held at 1, or is inexact where no fit finds one."""
     terms = dict(cost.terms)
     named = [
         axis
         for axis in axes
         if axis.far
-        and isinstance(at[axis.keys[0]], int)
-        and int(at[axis.keys[0]]) >= 2  # type: ignore[arg-type]  # (an int, tested above)
+        and _at_least_two(at[axis.keys[0]])
         and any(_names(term, (axis,)) for term in terms.values())
     ]
     parted: list[Axis] = []
@@ -121,6 +120,11 @@ def _with_parts(
         difference = sympy.expand(part.formula - base.xreplace(ones))
         terms[name] = Term(term.count, tidy(term.formula + difference * where))
     return True
+
+
+def _at_least_two(size: Size) -> bool:
+    """A size the fits moved from (a variadic dim's sizes are not set to 1)."""
+    return isinstance(size, int) and size >= 2
 
 
 def _names(term: Term, group: Sequence[Axis]) -> bool:
