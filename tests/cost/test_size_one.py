@@ -191,7 +191,7 @@ def test_torch_saving_other_storages_at_batch_one_gives_the_activations_a_part()
         assert cost.exact
         assert cost.activation.formula.has(is_one(batch))
         for sizes in ({"batch": 1, "seq": 4}, {"batch": 1, "seq": 7}, {"batch": 3, "seq": 5}):
-            ran = estimate(attention, spec, d_model=32, **sizes)
+            ran = estimate(attention, spec, batch=sizes["batch"], seq=sizes["seq"], d_model=32)
             for name, term in cost.terms.items():
                 assert term.at({**cost.dims, **sizes}) == ran.terms[name].count, (name, sizes)
             real = _saved_bytes(attention, torch.randn(sizes["batch"], sizes["seq"], 32))

@@ -109,8 +109,8 @@ def _with_parts(
         # A dim alone: its part is what differs from the formula for sizes of 2 and up, so
         # that parts of dims that change other ops add up where both are 1; a pair: what
         # differs from the formula with the parts of each dim.
-        base = above_one(term.formula) if len(group) == 1 else term.formula
-        difference = sympy.expand(part.formula - base.xreplace(ones))
+        reference = above_one(term.formula) if len(group) == 1 else term.formula
+        difference = sympy.expand(part.formula - reference.xreplace(ones))
         terms[name] = Term(term.count, tidy(term.formula + difference * where))
     return True
 
