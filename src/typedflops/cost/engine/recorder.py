@@ -88,6 +88,8 @@ class Counts:
         if event.needs_grad:
             found = backward_of(event)
             self.backward += found.flops * times
+            if event.rerun:  # (a Function's backward that ran its forward again)
+                self.recompute += times * sum(e.flops for e in event.rerun)
             self.torch_backward += times * sum(e.flops for e in found.events if e.torch_counted)
             self.uncounted.update(dict.fromkeys(found.uncounted))
 

@@ -462,6 +462,8 @@ def count_recorded_call(
         scope_token = call_scope.set(state)
         try:
             result = body.run(*args, **kwargs) if kwargs else body.run(*args)
+            # the backward of the autograd Functions it returns is its own
+            count_custom_backwards(result, session.mode)
         except BaseException:
             _abandon(inner, calls)
             raise
@@ -494,10 +496,8 @@ def _returned(
     state: CallState,
     outcome: Any,
 ) -> CallState:
-    """Count the backward of the autograd Functions a call returns, and check its return
-    value (a call whose value fails gave its ops to its caller)."""
+    """Check a call's return value (a call whose value fails gave its ops to its caller)."""
     try:
-        count_custom_backwards(result, calls[0].session.mode)
         return function.recall_return(result, state, outcome)
     except BaseException:
         _abandon(inner, calls)
