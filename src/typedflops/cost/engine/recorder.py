@@ -411,7 +411,8 @@ class Row:
 def merged_total(rows: list[Row], session: RecordSession) -> Cost:
     """The cost of a record: every top-level row times its calls, and the ops run outside
     any decorated call; dims that mean different sizes in different rows are renamed apart
-    (``d_in``, ``d_in_2``). With many distinct rows the formula is the count."""
+    (``d_in``, ``d_in_2``) in every term alike. With many distinct rows the formulas are the
+    counts."""
     counts = Counts()
     ops: list[OpCost] = []
     for row in rows:
@@ -420,91 +421,46 @@ def merged_total(rows: list[Row], session: RecordSession) -> Cost:
     for group, times in session.loose.items():
         ops.append(_op_cost(group, (), times))
     counts.add(loose_counts(session))
-    terms: dict[tuple[Any, ...], int] = {}
+    distinct: set[tuple[Any, ...]] = set()
     costs = [(row, work_cost(row.work)) for row in rows]
-    for row, cost in costs:
-        key = (cost.formula, cost.backward_formula, tuple(cost.dims.items()))
-        terms[key] = terms.get(key, 0) + row.calls
-    exact = all(cost.exact for _, cost in costs)
-    fields = _summed(costs, counts)
-    dims: dict[str, int] = {}
-    if len(terms) > _TERMS:
-        formula, backward_formula = sympy.Integer(counts.forward), sympy.Integer(counts.backward)
-    else:
-        formula, backward_formula, dims = _renamed_sum(costs, counts)
-        if (
-            evaluate(formula, dims) != counts.forward
-            or evaluate(backward_formula, dims) != counts.backward
-        ):
-            formula, backward_formula = (
-                sympy.Integer(counts.forward),
-                sympy.Integer(counts.backward),
-            )
-            exact = False
-        used = {str(s) for s in formula.free_symbols | backward_formula.free_symbols}
-        dims = {name: value for name, value in dims.items() if name in used}
-    others = {
-        name: _summed_term(costs, name, count, exact and len(terms) <= _TERMS)
+    for _, cost in costs:
+        distinct.add((cost.formula, cost.backward_formula, tuple(cost.dims.items())))
+    many = len(distinct) > _TERMS
+    renamings, dims = _renamings(costs)
+    found = {
+        name: _summed_term(costs, renamings, dims, name, count, many)
         for name, count in (
+            ("forward", counts.forward),
+            ("backward", counts.backward),
             ("matmul", counts.matmul),
             ("recompute", counts.recompute),
-            ("activation", fields),
+            ("activation", _summed(costs, counts)),
         )
     }
-    for term in others.values():
-        for symbol in term.formula.free_symbols:
-            dims.setdefault(str(symbol), _agreed(costs)[str(symbol)])
+    used = {str(s) for term in found.values() for s in term.formula.free_symbols}
     return Cost(
-        forward=Term(counts.forward, formula, exact),
-        backward=Term(counts.backward, backward_formula, exact),
-        dims=dims,
+        forward=found["forward"],
+        backward=found["backward"],
+        dims={name: value for name, value in dims.items() if name in used},
         bytes_read=counts.read,
         bytes_written=counts.written,
         ops=tuple(ops),
         uncounted=tuple(counts.uncounted),
         function=None,
-        matmul=others["matmul"],
-        recompute=others["recompute"],
-        activation=others["activation"],
+        matmul=found["matmul"],
+        recompute=found["recompute"],
+        activation=found["activation"],
     )
 
 
-def _agreed(costs: list[tuple[Row, Cost]]) -> dict[str, int]:
-    """The rows' dims, where every row that names a dim gives it one size ({} otherwise)."""
-    found: dict[str, int] = {}
-    for _, cost in costs:
-        for name, size in cost.dims.items():
-            if found.setdefault(name, size) != size:
-                return {}
-    return found
-
-
-def _summed_term(costs: list[tuple[Row, Cost]], name: str, count: int, exact: bool) -> Term:
-    """The record's ``name`` term: the rows' formulas times their calls where the rows
-    agree on their dims' sizes and the sum gives ``count`` (exact where each row's is),
-    else the count, exact only where no row has a dim."""
-    agreed = _agreed(costs)
-    if not agreed:
-        no_dims = all(not cost.dims for _, cost in costs)
-        return Term.of_count(count, exact=exact and no_dims)
-    formula = sympy.Add(*(row.calls * cost.terms[name].formula for row, cost in costs))
-    verified = exact and all(cost.terms[name].exact for _, cost in costs)
-    return Term(count, formula, verified).checked_at(agreed)
-
-
-def _summed(costs: list[tuple[Row, Cost]], counts: Counts) -> int:
-    """Activation bytes of the rows' dry runs, times their calls."""
-    return sum(row.calls * cost.activation_bytes for row, cost in costs)
-
-
-def _renamed_sum(
-    costs: list[tuple[Row, Cost]], counts: Counts
-) -> tuple[sympy.Expr, sympy.Expr, dict[str, int]]:
+def _renamings(
+    costs: list[tuple[Row, Cost]],
+) -> tuple[list[dict[sympy.Symbol, sympy.Symbol]], dict[str, int]]:
+    """Each row's renaming of its dims, so that a name means one size across the record
+    (``d_in``, ``d_in_2``), and the sizes of the names."""
     dims: dict[str, int] = {}
-    formulas: list[sympy.Expr] = []
-    backwards: list[sympy.Expr] = []
-    forward = backward = 0
-    for row, cost in costs:
+    renamings: list[dict[sympy.Symbol, sympy.Symbol]] = []
+    for _, cost in costs:
         renaming: dict[sympy.Symbol, sympy.Symbol] = {}
         for name, value in cost.dims.items():
             target = name
@@ -515,13 +471,40 @@ def _renamed_sum(
             dims[target] = value
             if target != name:
                 renaming[sympy.Symbol(name)] = sympy.Symbol(target)
-        formulas.append(row.calls * cost.formula.xreplace(renaming))
-        backwards.append(row.calls * cost.backward_formula.xreplace(renaming))
-        forward += row.calls * cost.flops
-        backward += row.calls * cost.backward_flops
-    formulas.append(sympy.Integer(counts.forward - forward))
-    backwards.append(sympy.Integer(counts.backward - backward))
-    return total(formulas), total(backwards), dims
+        renamings.append(renaming)
+    return renamings, dims
+
+
+def _summed_term(
+    costs: list[tuple[Row, Cost]],
+    renamings: list[dict[sympy.Symbol, sympy.Symbol]],
+    dims: dict[str, int],
+    name: str,
+    count: int,
+    many: bool,
+) -> Term:
+    """The record's ``name`` term: the rows' formulas, renamed apart, times their calls,
+    plus what ran outside the rows as a number; exact where each row's is and what ran
+    outside has no dims. With many distinct rows (``many``), the count."""
+    exact = all(cost.terms[name].exact for _, cost in costs)
+    if many:
+        return Term.of_count(count, exact=exact and all(not cost.dims for _, cost in costs))
+    parts: list[sympy.Expr] = []
+    rows = 0
+    for (row, cost), renaming in zip(costs, renamings, strict=True):
+        term = cost.terms[name]
+        parts.append(row.calls * term.formula.xreplace(renaming))
+        rows += row.calls * term.count
+    parts.append(sympy.Integer(count - rows))
+    formula = total(parts)
+    if evaluate(formula, dims) != count:
+        return Term.of_count(count, exact=False)
+    return Term(count, formula, exact)
+
+
+def _summed(costs: list[tuple[Row, Cost]], counts: Counts) -> int:
+    """Activation bytes of the rows' dry runs, times their calls."""
+    return sum(row.calls * cost.activation_bytes for row, cost in costs)
 
 
 def loose_counts(session: RecordSession) -> Counts:
