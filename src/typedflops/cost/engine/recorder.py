@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from fractions import Fraction
 from typing import Any, cast
@@ -25,6 +25,7 @@ from .backward import backward_of
 from .dryrun import measure
 from .events import Event
 from .fit import evaluate, size_value, total
+from .runs import Probe, Runner
 from .works import RecordSession, Work
 
 __all__ = [
@@ -165,12 +166,13 @@ def _op_cost(
 
 
 # Fits by what a row's call was besides its sizes (the function, its non-tensor arguments,
-# its module's structure), across records: the oldest go first past the bound.
-_FITS: OrderedDict[Any, list[Cost]] = OrderedDict()
+# its module's structure, grad mode), across records, each with the ops of the call it was
+# fitted for: the oldest go first past the bound.
+_FITS: OrderedDict[Any, list[tuple[Cost, frozenset[str]]]] = OrderedDict()
 _FITS_KEYS = 1024
 
 
-def _fits(key: Any) -> list[Cost]:
+def _fits(key: Any) -> list[tuple[Cost, frozenset[str]]]:
     if key is None:
         return []
     found = _FITS.get(key)
@@ -185,12 +187,17 @@ def _fits(key: Any) -> list[Cost]:
 
 def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:
     """A fitted cost whose formulas give this work's counts at its dims, and the values
-    of its symbols (the work's dims and the fit's own names)."""
+    of its symbols (the work's dims and the fit's own names). A fit made for another call
+    serves only a call that ran the same ops (by name): calls whose bodies read another
+    global or closure may run other ops whose counts coincide at these sizes."""
     if work.probe is None or counts.events > FIT_LIMIT:
         return None
     dims = {name: size_value(size) for name, size in work.dims.items()}
+    ops = op_names(work)
     known = _fits(work.fitting)
-    for candidate in known:
+    for candidate, fitted_ops in known:
+        if fitted_ops != ops:
+            continue
         found = _reproduces(candidate, dims, counts)
         if found is not None:
             return candidate, found
@@ -198,15 +205,62 @@ def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:
         return None
     fitted: Cost | None
     try:
-        fitted = measure(work.probe())
+        probe = work.probe()
+        fitted = measure(probe)
+        if not _runs_alike(work, probe):
+            fitted = None  # the body runs other ops now (a global it reads has changed)
     except Exception:
         fitted = None
     if work.fitting is not None:
-        known.append(fitted if fitted is not None else _FAILED)
+        known.append((fitted if fitted is not None else _FAILED, ops))
     if fitted is None:
         return None
     found = _reproduces(fitted, dims, counts)
     return None if found is None else (fitted, found)
+
+
+def op_names(work: Work) -> frozenset[str]:
+    """The names of the ops one call of ``work`` ran, in it and in the calls it made."""
+    names: set[str] = set()
+    pending = [work]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for item in current.flat:
+            if type(item) is Work:
+                pending.append(item)
+            elif type(item) is Event:
+                names.add(item.op)
+    return frozenset(names)
+
+
+def _runs_alike(work: Work, probe: Probe) -> bool:
+    """Whether a dry run of ``probe`` at the call's own sizes runs ops of the FLOPs one call
+    of ``work`` ran, op by op (the same multiset of nonzero counts: two products of 32
+    FLOPs are not one of 64)."""
+    start: dict[str, Any] = dict(probe.dims)
+    rebuild = probe.rebuild
+    if rebuild is not None and not rebuild.declared:
+        start.update({rebuild.key(name): size for name, size in rebuild.sizes.items()})
+    start.update(probe.pinned)
+    dry = Counter(e.flops for e in Runner(probe).base(start).events if e.flops)
+    return dry == _event_counts(work)
+
+
+def _event_counts(work: Work) -> Counter[int]:
+    """How many ops of each nonzero FLOP count one call of ``work`` ran, calls included."""
+    found: Counter[int] = Counter()
+    pending: list[tuple[Work, int]] = [(work, 1)]
+    while pending:
+        current, times = pending.pop()
+        for item in current.flat:
+            if type(item) is Event and item.flops:
+                found[item.flops] += times
+        pending.extend((child, times * count) for child, count in current.children())
+    return found
 
 
 # A fit that could not be made: counts against the bound, gives no row's counts.
@@ -220,11 +274,17 @@ _FAILED = Cost(
 
 
 def _reproduces(fitted: Cost, dims: dict[str, int], counts: Counts) -> dict[str, int] | None:
+    """The values of the fit's symbols where every FLOP term of the fit gives the call's
+    count (forward, backward, of matrix products, run again), else None."""
     values = {**fitted.dims, **dims}
-    if _value(fitted.formula, values) != counts.forward:
-        return None
-    if _value(fitted.backward_formula, values) != counts.backward:
-        return None
+    for formula, count in (
+        (fitted.formula, counts.forward),
+        (fitted.backward_formula, counts.backward),
+        (fitted.matmul_formula, counts.matmul),
+        (fitted.recompute_formula, counts.recompute),
+    ):
+        if _value(formula, values) != count:
+            return None
     return values
 
 
