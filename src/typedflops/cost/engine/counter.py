@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 import torch._library.autograd as torch_autograd_impl
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.autograd.function import BackwardCFunction
 from torch.nested._internal.nested_tensor import NestedTensor
 from torch.overrides import TorchFunctionMode, resolve_name
@@ -32,6 +32,7 @@ from ..storage import nbytes
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .events import Event, Group, Sink, _group, current_group, named_event, new_group, new_serial
 from .frames import current_frame, no_frame
+from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
 from .functions import inside_rule, watching
 from .kernels import on_target
 from .rules import FREE, Free, OpCall, RuleEntry, find_rule, is_torch_counted, is_view, op_name
@@ -100,6 +101,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.meta_copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         # The autograd.Function nodes whose backward is counted already.
         self.custom_nodes: weakref.WeakSet[Any] = weakref.WeakSet()
+        # The dispatch keys outside the mode, for a Function's backward counted inside it.
+        self.keys = dispatch_keys()
 
     def __torch_dispatch__(
         self,
@@ -155,14 +158,14 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """The arguments with every real tensor replaced by its meta copy. A CPU scalar,
         which mixes with meta tensors and whose value ``.item()`` may read, is kept, unless
         the op writes to an argument: nothing real is written in a dry run."""
-        if not any(_real(t, writes) for t in tensors_in((args, kwargs))):
+        if not any(is_real(t, writes) for t in tensors_in((args, kwargs))):
             return args, kwargs
 
         def copy(tensor: torch.Tensor) -> torch.Tensor:
-            return self._meta_copy(tensor) if _real(tensor, writes) else tensor
+            return self._meta_copy(tensor) if is_real(tensor, writes) else tensor
 
-        return _map_tensors(args, copy), {
-            key: _map_tensors(value, copy) for key, value in kwargs.items()
+        return map_tensors(args, copy), {
+            key: map_tensors(value, copy) for key, value in kwargs.items()
         }
 
     def _meta_copy(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -193,19 +196,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if node in self.custom_nodes:
             return
         self.custom_nodes.add(node)
-        self.sink.add(custom_backward_event(node, to_meta=self.to_meta))
-
-
-def _real(tensor: torch.Tensor, scalars: bool = False) -> bool:
-    """A tensor with storage that a meta dry run must not compute on (``scalars``: CPU
-    scalars too)."""
-    if tensor.is_meta or isinstance(tensor, FakeTensor) or tensor.is_nested:
-        return False
-    if type(tensor).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
-        return False  # a tensor subclass: its own dispatch decides
-    if tensor.layout is not torch.strided:
-        return False
-    return scalars or tensor.dim() > 0 or tensor.device.type != "cpu"
+        self.sink.add(custom_backward_event(node, to_meta=self.to_meta, keys=self.keys))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -218,33 +209,37 @@ def _writes(func: Any) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
 
 
-def _map_tensors(tree: Any, fn: Any) -> Any:
-    if isinstance(tree, torch.Tensor):
-        return fn(tree)
-    if isinstance(tree, list | tuple):
-        return type(tree)(_map_tensors(item, fn) for item in tree)
-    return tree
-
-
-def custom_backward_event(node: Any, *, to_meta: bool = False) -> Event:
+def custom_backward_event(
+    node: Any, *, to_meta: bool = False, keys: tuple[Any, Any] | None = None
+) -> Event:
     """The backward of one ``torch.autograd.Function`` call, as an event with no forward
     FLOPs whose backward is what the Function's ``backward`` runs.
 
     Its ``backward`` is called with ``node`` as its ``ctx`` and a gradient of each output's
-    shape, on fake tensors (the saved tensors and any real tensor it reaches converted on
-    the fly, nothing computed), under a counting mode of its own: the dispatch modes around
-    the call (a ``FlopCounterMode`` the user holds) never see these ops. When it cannot run
-    so (it reads a value, ``ctx`` lacks what it needs), it is listed as uncounted, with the
-    reason.
+    shape, on fake tensors (the saved tensors and any real tensor it reaches replaced by
+    stand-ins, nothing computed, no ``.grad`` of the user's written), with autograd on as
+    outside any mode (``keys``: the dispatch keys there, see :mod:`.function_backward`),
+    under a counting mode of its own: the dispatch modes around the call (a
+    ``FlopCounterMode`` the user holds) never see these ops. A forward it runs again to
+    differentiate it (reentrant checkpointing) is kept apart, as ``rerun``. When it cannot
+    run so (it reads a value, ``ctx`` lacks what it needs), it is listed as uncounted, with
+    the reason.
     """
     cls = node._forward_cls
     name = f"{cls.__name__} (backward)"
     sink = _ListSink()
     try:
         saved = node.saved_tensors
-        real = any(_real(t) for t in saved if isinstance(t, torch.Tensor))
-        fake = FakeTensorMode(allow_non_fake_inputs=True) if real else contextlib.nullcontext()
-        with _disable_current_modes(), no_frame(), fake, torch.no_grad():
+        real = any(is_real(t) for t in saved if isinstance(t, torch.Tensor))
+        fake = FakeTensorMode(allow_non_fake_inputs=True) if real else None
+        with (
+            _disable_current_modes(),
+            torch._C._ForceDispatchKeyGuard(*(keys or dispatch_keys())),
+            no_frame(),
+            fake if fake is not None else contextlib.nullcontext(),
+            torch.no_grad(),
+            StandIns(fake),
+        ):
             grads = [
                 torch.zeros(tuple(meta.shape), dtype=meta.dtype, device=meta.device)
                 for meta in node._input_metadata
@@ -257,7 +252,7 @@ def custom_backward_event(node: Any, *, to_meta: bool = False) -> Event:
         return named_event(f"{cls.__name__} (backward: {reason})")
     event = named_event(name, 0)
     event.needs_grad = True
-    event.backward = sink.events
+    event.backward, event.rerun = split_reruns(sink.events)
     return event
 
 

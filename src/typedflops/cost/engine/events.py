@@ -63,6 +63,9 @@ class Event:
     origin: Event | None = None
     # Run again during backward: the forward of a torch.utils.checkpoint region.
     recomputed: bool = False
+    # A torch.autograd.Function's backward: the forward it ran again to differentiate it
+    # (reentrant checkpointing), kept apart from ``backward``.
+    rerun: list[Event] = field(default_factory=list)
 
     def call(self) -> OpCall:
         """The op as a rule sees it."""

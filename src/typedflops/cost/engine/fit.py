@@ -102,20 +102,25 @@ def fit(plan: Plan) -> Fitted:
 
 
 def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
-    lengths = {len(event.backward) for event in series}
-    base = series[0].backward
-    if len(lengths) == 1 and all(
-        [b.op for b in event.backward] == [b.op for b in base] for event in series
+    return fit_events(plan, [event.backward for event in series])
+
+
+def fit_events(plan: Plan, lists: Sequence[Sequence[Event]]) -> tuple[sympy.Expr, bool]:
+    """The FLOPs of a list of ops seen in each run (one op's backward, the forward a
+    Function's backward ran again) as one formula: op by op where the lists run the same
+    ops, else their counts fitted."""
+    base = lists[0]
+    if len({len(ops) for ops in lists}) == 1 and all(
+        [b.op for b in ops] == [b.op for b in base] for ops in lists
     ):
         total: sympy.Expr = sympy.Integer(0)
         exact = True
         for position in range(len(base)):
-            expr, ok = fit_event(plan, [event.backward[position] for event in series])
+            expr, ok = fit_event(plan, [ops[position] for ops in lists])
             total += expr
             exact &= ok
         return total, exact
-    counts = [sum(b.flops for b in event.backward) for event in series]
-    return fit_count(plan, counts)
+    return fit_count(plan, [sum(b.flops for b in ops) for ops in lists])
 
 
 def fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:

@@ -10,11 +10,52 @@ from typing import Any
 import torch
 
 from .opcall import OpCall, Rule
-from .tensors import is_float, numel
+from .tensors import flat_tensors, is_float, numel
 
-__all__ = ["FLOP_COUNTER_CORRECTIONS", "convolution_backward_flops", "layer_rules", "norm_backward"]
+__all__ = [
+    "ACTIVATIONS",
+    "FLOP_COUNTER_CORRECTIONS",
+    "activation_backward",
+    "batched_sum_of_products",
+    "convolution_backward_flops",
+    "is_activation",
+    "layer_rules",
+    "norm_backward",
+]
 
 aten = torch.ops.aten
+
+
+#: Activations whose kernels torch does not tag pointwise: one op per output element.
+ACTIVATIONS = ("hardswish", "rrelu_with_noise", "_prelu_kernel", "log_sigmoid_forward")
+
+
+def activation_backward(call: OpCall) -> Any:
+    """An activation's backward kernel (``leaky_relu_backward``, ``hardtanh_backward``):
+    the gradient times the activation's derivative, one op per value of each gradient it
+    returns (as ``threshold_backward``, relu's)."""
+    if not is_float(call.inputs[0]):
+        return 0
+    return sum(numel(t) for t in flat_tensors(call.out) if is_float(t))
+
+
+def is_activation(name: str) -> bool:
+    """Whether ``aten.<name>`` is an activation: a pointwise op or one of ACTIVATIONS
+    (``log_sigmoid_forward``'s backward is ``log_sigmoid_backward``)."""
+    if name in ACTIVATIONS or f"{name}_forward" in ACTIVATIONS:
+        return True
+    packet = getattr(aten, name, None)
+    if packet is None:
+        return False
+    return any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
+
+
+def batched_sum_of_products(call: OpCall) -> Any:
+    """``addbmm``: the batch's matrix products, 2·b·m·n·k, summed into one matrix (the adds
+    across the batch are the products' own, as in ``mm``; the added input is not counted,
+    as ``addmm``'s bias is not)."""
+    batch1, batch2 = call.inputs[1], call.inputs[2]
+    return 2 * numel(batch1) * batch2.shape[-1]
 
 
 def _layer_norm(call: OpCall) -> Any:

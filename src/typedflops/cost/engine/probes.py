@@ -390,10 +390,13 @@ def call_probe(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     bound: Mapping[str, Size],
+    grad: bool = True,
 ) -> Probe:
     """The probe of a call that ran: its own tensors' shapes, annotated axes resized.
 
-    ``args`` and ``kwargs`` may hold tensors or their :class:`TensorStub`.
+    ``args`` and ``kwargs`` may hold tensors or their :class:`TensorStub`; ``grad``: whether
+    the call ran with grad enabled (its runs do as it did: under ``no_grad`` or
+    ``inference_mode`` nothing needs a backward).
     """
     function, contract = call.name, call.contract
     module = args[0] if args and contract.takes_self else None
@@ -447,7 +450,12 @@ def call_probe(
                 call_args[index] = tensor
             else:
                 call_kwargs[name] = tensor
-        return lambda: runner(lambda: count_custom_backwards(call(*call_args, **call_kwargs)))
+
+        def run() -> Any:
+            with torch.set_grad_enabled(grad):
+                return count_custom_backwards(call(*call_args, **call_kwargs))
+
+        return lambda: runner(run)
 
     return Probe(
         function=function,

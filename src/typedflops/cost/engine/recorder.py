@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from fractions import Fraction
 from typing import Any, cast
@@ -25,6 +25,7 @@ from .backward import backward_of
 from .dryrun import measure
 from .events import Event
 from .fit import evaluate, size_value, total
+from .runs import Probe, Runner
 from .works import RecordSession, Work
 
 __all__ = [
@@ -88,6 +89,8 @@ class Counts:
         if event.needs_grad:
             found = backward_of(event)
             self.backward += found.flops * times
+            if event.rerun:  # (a Function's backward that ran its forward again)
+                self.recompute += times * sum(e.flops for e in event.rerun)
             self.torch_backward += times * sum(e.flops for e in found.events if e.torch_counted)
             self.uncounted.update(dict.fromkeys(found.uncounted))
 
@@ -163,12 +166,13 @@ def _op_cost(
 
 
 # Fits by what a row's call was besides its sizes (the function, its non-tensor arguments,
-# its module's structure), across records: the oldest go first past the bound.
-_FITS: OrderedDict[Any, list[Cost]] = OrderedDict()
+# its module's structure, grad mode), across records, each with the ops of the call it was
+# fitted for: the oldest go first past the bound.
+_FITS: OrderedDict[Any, list[tuple[Cost, frozenset[str]]]] = OrderedDict()
 _FITS_KEYS = 1024
 
 
-def _fits(key: Any) -> list[Cost]:
+def _fits(key: Any) -> list[tuple[Cost, frozenset[str]]]:
     if key is None:
         return []
     found = _FITS.get(key)
@@ -183,12 +187,17 @@ def _fits(key: Any) -> list[Cost]:
 
 def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:
     """A fitted cost whose formulas give this work's counts at its dims, and the values
-    of its symbols (the work's dims and the fit's own names)."""
+    of its symbols (the work's dims and the fit's own names). A fit made for another call
+    serves only a call that ran the same ops (by name): calls whose bodies read another
+    global or closure may run other ops whose counts coincide at these sizes."""
     if work.probe is None or counts.events > FIT_LIMIT:
         return None
     dims = {name: size_value(size) for name, size in work.dims.items()}
+    ops = op_names(work)
     known = _fits(work.fitting)
-    for candidate in known:
+    for candidate, fitted_ops in known:
+        if fitted_ops != ops:
+            continue
         found = _reproduces(candidate, dims, counts)
         if found is not None:
             return candidate, found
@@ -196,15 +205,62 @@ def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:
         return None
     fitted: Cost | None
     try:
-        fitted = measure(work.probe())
+        probe = work.probe()
+        fitted = measure(probe)
+        if not _runs_alike(work, probe):
+            fitted = None  # the body runs other ops now (a global it reads has changed)
     except Exception:
         fitted = None
     if work.fitting is not None:
-        known.append(fitted if fitted is not None else _FAILED)
+        known.append((fitted if fitted is not None else _FAILED, ops))
     if fitted is None:
         return None
     found = _reproduces(fitted, dims, counts)
     return None if found is None else (fitted, found)
+
+
+def op_names(work: Work) -> frozenset[str]:
+    """The names of the ops one call of ``work`` ran, in it and in the calls it made."""
+    names: set[str] = set()
+    pending = [work]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for item in current.flat:
+            if type(item) is Work:
+                pending.append(item)
+            elif type(item) is Event:
+                names.add(item.op)
+    return frozenset(names)
+
+
+def _runs_alike(work: Work, probe: Probe) -> bool:
+    """Whether a dry run of ``probe`` at the call's own sizes runs ops of the FLOPs one call
+    of ``work`` ran, op by op (the same multiset of nonzero counts: two products of 32
+    FLOPs are not one of 64)."""
+    start: dict[str, Any] = dict(probe.dims)
+    rebuild = probe.rebuild
+    if rebuild is not None and not rebuild.declared:
+        start.update({rebuild.key(name): size for name, size in rebuild.sizes.items()})
+    start.update(probe.pinned)
+    dry = Counter(e.flops for e in Runner(probe).base(start).events if e.flops)
+    return dry == _event_counts(work)
+
+
+def _event_counts(work: Work) -> Counter[int]:
+    """How many ops of each nonzero FLOP count one call of ``work`` ran, calls included."""
+    found: Counter[int] = Counter()
+    pending: list[tuple[Work, int]] = [(work, 1)]
+    while pending:
+        current, times = pending.pop()
+        for item in current.flat:
+            if type(item) is Event and item.flops:
+                found[item.flops] += times
+        pending.extend((child, times * count) for child, count in current.children())
+    return found
 
 
 # A fit that could not be made: counts against the bound, gives no row's counts.
@@ -218,11 +274,17 @@ _FAILED = Cost(
 
 
 def _reproduces(fitted: Cost, dims: dict[str, int], counts: Counts) -> dict[str, int] | None:
+    """The values of the fit's symbols where every FLOP term of the fit gives the call's
+    count (forward, backward, of matrix products, run again), else None."""
     values = {**fitted.dims, **dims}
-    if _value(fitted.formula, values) != counts.forward:
-        return None
-    if _value(fitted.backward_formula, values) != counts.backward:
-        return None
+    for formula, count in (
+        (fitted.formula, counts.forward),
+        (fitted.backward_formula, counts.backward),
+        (fitted.matmul_formula, counts.matmul),
+        (fitted.recompute_formula, counts.recompute),
+    ):
+        if _value(formula, values) != count:
+            return None
     return values
 
 
@@ -409,7 +471,8 @@ class Row:
 def merged_total(rows: list[Row], session: RecordSession) -> Cost:
     """The cost of a record: every top-level row times its calls, and the ops run outside
     any decorated call; dims that mean different sizes in different rows are renamed apart
-    (``d_in``, ``d_in_2``). With many distinct rows the formula is the count."""
+    (``d_in``, ``d_in_2``) in every term alike. With many distinct rows the formulas are the
+    counts."""
     counts = Counts()
     ops: list[OpCost] = []
     for row in rows:
@@ -418,91 +481,46 @@ def merged_total(rows: list[Row], session: RecordSession) -> Cost:
     for group, times in session.loose.items():
         ops.append(_op_cost(group, (), times))
     counts.add(loose_counts(session))
-    terms: dict[tuple[Any, ...], int] = {}
+    distinct: set[tuple[Any, ...]] = set()
     costs = [(row, work_cost(row.work)) for row in rows]
-    for row, cost in costs:
-        key = (cost.formula, cost.backward_formula, tuple(cost.dims.items()))
-        terms[key] = terms.get(key, 0) + row.calls
-    exact = all(cost.exact for _, cost in costs)
-    fields = _summed(costs, counts)
-    dims: dict[str, int] = {}
-    if len(terms) > _TERMS:
-        formula, backward_formula = sympy.Integer(counts.forward), sympy.Integer(counts.backward)
-    else:
-        formula, backward_formula, dims = _renamed_sum(costs, counts)
-        if (
-            evaluate(formula, dims) != counts.forward
-            or evaluate(backward_formula, dims) != counts.backward
-        ):
-            formula, backward_formula = (
-                sympy.Integer(counts.forward),
-                sympy.Integer(counts.backward),
-            )
-            exact = False
-        used = {str(s) for s in formula.free_symbols | backward_formula.free_symbols}
-        dims = {name: value for name, value in dims.items() if name in used}
-    others = {
-        name: _summed_term(costs, name, count, exact and len(terms) <= _TERMS)
+    for _, cost in costs:
+        distinct.add((cost.formula, cost.backward_formula, tuple(cost.dims.items())))
+    many = len(distinct) > _TERMS
+    renamings, dims = _renamings(costs)
+    found = {
+        name: _summed_term(costs, renamings, dims, name, count, many)
         for name, count in (
+            ("forward", counts.forward),
+            ("backward", counts.backward),
             ("matmul", counts.matmul),
             ("recompute", counts.recompute),
-            ("activation", fields),
+            ("activation", _summed(costs, counts)),
         )
     }
-    for term in others.values():
-        for symbol in term.formula.free_symbols:
-            dims.setdefault(str(symbol), _agreed(costs)[str(symbol)])
+    used = {str(s) for term in found.values() for s in term.formula.free_symbols}
     return Cost(
-        forward=Term(counts.forward, formula, exact),
-        backward=Term(counts.backward, backward_formula, exact),
-        dims=dims,
+        forward=found["forward"],
+        backward=found["backward"],
+        dims={name: value for name, value in dims.items() if name in used},
         bytes_read=counts.read,
         bytes_written=counts.written,
         ops=tuple(ops),
         uncounted=tuple(counts.uncounted),
         function=None,
-        matmul=others["matmul"],
-        recompute=others["recompute"],
-        activation=others["activation"],
+        matmul=found["matmul"],
+        recompute=found["recompute"],
+        activation=found["activation"],
     )
 
 
-def _agreed(costs: list[tuple[Row, Cost]]) -> dict[str, int]:
-    """The rows' dims, where every row that names a dim gives it one size ({} otherwise)."""
-    found: dict[str, int] = {}
-    for _, cost in costs:
-        for name, size in cost.dims.items():
-            if found.setdefault(name, size) != size:
-                return {}
-    return found
-
-
-def _summed_term(costs: list[tuple[Row, Cost]], name: str, count: int, exact: bool) -> Term:
-    """The record's ``name`` term: the rows' formulas times their calls where the rows
-    agree on their dims' sizes and the sum gives ``count`` (exact where each row's is),
-    else the count, exact only where no row has a dim."""
-    agreed = _agreed(costs)
-    if not agreed:
-        no_dims = all(not cost.dims for _, cost in costs)
-        return Term.of_count(count, exact=exact and no_dims)
-    formula = sympy.Add(*(row.calls * cost.terms[name].formula for row, cost in costs))
-    verified = exact and all(cost.terms[name].exact for _, cost in costs)
-    return Term(count, formula, verified).checked_at(agreed)
-
-
-def _summed(costs: list[tuple[Row, Cost]], counts: Counts) -> int:
-    """Activation bytes of the rows' dry runs, times their calls."""
-    return sum(row.calls * cost.activation_bytes for row, cost in costs)
-
-
-def _renamed_sum(
-    costs: list[tuple[Row, Cost]], counts: Counts
-) -> tuple[sympy.Expr, sympy.Expr, dict[str, int]]:
+def _renamings(
+    costs: list[tuple[Row, Cost]],
+) -> tuple[list[dict[sympy.Symbol, sympy.Symbol]], dict[str, int]]:
+    """Each row's renaming of its dims, so that a name means one size across the record
+    (``d_in``, ``d_in_2``), and the sizes of the names."""
     dims: dict[str, int] = {}
-    formulas: list[sympy.Expr] = []
-    backwards: list[sympy.Expr] = []
-    forward = backward = 0
-    for row, cost in costs:
+    renamings: list[dict[sympy.Symbol, sympy.Symbol]] = []
+    for _, cost in costs:
         renaming: dict[sympy.Symbol, sympy.Symbol] = {}
         for name, value in cost.dims.items():
             target = name
@@ -513,13 +531,40 @@ def _renamed_sum(
             dims[target] = value
             if target != name:
                 renaming[sympy.Symbol(name)] = sympy.Symbol(target)
-        formulas.append(row.calls * cost.formula.xreplace(renaming))
-        backwards.append(row.calls * cost.backward_formula.xreplace(renaming))
-        forward += row.calls * cost.flops
-        backward += row.calls * cost.backward_flops
-    formulas.append(sympy.Integer(counts.forward - forward))
-    backwards.append(sympy.Integer(counts.backward - backward))
-    return total(formulas), total(backwards), dims
+        renamings.append(renaming)
+    return renamings, dims
+
+
+def _summed_term(
+    costs: list[tuple[Row, Cost]],
+    renamings: list[dict[sympy.Symbol, sympy.Symbol]],
+    dims: dict[str, int],
+    name: str,
+    count: int,
+    many: bool,
+) -> Term:
+    """The record's ``name`` term: the rows' formulas, renamed apart, times their calls,
+    plus what ran outside the rows as a number; exact where each row's is and what ran
+    outside has no dims. With many distinct rows (``many``), the count."""
+    exact = all(cost.terms[name].exact for _, cost in costs)
+    if many:
+        return Term.of_count(count, exact=exact and all(not cost.dims for _, cost in costs))
+    parts: list[sympy.Expr] = []
+    rows = 0
+    for (row, cost), renaming in zip(costs, renamings, strict=True):
+        term = cost.terms[name]
+        parts.append(row.calls * term.formula.xreplace(renaming))
+        rows += row.calls * term.count
+    parts.append(sympy.Integer(count - rows))
+    formula = total(parts)
+    if evaluate(formula, dims) != count:
+        return Term.of_count(count, exact=False)
+    return Term(count, formula, exact)
+
+
+def _summed(costs: list[tuple[Row, Cost]], counts: Counts) -> int:
+    """Activation bytes of the rows' dry runs, times their calls."""
+    return sum(row.calls * cost.activation_bytes for row, cost in costs)
 
 
 def loose_counts(session: RecordSession) -> Counts:

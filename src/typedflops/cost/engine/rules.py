@@ -18,7 +18,9 @@ Conventions (the only place they are written; the documentation quotes them):
 - What it leaves at 0 is counted here: an elementwise (pointwise) op costs one FLOP per
   output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3); a reduction one per input element
   (``mean`` adds a divide per output element, ``var``/``std`` 3 per input element and 1 per
-  output, vector norms 2 and 1); ``mv``/``dot``/``addmv`` 2·m·n; softmax and log-softmax 5
+  output, vector norms 2 and 1); an activation's backward kernel one op per gradient value
+  (those torch does not tag pointwise too: ``leaky_relu_backward``, ``hardtanh_backward``);
+  ``mv``/``dot``/``addmv`` 2·m·n; ``addbmm`` 2·b·m·n·k; softmax and log-softmax 5
   per element (max, subtract, exp, sum, divide), their backward 4; layer, group and batch
   norm with batch statistics 5 per element, 2 more with an affine weight and bias, their
   backward 8 (+2 for the weight, +1 for the bias); batch norm with running statistics
@@ -68,8 +70,12 @@ from torch.utils import flop_counter
 from ...errors import SpecError
 from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
 from .layer_rules import (
+    ACTIVATIONS,
     FLOP_COUNTER_CORRECTIONS,
+    activation_backward,
+    batched_sum_of_products,
     convolution_backward_flops,
+    is_activation,
     layer_rules,
     norm_backward,
 )
@@ -329,6 +335,9 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for name in ("mv", "dot", "vdot", "addmv"):
         table[getattr(aten, name)] = entry(_matrix_vector, matmul=True)
     table[aten.addr] = entry(_outer)
+    table[aten.addbmm] = entry(batched_sum_of_products, matmul=True)
+    for name in ACTIVATIONS:  # (activations torch does not tag pointwise)
+        table[getattr(aten, name)] = entry(_pointwise)
     for name in ("_softmax", "_log_softmax", "_safe_softmax"):
         table[getattr(aten, name)] = entry(_per_element(5))
     for name in ("_softmax_backward_data", "_log_softmax_backward_data"):
@@ -401,6 +410,7 @@ _FREE_OPS = _words(
     searchsorted _unsafe_index index_fill masked_fill_ upsample_nearest1d
     upsample_nearest2d pixel_shuffle pixel_unshuffle im2col
     _unsafe_view _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded
+    _efficientzerotensor _has_same_storage_numel _nested_tensor_from_mask_left_aligned
     """
 )
 
@@ -469,6 +479,8 @@ def find_rule(func: torch._ops.OpOverload) -> RuleEntry | Free | None:
         return RuleEntry(_pointwise, symbolic=True, source="typedflops", extra={"name": base})
     if torch.Tag.reduction in tags:
         return RuleEntry(_reduction, symbolic=True, source="typedflops", extra={"name": base})
+    if base.endswith("_backward") and is_activation(base.removesuffix("_backward")):
+        return RuleEntry(activation_backward, symbolic=True, source="typedflops")
     return None
 
 

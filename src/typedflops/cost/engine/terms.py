@@ -12,7 +12,7 @@ import sympy
 from ..types import OpCost, Term
 from .backward import backward_of
 from .events import Event
-from .fit import Fitted, Plan, fit, total
+from .fit import Fitted, Plan, fit, fit_events, total
 
 __all__ = ["fitted_terms", "op_costs", "uncounted", "with_repeats"]
 
@@ -45,9 +45,33 @@ def fitted_terms(
         "forward": summed(every),
         "backward": summed(every, backward=True),
         "matmul": summed([e.entry is not None and e.entry.matmul for e in events]),
-        "recompute": summed([e.recomputed for e in events]),
+        "recompute": _recompute(plan, fitted, repeat, values),
         "activation": _activation(plan, saved, repeat, values),
     }
+
+
+def _recompute(
+    plan: Plan, fitted: Fitted, repeat: Mapping[int, sympy.Symbol], values: Mapping[str, int]
+) -> Term:
+    """The FLOPs run again in backward: the ops of checkpointed regions, and the forward a
+    Function's backward runs again to differentiate it (reentrant checkpointing)."""
+    events = plan.runs[0]
+    parts: list[sympy.Expr] = []
+    count = 0
+    exact = True
+    for position, event in enumerate(events):
+        part: sympy.Expr = sympy.Integer(0)
+        if event.recomputed:
+            part = fitted.forward[position]
+            exact &= fitted.forward_exact[position]
+            count += event.flops
+        if event.rerun:
+            rerun, ok = fit_events(plan, [run[position].rerun for run in plan.runs])
+            part += rerun
+            exact &= ok
+            count += sum(e.flops for e in event.rerun)
+        parts.append(part)
+    return Term(count, with_repeats(events, parts, repeat), exact).checked_at(values)
 
 
 def _activation(

@@ -305,12 +305,13 @@ class RecordSession:
         kwargs: Mapping[str, Any],
         bound: Mapping[str, Size],
     ) -> Work:
+        grad = torch.is_grad_enabled()
         try:
-            fitting: Any = (fn, signature_without_sizes(args, kwargs))
+            fitting: Any = (fn, signature_without_sizes(args, kwargs), grad)
             hash(fitting)
         except TypeError:
             fitting = None
-        return Work(fn.name, dims, flat, _Probe(fn, args, kwargs, bound), fitting)
+        return Work(fn.name, dims, flat, _Probe(fn, args, kwargs, bound, grad), fitting)
 
     # -- the root ----------------------------------------------------------------------
 
@@ -383,7 +384,7 @@ class _Probe:
     """A work's probe, built when the work is made (it keeps shapes, not tensors, and its
     module by a weak reference) and handed out when a fit asks for it."""
 
-    __slots__ = ("bound", "function", "module", "named", "shapes")
+    __slots__ = ("bound", "function", "grad", "module", "named", "shapes")
 
     def __init__(
         self,
@@ -391,6 +392,7 @@ class _Probe:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         bound: Mapping[str, Size],
+        grad: bool,
     ) -> None:
         module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
         self.function = function
@@ -398,6 +400,7 @@ class _Probe:
         self.shapes = tuple(stub(a) for a in (args[1:] if module is not None else args))
         self.named = {k: stub(v) for k, v in kwargs.items()}
         self.bound = dict(bound)
+        self.grad = grad  # (no_grad and inference_mode: no backward, nothing saved)
 
     def __call__(self) -> Probe:
         shapes = self.shapes
@@ -406,7 +409,7 @@ class _Probe:
             if owner is None:
                 raise RuntimeError(f"{self.function.name}: its module no longer exists")
             shapes = (owner, *shapes)
-        return call_probe(self.function, shapes, self.named, self.bound)
+        return call_probe(self.function, shapes, self.named, self.bound, self.grad)
 
 
 # -- the contract's hook, for records ----------------------------------------------------
@@ -462,6 +465,8 @@ def count_recorded_call(
         scope_token = call_scope.set(state)
         try:
             result = body.run(*args, **kwargs) if kwargs else body.run(*args)
+            # the backward of the autograd Functions it returns is its own
+            count_custom_backwards(result, session.mode)
         except BaseException:
             _abandon(inner, calls)
             raise
@@ -494,10 +499,8 @@ def _returned(
     state: CallState,
     outcome: Any,
 ) -> CallState:
-    """Count the backward of the autograd Functions a call returns, and check its return
-    value (a call whose value fails gave its ops to its caller)."""
+    """Check a call's return value (a call whose value fails gave its ops to its caller)."""
     try:
-        count_custom_backwards(result, calls[0].session.mode)
         return function.recall_return(result, state, outcome)
     except BaseException:
         _abandon(inner, calls)

@@ -1,0 +1,96 @@
+"""Kernels torch does not tag pointwise, counted by the conventions: an activation one op per
+output element and its backward kernel one per gradient value (as relu's
+``threshold_backward``), whichever of the two torch tags; ``addbmm`` as the matrix products
+it sums; ops that compute nothing (a zero tensor of forward-mode AD, a check of a padding
+mask) free, never listed as uncounted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from typedflops import record
+
+Activation = Callable[[Tensor], Tensor]
+
+ACTIVATIONS: dict[str, Activation] = {
+    "leaky_relu": F.leaky_relu,
+    "relu6 (hardtanh)": F.relu6,
+    "elu": F.elu,
+    "softplus": F.softplus,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "logsigmoid": F.logsigmoid,
+    "softshrink": F.softshrink,
+    "celu": F.celu,
+}
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+@pytest.mark.parametrize("shape", [(6, 10), (2, 3, 5)])
+def test_an_activation_and_its_backward_cost_one_op_per_value(
+    name: str, shape: tuple[int, ...]
+) -> None:
+    x = torch.randn(*shape, requires_grad=True)
+    with record() as rec:
+        ACTIVATIONS[name](x)
+    values = x.numel()
+    assert rec.total.uncounted == ()
+    assert (rec.total.flops, rec.total.backward_flops) == (values, values)
+
+
+def test_prelu_counts_both_gradients_of_its_backward_kernel() -> None:
+    x = torch.randn(6, 10, requires_grad=True)
+    weight = torch.full((1,), 0.25, requires_grad=True)
+    with record() as rec:
+        F.prelu(x, weight)
+    # the input's and the weight's gradient (60 values each), the weight's summed (60 adds)
+    assert (rec.total.flops, rec.total.backward_flops, rec.total.uncounted) == (60, 180, ())
+
+
+@pytest.mark.parametrize(("b", "m", "k", "n"), [(4, 3, 5, 2), (1, 7, 2, 3)])
+def test_addbmm_is_the_matrix_products_it_sums(b: int, m: int, k: int, n: int) -> None:
+    batch1 = torch.randn(b, m, k, requires_grad=True)
+    batch2 = torch.randn(b, k, n, requires_grad=True)
+    with record() as rec:
+        torch.addbmm(torch.zeros(m, n), batch1, batch2)
+    products = 2 * b * m * k * n
+    assert (rec.total.flops, rec.total.matmul_flops, rec.total.uncounted) == (
+        products,
+        products,
+        (),
+    )
+    # its backward is the two batched products FlopCounterMode counts (it leaves the
+    # forward at 0)
+    with FlopCounterMode(display=False) as counter:
+        torch.addbmm(torch.zeros(m, n), batch1, batch2).sum().backward()
+    assert rec.total.backward_flops == counter.get_total_flops() == 2 * products
+
+
+def test_forward_mode_ad_lists_no_op_that_computes_nothing() -> None:
+    w = torch.randn(16, 32)
+    x, tangent = torch.randn(8, 16), torch.ones(8, 16)
+    with record() as rec:
+        torch.func.jvp(lambda a: a @ w, (x,), (tangent,))
+    with FlopCounterMode(display=False) as counter:
+        torch.func.jvp(lambda a: a @ w, (x,), (tangent,))
+    assert rec.total.uncounted == ()
+    # the product, its tangent's two (one with w's zero tangent) and their sum
+    assert rec.total.matmul_flops == counter.get_total_flops() == 3 * (2 * 8 * 16 * 32)
+    assert rec.total.flops == rec.total.matmul_flops + 8 * 32
+
+
+def test_a_padding_mask_check_is_free() -> None:
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0)
+    encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=True).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    with torch.no_grad(), record() as rec:
+        encoder(x, src_key_padding_mask=mask)
+    assert rec.total.uncounted == ()
