@@ -69,6 +69,16 @@ from torch.utils import flop_counter
 
 from ...errors import SpecError
 from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
+from .index_rules import (
+    accumulate,
+    bincount,
+    embedding_bag,
+    embedding_bag_backward,
+    index_put,
+    nll_loss,
+    scatter,
+    scattered,
+)
 from .layer_rules import (
     ACTIVATIONS,
     FLOP_COUNTER_CORRECTIONS,
@@ -258,75 +268,6 @@ def _rms_norm(call: OpCall) -> Any:
     return (3 + (weight is not None)) * numel(x)
 
 
-def _nll_loss(call: OpCall) -> Any:
-    target = call.inputs[1]
-    reduction = call.arg(3, "reduction", 1)
-    return numel(target) + (1 if reduction == 1 else 0)
-
-
-def _accumulate(position: int) -> Rule:
-    def rule(call: OpCall) -> Any:
-        values = call.inputs[position]
-        return numel(values) if is_float(values) else 0
-
-    return rule
-
-
-def _index_put(call: OpCall) -> Any:
-    accumulate = call.arg(3, "accumulate", False)
-    values = call.inputs[-1]
-    return numel(values) if accumulate and is_float(values) else 0
-
-
-def _embedding_bag(call: OpCall) -> Any:
-    """A bag's rows summed (mean: and divided; max: compared): an add or compare per value
-    looked up, a multiply more per value with ``per_sample_weights``."""
-    weight, indices = call.inputs[0], call.inputs[1]
-    if not is_float(weight):
-        return 0
-    values = numel(indices) * weight.shape[1]
-    weighted = call.arg(6, "per_sample_weights") is not None
-    mean = call.arg(4, "mode", 0) == 1
-    return values * (1 + weighted) + (numel(call.output) if mean else 0)
-
-
-def _embedding_bag_backward(mode_at: int, weights_at: int) -> Rule:
-    """The bags' gradients added into the rows they looked up: an add per value (mean: a
-    divide more; ``per_sample_weights``: a multiply more); max passes each on, 0 FLOPs."""
-
-    def rule(call: OpCall) -> Any:
-        grad, indices = call.inputs[0], call.inputs[1]
-        if not is_float(grad):
-            return 0
-        values = numel(indices) * grad.shape[-1]
-        mode = call.arg(mode_at, "mode", 0)
-        if mode == 2:
-            return 0
-        weighted = call.arg(weights_at, "per_sample_weights") is not None
-        return values * (1 + weighted + (mode == 1))
-
-    return rule
-
-
-def _scattered(call: OpCall) -> Any:
-    """``scatter_add``/``scatter_reduce``: an op per index (``src`` may be larger than
-    ``index``: only the part ``index`` covers is read)."""
-    return numel(call.inputs[1]) if is_float(call.inputs[0]) else 0
-
-
-def _scatter(call: OpCall) -> Any:
-    """A scatter that reduces (``reduce="add"``/``"multiply"``): an op per index; else a copy."""
-    if call.arg(4, "reduce") is None or not is_float(call.inputs[0]):
-        return 0
-    return numel(call.inputs[1])
-
-
-def _bincount(call: OpCall) -> Any:
-    """Counting is integer work; with float ``weights`` an add per weight."""
-    weights = call.arg(1, "weights")
-    return numel(weights) if weights is not None and is_float(weights) else 0
-
-
 def _builtin_entries() -> dict[Any, RuleEntry]:
     def entry(rule: Rule, matmul: bool = False) -> RuleEntry:
         return RuleEntry(rule, symbolic=True, source="typedflops", matmul=matmul)
@@ -362,22 +303,22 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.
     table[torch.ops.typedflops._fused_rms_norm] = entry(_rms_norm)
     table[torch.ops.typedflops._fused_rms_norm_backward] = entry(norm_backward)
-    table[aten.nll_loss_forward] = entry(_nll_loss)
-    table[aten.nll_loss2d_forward] = entry(_nll_loss)
-    table[aten.nll_loss_backward] = entry(_accumulate(1))
-    table[aten.embedding_dense_backward] = entry(_accumulate(0))
-    table[aten.index_add] = entry(_accumulate(2))
-    table[aten.scatter_add] = entry(_scattered)
-    table[aten.scatter_reduce] = entry(_scattered)
-    table[aten.index_put] = entry(_index_put)
-    table[aten._embedding_bag] = entry(_embedding_bag)
-    table[aten._embedding_bag_forward_only] = entry(_embedding_bag)
-    table[aten._embedding_bag_backward] = entry(_embedding_bag_backward(8, 10))
-    table[aten._embedding_bag_dense_backward] = entry(_embedding_bag_backward(7, 8))
-    table[aten.scatter] = entry(_scatter)
-    table[aten.bincount] = entry(_bincount)
-    table[aten.col2im] = entry(_accumulate(0))  # F.fold: overlapping patches summed
-    table[aten._index_put_impl_] = entry(_index_put)
+    table[aten.nll_loss_forward] = entry(nll_loss)
+    table[aten.nll_loss2d_forward] = entry(nll_loss)
+    table[aten.nll_loss_backward] = entry(accumulate(1))
+    table[aten.embedding_dense_backward] = entry(accumulate(0))
+    table[aten.index_add] = entry(accumulate(2))
+    table[aten.scatter_add] = entry(scattered)
+    table[aten.scatter_reduce] = entry(scattered)
+    table[aten.index_put] = entry(index_put)
+    table[aten._embedding_bag] = entry(embedding_bag)
+    table[aten._embedding_bag_forward_only] = entry(embedding_bag)
+    table[aten._embedding_bag_backward] = entry(embedding_bag_backward(8, 10))
+    table[aten._embedding_bag_dense_backward] = entry(embedding_bag_backward(7, 8))
+    table[aten.scatter] = entry(scatter)
+    table[aten.bincount] = entry(bincount)
+    table[aten.col2im] = entry(accumulate(0))  # F.fold: overlapping patches summed
+    table[aten._index_put_impl_] = entry(index_put)
     return table
 
 
