@@ -308,6 +308,40 @@ def test_a_module_class_decorated_twice_keeps_one_contract() -> None:
     assert math.isclose(float(Twice()(torch.zeros(3)).sum()), 3.0)
 
 
+def test_subclasses_of_a_decorated_module_class_check_their_own_forward() -> None:
+    @typed_flops
+    class Projection(nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(d, d))
+
+        def forward(self, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+            return x @ self.weight
+
+    class Cropped(Projection):  # its own annotations, and super().forward()
+        def forward(self, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch 3"]:
+            out: Tensor = super().forward(x)[:, :2]  # a bug the return annotation catches
+            return out
+
+    class Doubled(Projection):  # no annotation: the checked forward it calls checks
+        def forward(self, x: Tensor) -> Tensor:
+            out: Tensor = super().forward(x) * 2
+            return out
+
+    @typed_flops(flops="5*batch")
+    class Declared(Cropped):
+        def forward(self, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+            return Projection.forward(self, x) + 1
+
+    assert isinstance(Cropped.forward, typedflops.TypedFunction)
+    with pytest.raises(typedflops.ShapeError, match=r"Cropped.forward\(\): the return value"):
+        Cropped(4)(torch.ones(2, 4))
+    with pytest.raises(typedflops.ShapeError, match=r"Projection.forward\(\): argument 'x'"):
+        Doubled(4)(torch.ones(2, 4)[None])
+    assert estimate(Doubled(4), Float[Tensor, "batch d"], batch=8, d=4).flops == 2 * 8 * 16 + 32
+    assert estimate(Declared(4), batch=3, d=4).flops == 15
+
+
 def test_typed_flops_on_a_class_that_is_no_module_nor_dataclass_is_a_spec_error() -> None:
     with pytest.raises(SpecError) as caught:
 

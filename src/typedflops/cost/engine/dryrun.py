@@ -122,6 +122,15 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         flops = declared_flops(probe.function, probe.declared, shown)
         terms["forward"] = Term(flops, probe.declared)
     changed = {name for s in studies if not s.stuck for name in _names(s.axis)}
+    # a dim that moved with a size changed alone (the return value's ``n_head * head_dim``)
+    # is no number in the formulas: held fixed it is not
+    changed |= {
+        name
+        for s in studies
+        if s.run is not None
+        for name, size in s.run.bound.items()
+        if base.bound.get(name) != size
+    }
     changed |= {str(symbol) for symbol in repeat.values()}
     cost = _cost(probe, base, fitting, terms, bound, values, changed)
     moving = any(
