@@ -19,7 +19,7 @@ from jaxtyping import Float, Int
 from nanogpt import GPT, MLP, Block, GPTConfig
 from torch import Tensor, nn
 
-from typedflops import Cost, typed_flops
+from typedflops import Cost, estimate, typed_flops
 from typedflops.nn import TransformerConfig, TransformerLM
 
 SLOW = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -417,3 +417,55 @@ def test_a_dim_equal_to_a_module_size_by_a_product_with_one_is_not_named_after_i
                 assert term.at(sizes) == again.terms[name].count, (name, term, changes)
     # the sizes a formula keeps as numbers are those of the width the weights fix
     assert checked == 3 if "d" in base else set(cost.fixed) == {"d"}
+
+
+class DefaultedMlp(nn.Module):
+    """Widths left at None take another's value, as timm's ``Mlp`` writes it; nothing is
+    kept but the layers."""
+
+    def __init__(
+        self, in_features: int, hidden_features: int | None = None, out_features: int | None = None
+    ) -> None:
+        super().__init__()
+        out_features = out_features or in_features
+        hidden_features = hidden_features or in_features
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_features, out_features)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.fc2(self.act(self.fc1(x)))
+        return out
+
+
+@pytest.mark.parametrize(
+    ("hidden", "out"), [(8, 8), (8, 4), (8, None), (None, None), (None, 4), (32, 8)], ids=str
+)
+def test_a_width_given_equal_to_a_defaulted_one_is_not_changed_with_it(
+    hidden: int | None, out: int | None
+) -> None:
+    # DefaultedMlp(8, hidden_features=8) builds what DefaultedMlp(8) builds: read as the
+    # latter, the hidden width would be named after the input's and changed with it.
+    def cost_at(changes: Mapping[str, int]) -> tuple[Cost, dict[str, int]]:
+        given = {"hidden_features": hidden, "out_features": out}
+        given.update({k: v for k, v in changes.items() if k in given})
+        width = changes.get("in_features", 8)
+        mlp = DefaultedMlp(width, **given)
+        cost = estimate(mlp, Float[Tensor, "b n d"], b=changes.get("b", 2), n=3, d=width)
+        sizes = {"b": changes.get("b", 2), "n": 3, "d": width, "in_features": width}
+        sizes["hidden_features"] = given["hidden_features"] or width
+        sizes["out_features"] = given["out_features"] or width
+        return cost, sizes
+
+    cost, _ = cost_at({})
+    assert cost.exact
+    if hidden == 8:
+        assert "hidden_features" in symbols(cost)
+    for changes in ({"in_features": 12}, {"hidden_features": 12}, {"out_features": 5, "b": 3}):
+        again, sizes = cost_at(changes)
+        if any(sizes[name] != size for name, size in cost.fixed.items()):
+            continue
+        if not {"hidden_features", "out_features"} & set(changes) <= symbols(cost):
+            continue  # a size the formula holds as a number
+        for name, term in cost.terms.items():
+            assert term.at(sizes) == again.terms[name].count, (name, term, changes)

@@ -194,3 +194,60 @@ def test_the_formula_attribute_warns_when_it_holds_at_its_sizes_only() -> None:
         "formula fitted (Cost.exact is False)"
     ]
     assert doubled_n_times.formula == d * n**2
+
+
+def _widened(threshold: int) -> type[torch.nn.Module]:
+    class Widened(torch.nn.Module):
+        """A branch on a module's own size: an extra activation past a hidden width."""
+
+        def __init__(self, d: int, hidden: int) -> None:
+            super().__init__()
+            self.hidden = hidden
+            self.up = torch.nn.Linear(d, hidden)
+            self.down = torch.nn.Linear(hidden, d)
+
+        @typed_flops
+        def forward(self, x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+            h = self.up(x)
+            if self.hidden > threshold:
+                h = torch.nn.functional.gelu(h) * 2
+            out: Tensor = self.down(h)
+            return out
+
+    return Widened
+
+
+@SLOW
+@given(
+    threshold=st.integers(2, 200),
+    hidden=st.integers(2, 24),
+    other=st.integers(2, 400),
+)
+def test_a_branch_on_a_modules_own_size_is_never_exact_and_wrong(
+    threshold: int, hidden: int, other: int
+) -> None:
+    # The module is built again at 16 times its own sizes and a 16th of them: every
+    # threshold between is reached.
+    widened = _widened(threshold)
+
+    def cost_at(width: int) -> Cost:
+        cost: Cost = widened.forward.estimate(widened(4, width), n=3, d=4)
+        return cost
+
+    cost = cost_at(hidden)
+    assert_true_at_own_sizes(cost)
+    for width in (other, threshold, threshold + 1):
+        if max(2, hidden // 16) <= width <= 16 * hidden:
+            again = cost_at(width)
+            for name, term in cost.terms.items():
+                if term.exact:
+                    values = {**cost.dims, "hidden": width}
+                    assert term.at(values) == again.terms[name].count, name
+
+
+def test_a_branch_on_a_modules_own_size_past_the_fits_is_inexact() -> None:
+    widened = _widened(64)
+    cost = widened.forward.estimate(widened(4, 16), n=3, d=4)
+    assert not cost.exact
+    assert "hidden" in {str(s) for s in cost.formula.free_symbols}
+    assert cost.forward.holds_at(cost.dims)

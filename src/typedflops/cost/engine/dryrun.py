@@ -344,6 +344,10 @@ def _refuted_anywhere(
     return False
 
 
+#: How far a module's own sizes are taken to check a formula (times their value).
+_OWN_FAR = 16
+
+
 def _far(size: Size, up: bool) -> Size:
     if isinstance(size, tuple):
         return (_far_int(size[0], up), *size[1:]) if size else size
@@ -380,6 +384,39 @@ def _far_checked(
             continue
         for name in _refuted(run, terms, {**values, **sizes}, probe):
             terms[name] = dataclasses.replace(terms[name], exact=False)
+    return _own_far_checked(runner, at, axes, terms, values, probe)
+
+
+def _own_far_checked(
+    runner: Runner,
+    at: Mapping[str, Size],
+    axes: Sequence[Axis],
+    terms: dict[str, Term],
+    values: Mapping[str, int],
+    probe: Probe,
+) -> dict[str, Term]:
+    """The terms, those that the module built at its own sizes far above and far below
+    theirs refutes marked inexact (a branch on a module's size, ``if self.hidden > 64:``
+    fitted at 16): all of them ``_OWN_FAR`` times over (a multiple, so that
+    ``n_embd % n_head`` still divides) or that many times under (at least 2), else, where
+    the module cannot be built so, each alone."""
+    own = [axis for axis in axes if not axis.far and isinstance(at[axis.keys[0]], int)]
+    for far in (lambda size: _OWN_FAR * size, lambda size: max(2, size // _OWN_FAR)):
+        attempts = [own, *([axis] for axis in own)] if len(own) > 1 else [own]
+        for index, together in enumerate(attempts if own else []):
+            change: dict[str, Size] = {}
+            sizes: dict[str, int] = {}
+            for axis in together:
+                value = far(size_value(at[axis.keys[0]]))
+                change.update(axis.assign(value))
+                sizes[axis.name] = value
+            run = runner.run({**at, **change})
+            if run is None:
+                continue
+            for name in _refuted(run, terms, {**values, **sizes}, probe):
+                terms[name] = dataclasses.replace(terms[name], exact=False)
+            if index == 0:
+                break  # all at once ran: each alone adds nothing
     return terms
 
 
