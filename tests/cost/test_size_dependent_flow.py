@@ -4,10 +4,12 @@ Whatever the body, a formula marked exact gives the count of a dry run at other 
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 import sympy
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -251,3 +253,48 @@ def test_a_branch_on_a_modules_own_size_past_the_fits_is_inexact() -> None:
     assert not cost.exact
     assert "hidden" in {str(s) for s in cost.formula.free_symbols}
     assert cost.forward.holds_at(cost.dims)
+
+
+@typed_flops
+def _first_axis_loop(x: Float[Tensor, "*batch d"]) -> Float[Tensor, "*batch d"]:
+    for _ in range(x.shape[0]):
+        x = x * 2
+    return x
+
+
+@typed_flops
+def _first_axis_mean(x: Float[Tensor, "... d"]) -> Tensor:
+    return x.mean(0)
+
+
+@typed_flops
+def _batched_products(x: Float[Tensor, "*batch n d"]) -> Float[Tensor, "*batch n n"]:
+    return x @ x.transpose(-1, -2)
+
+
+@pytest.mark.parametrize("axes", [(), (4,), (2, 3), (3, 2), (2, 2, 2)], ids=str)
+@pytest.mark.parametrize(
+    ("function", "name", "product_only"),
+    [
+        (_first_axis_loop, "batch", False),
+        (_first_axis_mean, "ellipsis", False),
+        (_batched_products, "batch", True),
+    ],
+    ids=["loop", "mean", "products"],
+)
+def test_a_variadic_dims_formula_is_exact_only_where_the_product_gives_the_count(
+    function: TypedFunction[..., Any], name: str, product_only: bool, axes: tuple[int, ...]
+) -> None:
+    # `*batch` is one symbol, the product of its axes: a body that works on x.shape[0]
+    # alone has no formula in it, whatever the axes it was fitted at.
+    others = {"n": 3} if function is _batched_products else {}
+    cost = function.estimate(**{name: axes}, d=4, **others)
+    assert_true_at_own_sizes(cost)
+    held = name in cost.fixed  # no axis to change at (): a number in the formula
+    assert cost.exact == (product_only or held)
+    for split in [(2, 5), (5, 2), (6,), (3, 2, 2), (1, 6)]:
+        again = function.estimate(**{name: split}, d=4, **others)
+        for term_name, term in cost.terms.items():
+            if term.exact and not held:
+                values = {**cost.dims, name: math.prod(split)}
+                assert term.at(values) == again.terms[term_name].count, (term_name, split)

@@ -36,9 +36,9 @@ def estimate(
     ``model`` is an ``nn.Module`` (its ``forward`` is called through the module, hooks
     included) or any function. Its inputs are given as jaxtyping annotations, positionally
     for its leading parameters (or its ``*args``: a wrapper's, ``torch.compile``'s module's,
-    a builtin's such as ``torch.matmul``) or by parameter name: ``Int[Tensor, "batch seq"]`` is built
-    as a tensor of shape ``(batch, seq)`` and dtype int64 (``Float[...]``: float32 or
-    ``dtype``). Other values given for parameters are passed as they are (``use_cache=False``;
+    a builtin's such as ``torch.matmul``) or by parameter name: ``Int[Tensor, "batch seq"]``
+    is built as a tensor of shape ``(batch, seq)`` and dtype int64 (``Float[...]``: float32
+    or ``dtype``). Other values given for parameters are passed as they are (``use_cache=False``;
     a real tensor takes part through a meta copy), and so are values other than sizes for a
     ``forward`` that takes ``**kwargs`` (``output_hidden_states=True``). The remaining
     keywords are the dims' sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``.

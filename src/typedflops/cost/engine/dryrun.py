@@ -117,6 +117,8 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         else:
             terms = {name: dataclasses.replace(t, exact=False) for name, t in terms.items()}
     terms = _far_checked(runner, start, fitting.varied, terms, values, probe)
+    calls = [s.axis for s in studies if s.axis.far and not s.stuck]
+    terms = _split_checked(runner, start, calls, terms, values, probe)
     if probe.declared is not None:
         shown = {**{k: size_value(v) for k, v in bound.items()}, **values}
         flops = declared_flops(probe.function, probe.declared, shown)
@@ -385,6 +387,41 @@ def _far_checked(
         for name in _refuted(run, terms, {**values, **sizes}, probe):
             terms[name] = dataclasses.replace(terms[name], exact=False)
     return _own_far_checked(runner, at, axes, terms, values, probe)
+
+
+def _split_checked(
+    runner: Runner,
+    at: Mapping[str, Size],
+    axes: Sequence[Axis],
+    terms: dict[str, Term],
+    values: Mapping[str, int],
+    probe: Probe,
+) -> dict[str, Term]:
+    """The terms, those that a ``*batch`` or ``...`` dim split otherwise refutes marked
+    inexact: its symbol is the product of its axes, so a formula in it must hold for any
+    axes (a body that reduces over ``x.shape[0]`` alone does not)."""
+    for axis in axes:
+        size = at[axis.keys[0]]
+        if not isinstance(size, tuple):
+            continue
+        for split in _other_splits(size):
+            run = runner.run({**at, **axis.assign(split)})
+            if run is None:
+                continue
+            changed = {**values, axis.name: size_value(split)}
+            for name in _refuted(run, terms, changed, probe):
+                terms[name] = dataclasses.replace(terms[name], exact=False)
+    return terms
+
+
+def _other_splits(size: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Axes for a variadic dim other than the first axis scaled (what the fits change):
+    the last one grown, the first two merged, and one more axis in front."""
+    found: list[tuple[int, ...]] = [(2, *size)]
+    if len(size) >= 2:
+        found.append((*size[:-1], size[-1] + 1))
+        found.append((size[0] * size[1], *size[2:]))
+    return [split for split in dict.fromkeys(found) if split != size]
 
 
 def _own_far_checked(
