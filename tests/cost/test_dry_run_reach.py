@@ -350,7 +350,7 @@ def _split(x: Float[Tensor, "b t"]) -> Tensor:
 def _refusing(x: Float[Tensor, "b t"]) -> Float[Tensor, "b t"]:
     if x.shape[1] > 16:
         raise ValueError("the sequence is too long")
-    return torch.nn.functional.linear(x, weight=None) if x.shape[1] == 7 else x
+    return torch.nn.functional.linear(x, weight=None) if x.shape[1] == 7 else x  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

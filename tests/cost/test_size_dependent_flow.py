@@ -198,7 +198,7 @@ def test_the_formula_attribute_warns_when_it_holds_at_its_sizes_only() -> None:
     assert doubled_n_times.formula == d * n**2
 
 
-def _widened(threshold: int) -> type[torch.nn.Module]:
+def _widened(threshold: int) -> Any:
     class Widened(torch.nn.Module):
         """A branch on a module's own size: an extra activation past a hidden width."""
 
@@ -287,13 +287,13 @@ def test_a_variadic_dims_formula_is_exact_only_where_the_product_gives_the_count
 ) -> None:
     # `*batch` is one symbol, the product of its axes: a body that works on x.shape[0]
     # alone has no formula in it, whatever the axes it was fitted at.
-    others = {"n": 3} if function is _batched_products else {}
-    cost = function.estimate(**{name: axes}, d=4, **others)
+    sizes: dict[str, Any] = {"n": 3} if function is _batched_products else {}
+    cost = function.estimate(**{**sizes, name: axes, "d": 4})
     assert_true_at_own_sizes(cost)
     held = name in cost.fixed  # no axis to change at (): a number in the formula
     assert cost.exact == (product_only or held)
     for split in [(2, 5), (5, 2), (6,), (3, 2, 2), (1, 6)]:
-        again = function.estimate(**{name: split}, d=4, **others)
+        again = function.estimate(**{**sizes, name: split, "d": 4})
         for term_name, term in cost.terms.items():
             if term.exact and not held:
                 values = {**cost.dims, name: math.prod(split)}

@@ -438,13 +438,14 @@ def _own_far_checked(
     ``n_embd % n_head`` still divides) or that many times under (at least 2), else, where
     the module cannot be built so, each alone."""
     own = [axis for axis in axes if not axis.far and isinstance(at[axis.keys[0]], int)]
-    for far in (lambda size: _OWN_FAR * size, lambda size: max(2, size // _OWN_FAR)):
+    for up in (True, False):
         attempts = [own, *([axis] for axis in own)] if len(own) > 1 else [own]
         for index, together in enumerate(attempts if own else []):
             change: dict[str, Size] = {}
             sizes: dict[str, int] = {}
             for axis in together:
-                value = far(size_value(at[axis.keys[0]]))
+                size = size_value(at[axis.keys[0]])
+                value = _OWN_FAR * size if up else max(2, size // _OWN_FAR)
                 change.update(axis.assign(value))
                 sizes[axis.name] = value
             run = runner.run({**at, **change})
