@@ -350,7 +350,8 @@ def _split(x: Float[Tensor, "b t"]) -> Tensor:
 def _refusing(x: Float[Tensor, "b t"]) -> Float[Tensor, "b t"]:
     if x.shape[1] > 16:
         raise ValueError("the sequence is too long")
-    return torch.nn.functional.linear(x, weight=None) if x.shape[1] == 7 else x  # type: ignore[arg-type]
+    missing: Any = None
+    return torch.nn.functional.linear(x, weight=missing) if x.shape[1] == 7 else x
 
 
 @pytest.mark.parametrize(
@@ -373,7 +374,7 @@ def _refusing(x: Float[Tensor, "b t"]) -> Float[Tensor, "b t"]:
         (
             _refusing,
             7,
-            "return torch.nn.functional.linear(x, weight=None) if x.shape[1] == 7 else x",
+            "return torch.nn.functional.linear(x, weight=missing) if x.shape[1] == 7 else x",
             "linear(): argument 'weight' must be Tensor, not NoneType",
         ),
     ],
