@@ -1,7 +1,7 @@
-"""Formulas at size 1: where the body branches on a dim being 1, the formula has a part that
-says so, and an exact formula gives the count of a dry run at 1 as at any other size; where
-only torch runs other kernels at 1 (a sum over one element is a multiply), the formula is
-that of the calls as written."""
+"""Formulas at size 1: where the body branches on a dim being 1, or torch runs or saves
+otherwise there, the formula has a part that says so, and an exact formula gives the count
+of a dry run at 1 as at any other size; where torch runs a matrix product over a summed dim
+of 1 as a multiply, the formula is that of the product as written."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from typedflops import Cost, TypedFunction, einsum, record, typed_flops
 from typedflops.cost.types import above_one, is_one
@@ -155,3 +156,43 @@ def test_a_plain_module_branching_on_batch_one() -> None:
     for size in (1, 2, 5):
         ran = estimate(_Head(16, 8), spec, batch=size, ellipsis=3, d=16).flops
         assert cost.formula.xreplace({batch: size, ellipsis: 3}) == ran
+
+
+def _saved_bytes(module: torch.nn.Module, x: Tensor) -> int:
+    """The bytes autograd saves for backward in a real run of ``module`` on ``x`` (each
+    storage once, the module's weights not counted)."""
+    storages: dict[int, int] = {}
+
+    def pack(tensor: Tensor) -> Tensor:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        module(x)
+    return sum(size for pointer, size in storages.items() if pointer not in weights)
+
+
+def test_torch_saving_other_storages_at_batch_one_gives_the_activations_a_part() -> None:
+    """Rotary attention on torch's math kernel keeps other storages for backward at batch 1
+    than the line through batch 2 and 3 gives (the same calls: 3968 bytes saved at batch 1,
+    5760 and 8576 at 2 and 3): the activation formula has its part there, and every term
+    gives the dry runs at batch 1, the activations the bytes a real run saves."""
+    from typedflops import estimate
+    from typedflops.nn.attention import Attention
+
+    torch.manual_seed(0)
+    attention = Attention(32, 4, rope=True)
+    spec = Float[Tensor, "batch seq d_model"]
+    batch = sympy.Symbol("batch")
+    with sdpa_kernel(SDPBackend.MATH):
+        cost = estimate(attention, spec, batch=2, seq=4, d_model=32)
+        assert cost.exact
+        assert cost.activation.formula.has(is_one(batch))
+        for sizes in ({"batch": 1, "seq": 4}, {"batch": 1, "seq": 7}, {"batch": 3, "seq": 5}):
+            ran = estimate(attention, spec, batch=sizes["batch"], seq=sizes["seq"], d_model=32)
+            for name, term in cost.terms.items():
+                assert term.at({**cost.dims, **sizes}) == ran.terms[name].count, (name, sizes)
+            real = _saved_bytes(attention, torch.randn(sizes["batch"], sizes["seq"], 32))
+            assert ran.activation.count == real

@@ -1,20 +1,23 @@
-"""Formulas at size 1, where the body makes other calls than at 2 and up.
+"""Formulas at size 1, where what runs differs from sizes of 2 and up.
 
-Bodies written the usual way branch on a dim being 1 (``if x.shape[1] == 1: return x``),
-and the fits change each size from its value, never to 1; so each call dim a formula names
-is checked by a dry run at 1. Where the body makes other calls there, what differs is
-fitted in the other dims with that dim held at 1, and added where it is 1:
-``5*d*n - 5*n*KroneckerDelta(1, d)``. Pairs of dims at 1 are checked and fitted the same way
-(``KroneckerDelta(1, i)*KroneckerDelta(1, j)``); three or more dims at 1 at once are not
-checked. A term whose part at 1 no fit finds is inexact. Where the body makes the same
-calls and only torch runs other kernels inside one (a sum over one element is a multiply),
-the formula stays that of the calls as written.
+The fits change each size from its value, never to 1, and size 1 is where code changes
+course: bodies branch on it (``if x.shape[1] == 1: return x``), torch picks other kernels
+for it (attention at one query), and a reshape of a size-1 dim is a view where it was a
+copy (so autograd saves other storages: batch 1). So each call dim a formula names is
+checked by a dry run at 1. Where a term differs there, what differs is fitted in the other
+dims with that dim held at 1, and added where it is 1: ``5*d*n - 5*n*KroneckerDelta(1, d)``.
+Pairs of dims at 1 are checked and fitted the same way (``KroneckerDelta(1, i)*
+KroneckerDelta(1, j)``); three or more dims at 1 at once are not checked. A term whose part
+at 1 no fit finds is inexact. One difference keeps the formula: a matrix product over a
+summed dim of 1, which torch runs as a multiply (``einsum`` at ``d_in = 1``); its formula
+stays the product's as written, ``2*batch*d_in*d_out``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import sympy
@@ -24,7 +27,7 @@ from .axes import Axis
 from .fit import Size
 from .runs import Probe, Run, Runner
 
-__all__ = ["checked_at_one", "with_part_at_one", "written_calls"]
+__all__ = ["checked_at_one", "with_part_at_one"]
 
 Measure = Callable[[Probe], Cost]
 
@@ -57,8 +60,8 @@ def checked_at_one(
 ) -> Cost:
     """``cost`` with its exact terms checked by runs with the call's dims (``axes``, at 2 or
     more in ``at``) at 1: each alone, then in pairs (``if n == 1 and d == 1``). A term such
-    a run refutes, where the body made other calls, gains its part there, fitted by
-    ``measure`` with those dims held at 1, or is inexact where no fit finds one."""
+    a run refutes gains its part there, fitted by ``measure`` with those dims held at 1,
+    or is inexact where no fit finds one (a product run as a multiply excepted)."""
     terms = dict(cost.terms)
     named = [
         axis
@@ -68,29 +71,19 @@ def checked_at_one(
         and any(_names(term, (axis,)) for term in terms.values())
     ]
     parted: list[Axis] = []
-    calls = written_calls(base)
     for axis in named:
-        if _with_parts(probe, runner, calls, at, (axis,), cost.dims, terms, measure):
+        if _with_parts(probe, runner, base, at, (axis,), cost.dims, terms, measure):
             parted.append(axis)
     pairs = named if len(named) <= _PAIRS else parted[:_PAIRS]
     for group in itertools.combinations(pairs, 2):
-        _with_parts(probe, runner, calls, at, group, cost.dims, terms, measure)
+        _with_parts(probe, runner, base, at, group, cost.dims, terms, measure)
     return cost if terms == cost.terms else cost.with_terms(terms)
-
-
-def written_calls(run: Run) -> list[tuple[str, str | None]]:
-    """The calls the body made in a run (``x @ w``, ``einsum(...)``), in order: the ops
-    each ran may differ between sizes while these stay the same."""
-    seen: dict[int, tuple[str, str | None]] = {}
-    for event in run.events:
-        seen.setdefault(event.group.serial, (event.group.name, event.group.pattern))
-    return list(seen.values())
 
 
 def _with_parts(
     probe: Probe,
     runner: Runner,
-    calls: list[tuple[str, str | None]],
+    base: Run,
     at: Mapping[str, Size],
     group: Sequence[Axis],
     dims: Mapping[str, int],
@@ -98,11 +91,11 @@ def _with_parts(
     measure: Measure,
 ) -> bool:
     """Check ``terms`` with the ``group``'s dims at 1, giving each refuted one its part
-    there (in place); whether any was refuted. Where the body made the same calls there
-    (torch ran other kernels inside one: a sum over one element is a multiply), the
-    formula stays the one of the calls as written, as for sizes of 2 and up."""
+    there (in place); whether any was refuted. Where the only difference is a matrix
+    product torch ran as a multiply (a sum over one element), the formula stays the one
+    of the product as written, as for sizes of 2 and up."""
     wrong, counts, run = _refuted(probe, runner, at, group, dims, terms)
-    if not wrong or run is None or written_calls(run) == calls:
+    if not wrong or run is None or _multiplied(base, run):
         return False
     pinned = _pinned(probe, group, measure)
     values = {**dims, **{axis.name: 1 for axis in group}}
@@ -116,10 +109,28 @@ def _with_parts(
         # A dim alone: its part is what differs from the formula for sizes of 2 and up, so
         # that parts of dims that change other ops add up where both are 1; a pair: what
         # differs from the formula with the parts of each dim.
-        base = above_one(term.formula) if len(group) == 1 else term.formula
-        difference = sympy.expand(part.formula - base.xreplace(ones))
+        reference = above_one(term.formula) if len(group) == 1 else term.formula
+        difference = sympy.expand(part.formula - reference.xreplace(ones))
         terms[name] = Term(term.count, tidy(term.formula + difference * where))
     return True
+
+
+def _multiplied(base: Run, run: Run) -> bool:
+    """Whether ``run`` (dims at 1) differs from ``base`` only where torch ran a matrix
+    product over a summed dim of 1 as a multiply (``einsum``'s ``bmm`` becomes a ``mul``):
+    the ops gone are matrix products (and views), the ops new are multiplies (and views)."""
+    before, after = _ops(base), _ops(run)
+    gone, new = before - after, after - before
+    products = {e.op for e in base.events if e.entry is not None and e.entry.matmul}
+    return bool(gone) and set(gone) <= products and set(new) <= _MULTIPLY
+
+
+_MULTIPLY = frozenset({"mul"})
+
+
+def _ops(run: Run) -> Counter[str]:
+    """The ops of a run other than views, counted."""
+    return Counter(event.op for event in run.events if not event.view)
 
 
 def _at_least_two(size: Size) -> bool:
