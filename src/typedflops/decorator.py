@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar, ParamSpec, TypeVar, overload
 
@@ -147,8 +148,9 @@ def typed_flops(fn: Any = None, /, *, flops: str | None = None, name: str | None
     ``f.estimate(**dims)`` and ``f.benchmark(*args)`` give its FLOPs, bytes and time.
 
     On a class: a dataclass's fields are checked when an instance is made; an
-    ``nn.Module`` subclass has its ``forward`` decorated (a ``SpecError`` when ``forward``
-    annotates no tensor: nothing would be checked); any other class is a ``SpecError``
+    ``nn.Module`` subclass has its ``forward`` decorated, and so has each of its subclasses
+    that writes an annotated ``forward`` (a ``SpecError`` when ``forward`` annotates no
+    tensor: nothing would be checked); any other class is a ``SpecError``
     (decorate its methods). To cost a model nobody annotated, see
     :func:`typedflops.estimate`.
 
@@ -204,7 +206,9 @@ def _module_class(cls: type[torch.nn.Module], flops: str | None, name: str | Non
     is a SpecError rather than a class silently left unchecked."""
     forward = cls.forward
     if isinstance(forward, CheckedFunction):
-        return cls  # its forward is decorated already
+        if forward not in _BY_SUBCLASS or (flops is None and name is None):
+            return cls  # its forward is decorated already
+        forward = forward.__wrapped__  # checked as a subclass's: the options are its own
     if not _annotates_a_tensor(forward):
         raise SpecError.at(
             f"@typed_flops on class {cls.__qualname__.rsplit('<locals>.', 1)[-1]}",
@@ -213,7 +217,39 @@ def _module_class(cls: type[torch.nn.Module], flops: str | None, name: str | Non
             "model as it is with typedflops.estimate(model, Float[Tensor, 'batch d'], ...)",
         )
     setattr(cls, "forward", TypedFunction(forward, flops=flops, name=name))  # noqa: B010
+    _checks_subclasses(cls)
     return cls
+
+
+#: The forwards checked because a base class was decorated (a decorator on the subclass
+#: itself may still give them ``flops=`` or ``name=``).
+_BY_SUBCLASS: weakref.WeakSet[CheckedFunction[..., Any]] = weakref.WeakSet()
+
+
+def _checks_subclasses(cls: type[torch.nn.Module]) -> None:
+    """A subclass that writes its own annotated ``forward`` has it checked too (the
+    decorator is on the class, so it holds for its subclasses); a ``forward`` without a
+    tensor annotation is left as written (the checked one runs where it calls
+    ``super().forward``). ``flops=`` and ``name=`` stay the decorated class's own."""
+    original = cls.__dict__.get("__init_subclass__")
+
+    def init_subclass(sub: type[torch.nn.Module], /, **kwargs: Any) -> None:
+        if isinstance(original, classmethod):
+            original.__func__(sub, **kwargs)
+        else:
+            super(cls, sub).__init_subclass__(**kwargs)
+        forward = sub.__dict__.get("forward")
+        if (
+            forward is not None
+            and not isinstance(forward, CheckedFunction)
+            and callable(forward)
+            and _annotates_a_tensor(forward)
+        ):
+            checked: TypedFunction[..., Any] = TypedFunction(forward, flops=None, name=None)
+            _BY_SUBCLASS.add(checked)
+            setattr(sub, "forward", checked)  # noqa: B010
+
+    setattr(cls, "__init_subclass__", classmethod(init_subclass))  # noqa: B010
 
 
 def _annotates_a_tensor(function: Callable[..., Any]) -> bool:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import einops
 import pytest
 import torch
 from jaxtyping import Float, Int
@@ -327,6 +328,68 @@ def _project(x: Float[Tensor, "n d"]) -> Float[Tensor, "n e"]:
 @typed_flops
 def _through_numpy(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
     return torch.from_numpy(x.detach().numpy() * 2)
+
+
+@typed_flops
+def _within_block(x: Float[Tensor, "b t"]) -> Float[Tensor, "b t"]:
+    assert x.shape[1] <= 16, f"sequence of {x.shape[1]} past the block size"
+    return x * 2
+
+
+@typed_flops
+def _by_table(x: Float[Tensor, "b t"]) -> Float[Tensor, "b t"]:
+    return x * {4: 2.0}[x.shape[1]]
+
+
+@typed_flops
+def _split(x: Float[Tensor, "b t"]) -> Tensor:
+    return einops.rearrange(x, "b (t h) -> b t h", h=3)
+
+
+@typed_flops
+def _refusing(x: Float[Tensor, "b t"]) -> Float[Tensor, "b t"]:
+    if x.shape[1] > 16:
+        raise ValueError("the sequence is too long")
+    missing: Any = None
+    return torch.nn.functional.linear(x, weight=missing) if x.shape[1] == 7 else x
+
+
+@pytest.mark.parametrize(
+    ("function", "t", "line", "reason"),
+    [
+        (
+            _within_block,
+            20,
+            'assert x.shape[1] <= 16, f"sequence of {x.shape[1]} past the block size"',
+            "AssertionError: sequence of 20 past the block size",
+        ),
+        (_by_table, 20, "return x * {4: 2.0}[x.shape[1]]", "KeyError: 20"),
+        (
+            _split,
+            20,
+            'return einops.rearrange(x, "b (t h) -> b t h", h=3)',
+            'Error while processing rearrange-reduction pattern "b (t h) -> b t h".',
+        ),
+        (_refusing, 20, 'raise ValueError("the sequence is too long")', "the sequence is too long"),
+        (
+            _refusing,
+            7,
+            "return torch.nn.functional.linear(x, weight=missing) if x.shape[1] == 7 else x",
+            "linear(): argument 'weight' must be Tensor, not NoneType",
+        ),
+    ],
+)
+def test_a_body_that_refuses_the_sizes_in_python_is_a_spec_error_at_the_users_line(
+    function: Any, t: int, line: str, reason: str
+) -> None:
+    # an assert, a lookup, a ValueError, a TypeError, an einops pattern: one line, as for
+    # torch's refusals, at the user's line (not inside einops)
+    with pytest.raises(SpecError) as caught:
+        function.estimate(b=2, t=t)
+    assert str(caught.value) == (
+        f"{function.__name__}(): at b=2, t={t} the body fails at {_line_of(function, line)}: "
+        f"{reason}; give sizes the body can run at"
+    )
 
 
 def test_sizes_the_body_refuses_are_a_spec_error_naming_them_and_torchs_reason() -> None:

@@ -6,6 +6,7 @@ apart by changing each alone; a size no rebuild can change stays a number, liste
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from jaxtyping import Float, Int
 from nanogpt import GPT, MLP, Block, GPTConfig
 from torch import Tensor, nn
 
-from typedflops import Cost, typed_flops
+from typedflops import Cost, estimate, typed_flops
 from typedflops.nn import TransformerConfig, TransformerLM
 
 SLOW = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -321,3 +322,150 @@ def test_nanogpt_mlp_at_a_width_whose_hidden_size_is_block_size() -> None:
     again = MLP.forward.estimate(MLP(wider), b=3, t=5, n_embd=96)
     for name, term in cost.terms.items():
         assert term.at({"b": 3, "t": 5, "n_embd": 96}) == again.terms[name].count, name
+
+
+# -- sizes equal by a product with a size of 1 ------------------------------------------------
+
+
+@dataclasses.dataclass
+class HeadsConfig:
+    n_head: int = 4
+    head_dim: int = 8
+
+    @property
+    def n_embd(self) -> int:
+        return self.n_head * self.head_dim
+
+
+class HeadsAttention(nn.Module):
+    """The input's width is ``n_head * head_dim``; softmax and the scale act on
+    ``n_head`` attention maps. At ``head_dim=1`` the width equals ``n_head``."""
+
+    def __init__(self, config: HeadsConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "b t d"]) -> Float[Tensor, "b t d"]:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        att = (q @ k.transpose(-1, -2) / math.sqrt(d // self.n_head)).softmax(-1)
+        out: Tensor = (att @ v).transpose(1, 2).reshape(b, t, d)
+        return out
+
+
+class HeadsProjection(nn.Module):
+    """The return value's width ``e`` is ``n_head * head_dim``; the mean is per head."""
+
+    def __init__(self, d: int, n_head: int, head_dim: int) -> None:
+        super().__init__()
+        self.n_head, self.head_dim = n_head, head_dim
+        self.proj = nn.Linear(d, n_head * head_dim, bias=False)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "b d"]) -> Float[Tensor, "b e"]:
+        y = self.proj(x).view(x.shape[0], self.n_head, self.head_dim)
+        out: Tensor = (y - y.mean(-1, keepdim=True)).reshape(x.shape[0], -1)
+        return out
+
+
+def _heads_cost(sizes: Mapping[str, int]) -> tuple[Cost, dict[str, int]]:
+    """The cost of ``HeadsAttention`` or ``HeadsProjection`` (``"d"`` in ``sizes``) built
+    at ``sizes``, and every size of the call and the module there."""
+    heads = {"n_head": sizes["n_head"], "head_dim": sizes["head_dim"]}
+    if "d" in sizes:
+        projection = HeadsProjection(sizes["d"], **heads)
+        cost: Cost = HeadsProjection.forward.estimate(projection, b=sizes["b"], d=sizes["d"])
+        return cost, {**sizes, "e": heads["n_head"] * heads["head_dim"]}
+    attention = HeadsAttention(HeadsConfig(**heads))
+    width = heads["n_head"] * heads["head_dim"]
+    cost = HeadsAttention.forward.estimate(attention, b=sizes["b"], t=sizes["t"], d=width)
+    return cost, {**sizes, "d": width}
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        {"b": 2, "t": 4, "n_head": 4, "head_dim": 1},
+        {"b": 2, "t": 4, "n_head": 1, "head_dim": 4},
+        {"b": 2, "t": 4, "n_head": 2, "head_dim": 4},
+        {"b": 2, "d": 8, "n_head": 4, "head_dim": 1},
+        {"b": 2, "d": 8, "n_head": 1, "head_dim": 4},
+        {"b": 2, "d": 8, "n_head": 2, "head_dim": 2},
+    ],
+    ids=str,
+)
+def test_a_dim_equal_to_a_module_size_by_a_product_with_one_is_not_named_after_it(
+    base: dict[str, int],
+) -> None:
+    # A width of n_head * head_dim equals n_head where head_dim is 1: a formula that names
+    # it for n_head (the attention maps' count) is wrong once head_dim changes. Each rebuild
+    # that holds the sizes the cost lists as fixed is checked.
+    cost, _ = _heads_cost(base)
+    for name, term in cost.terms.items():
+        assert term.holds_at(cost.dims), (name, term)
+    checked = 0
+    for changes in ({"n_head": 3}, {"head_dim": 3}, {"n_head": 2, "head_dim": 5, "b": 3}):
+        again, sizes = _heads_cost({**base, **changes})
+        if any(sizes[name] != size for name, size in cost.fixed.items()):
+            continue
+        checked += 1
+        for name, term in cost.terms.items():
+            if term.exact:
+                assert term.at(sizes) == again.terms[name].count, (name, term, changes)
+    # the sizes a formula keeps as numbers are those of the width the weights fix
+    assert checked == 3 if "d" in base else set(cost.fixed) == {"d"}
+
+
+class DefaultedMlp(nn.Module):
+    """Widths left at None take another's value, as timm's ``Mlp`` writes it; nothing is
+    kept but the layers."""
+
+    def __init__(
+        self, in_features: int, hidden_features: int | None = None, out_features: int | None = None
+    ) -> None:
+        super().__init__()
+        out_features = out_features or in_features
+        hidden_features = hidden_features or in_features
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_features, out_features)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.fc2(self.act(self.fc1(x)))
+        return out
+
+
+@pytest.mark.parametrize(
+    ("hidden", "out"), [(8, 8), (8, 4), (8, None), (None, None), (None, 4), (32, 8)], ids=str
+)
+def test_a_width_given_equal_to_a_defaulted_one_is_not_changed_with_it(
+    hidden: int | None, out: int | None
+) -> None:
+    # DefaultedMlp(8, hidden_features=8) builds what DefaultedMlp(8) builds: read as the
+    # latter, the hidden width would be named after the input's and changed with it.
+    def cost_at(changes: Mapping[str, int]) -> tuple[Cost, dict[str, int]]:
+        given = {"hidden_features": hidden, "out_features": out}
+        given.update({k: v for k, v in changes.items() if k in given})
+        width = changes.get("in_features", 8)
+        mlp = DefaultedMlp(width, **given)
+        cost = estimate(mlp, Float[Tensor, "b n d"], b=changes.get("b", 2), n=3, d=width)
+        sizes = {"b": changes.get("b", 2), "n": 3, "d": width, "in_features": width}
+        sizes["hidden_features"] = given["hidden_features"] or width
+        sizes["out_features"] = given["out_features"] or width
+        return cost, sizes
+
+    cost, _ = cost_at({})
+    assert cost.exact
+    if hidden == 8:
+        assert "hidden_features" in symbols(cost)
+    for changes in ({"in_features": 12}, {"hidden_features": 12}, {"out_features": 5, "b": 3}):
+        again, sizes = cost_at(changes)
+        if any(sizes[name] != size for name, size in cost.fixed.items()):
+            continue
+        if not {"hidden_features", "out_features"} & set(changes) <= symbols(cost):
+            continue  # a size the formula holds as a number
+        for name, term in cost.terms.items():
+            assert term.at(sizes) == again.terms[name].count, (name, term, changes)

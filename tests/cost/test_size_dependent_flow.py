@@ -4,10 +4,12 @@ Whatever the body, a formula marked exact gives the count of a dry run at other 
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 import sympy
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -194,3 +196,105 @@ def test_the_formula_attribute_warns_when_it_holds_at_its_sizes_only() -> None:
         "formula fitted (Cost.exact is False)"
     ]
     assert doubled_n_times.formula == d * n**2
+
+
+def _widened(threshold: int) -> Any:
+    class Widened(torch.nn.Module):
+        """A branch on a module's own size: an extra activation past a hidden width."""
+
+        def __init__(self, d: int, hidden: int) -> None:
+            super().__init__()
+            self.hidden = hidden
+            self.up = torch.nn.Linear(d, hidden)
+            self.down = torch.nn.Linear(hidden, d)
+
+        @typed_flops
+        def forward(self, x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+            h = self.up(x)
+            if self.hidden > threshold:
+                h = torch.nn.functional.gelu(h) * 2
+            out: Tensor = self.down(h)
+            return out
+
+    return Widened
+
+
+@SLOW
+@given(
+    threshold=st.integers(2, 200),
+    hidden=st.integers(2, 24),
+    other=st.integers(2, 400),
+)
+def test_a_branch_on_a_modules_own_size_is_never_exact_and_wrong(
+    threshold: int, hidden: int, other: int
+) -> None:
+    # The module is built again at 16 times its own sizes and a 16th of them: every
+    # threshold between is reached.
+    widened = _widened(threshold)
+
+    def cost_at(width: int) -> Cost:
+        cost: Cost = widened.forward.estimate(widened(4, width), n=3, d=4)
+        return cost
+
+    cost = cost_at(hidden)
+    assert_true_at_own_sizes(cost)
+    for width in (other, threshold, threshold + 1):
+        if max(2, hidden // 16) <= width <= 16 * hidden:
+            again = cost_at(width)
+            for name, term in cost.terms.items():
+                if term.exact:
+                    values = {**cost.dims, "hidden": width}
+                    assert term.at(values) == again.terms[name].count, name
+
+
+def test_a_branch_on_a_modules_own_size_past_the_fits_is_inexact() -> None:
+    widened = _widened(64)
+    cost = widened.forward.estimate(widened(4, 16), n=3, d=4)
+    assert not cost.exact
+    assert "hidden" in {str(s) for s in cost.formula.free_symbols}
+    assert cost.forward.holds_at(cost.dims)
+
+
+@typed_flops
+def _first_axis_loop(x: Float[Tensor, "*batch d"]) -> Float[Tensor, "*batch d"]:
+    for _ in range(x.shape[0]):
+        x = x * 2
+    return x
+
+
+@typed_flops
+def _first_axis_mean(x: Float[Tensor, "... d"]) -> Tensor:
+    return x.mean(0)
+
+
+@typed_flops
+def _batched_products(x: Float[Tensor, "*batch n d"]) -> Float[Tensor, "*batch n n"]:
+    return x @ x.transpose(-1, -2)
+
+
+@pytest.mark.parametrize("axes", [(), (4,), (2, 3), (3, 2), (2, 2, 2)], ids=str)
+@pytest.mark.parametrize(
+    ("function", "name", "product_only"),
+    [
+        (_first_axis_loop, "batch", False),
+        (_first_axis_mean, "ellipsis", False),
+        (_batched_products, "batch", True),
+    ],
+    ids=["loop", "mean", "products"],
+)
+def test_a_variadic_dims_formula_is_exact_only_where_the_product_gives_the_count(
+    function: TypedFunction[..., Any], name: str, product_only: bool, axes: tuple[int, ...]
+) -> None:
+    # `*batch` is one symbol, the product of its axes: a body that works on x.shape[0]
+    # alone has no formula in it, whatever the axes it was fitted at.
+    sizes: dict[str, Any] = {"n": 3} if function is _batched_products else {}
+    cost = function.estimate(**{**sizes, name: axes, "d": 4})
+    assert_true_at_own_sizes(cost)
+    held = name in cost.fixed  # no axis to change at (): a number in the formula
+    assert cost.exact == (product_only or held)
+    for split in [(2, 5), (5, 2), (6,), (3, 2, 2), (1, 6)]:
+        again = function.estimate(**{**sizes, name: split, "d": 4})
+        for term_name, term in cost.terms.items():
+            if term.exact and not held:
+                values = {**cost.dims, name: math.prod(split)}
+                assert term.at(values) == again.terms[term_name].count, (term_name, split)

@@ -5,6 +5,7 @@ convolutions, batch norm), built here by hand."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from typing import Any
@@ -308,6 +309,40 @@ def test_a_module_class_decorated_twice_keeps_one_contract() -> None:
     assert math.isclose(float(Twice()(torch.zeros(3)).sum()), 3.0)
 
 
+def test_subclasses_of_a_decorated_module_class_check_their_own_forward() -> None:
+    @typed_flops
+    class Projection(nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(d, d))
+
+        def forward(self, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+            return x @ self.weight
+
+    class Cropped(Projection):  # its own annotations, and super().forward()
+        def forward(self, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch 3"]:
+            out: Tensor = super().forward(x)[:, :2]  # a bug the return annotation catches
+            return out
+
+    class Doubled(Projection):  # no annotation: the checked forward it calls checks
+        def forward(self, x: Tensor) -> Tensor:
+            out: Tensor = super().forward(x) * 2
+            return out
+
+    @typed_flops(flops="5*batch")
+    class Declared(Cropped):
+        def forward(self, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+            return Projection.forward(self, x) + 1
+
+    assert isinstance(Cropped.forward, typedflops.TypedFunction)
+    with pytest.raises(typedflops.ShapeError, match=r"Cropped.forward\(\): the return value"):
+        Cropped(4)(torch.ones(2, 4))
+    with pytest.raises(typedflops.ShapeError, match=r"Projection.forward\(\): argument 'x'"):
+        Doubled(4)(torch.ones(2, 4)[None])
+    assert estimate(Doubled(4), Float[Tensor, "batch d"], batch=8, d=4).flops == 2 * 8 * 16 + 32
+    assert estimate(Declared(4), batch=3, d=4).flops == 15
+
+
 def test_typed_flops_on_a_class_that_is_no_module_nor_dataclass_is_a_spec_error() -> None:
     with pytest.raises(SpecError) as caught:
 
@@ -346,3 +381,31 @@ def test_flags_for_a_forwards_keywords_are_passed_and_ints_stay_sizes() -> None:
     assert estimate(model, ids, output_hidden_states=True, batch=2, seq=5).flops == 0
     with pytest.raises(SpecError, match=r"unknown dim layers; its dims are batch, seq"):
         estimate(model, ids, layers=3, batch=2, seq=5)
+
+
+class _Wrapper(nn.Module):
+    """A wrapper whose forward takes anything, as DDP's, PEFT's and torch.compile's do."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+
+def test_forwards_taking_args_builtins_and_partials_get_their_inputs_by_position() -> None:
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    x = Float[Tensor, "batch 8"]
+    plain = estimate(mlp, x, batch=3)
+    assert plain.formula == 2 * batch * (8 * 16 + 16 * 4) + 16 * batch  # and the relu
+    assert estimate(_Wrapper(mlp), x, batch=3).formula == plain.formula
+    m, k, n = sympy.symbols("m k n")
+    a, b = Float[Tensor, "m k"], Float[Tensor, "k n"]
+    assert estimate(torch.matmul, a, b, m=2, k=3, n=4).formula == 2 * m * k * n
+    weight = torch.randn(5, 8)
+    cost = estimate(functools.partial(F.linear, weight=weight), x, batch=3)
+    assert cost.formula == 2 * 8 * 5 * batch
+    with pytest.raises(SpecError) as caught:
+        estimate(functools.partial(F.linear, weight=weight), x, x, x, batch=3)
+    assert str(caught.value).startswith("partial(linear)(): at batch=3 the body fails")

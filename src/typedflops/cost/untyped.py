@@ -5,6 +5,7 @@ a model nobody annotated (a Hugging Face or torchvision model) is costed in ``ba
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 from collections.abc import Callable, Mapping, Sequence
@@ -34,9 +35,10 @@ def estimate(
 
     ``model`` is an ``nn.Module`` (its ``forward`` is called through the module, hooks
     included) or any function. Its inputs are given as jaxtyping annotations, positionally
-    for its leading parameters or by parameter name: ``Int[Tensor, "batch seq"]`` is built
-    as a tensor of shape ``(batch, seq)`` and dtype int64 (``Float[...]``: float32 or
-    ``dtype``). Other values given for parameters are passed as they are (``use_cache=False``;
+    for its leading parameters (or its ``*args``: a wrapper's, ``torch.compile``'s module's,
+    a builtin's such as ``torch.matmul``) or by parameter name: ``Int[Tensor, "batch seq"]``
+    is built as a tensor of shape ``(batch, seq)`` and dtype int64 (``Float[...]``: float32
+    or ``dtype``). Other values given for parameters are passed as they are (``use_cache=False``;
     a real tensor takes part through a meta copy), and so are values other than sizes for a
     ``forward`` that takes ``**kwargs`` (``output_hidden_states=True``). The remaining
     keywords are the dims' sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``.
@@ -68,6 +70,11 @@ def estimate(
     signature = _forward_signature(call, owner)
     names = list(signature.parameters)
     positional = _positional_names(signature)
+    if any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values()):
+        # ``forward(self, *args, **kwargs)`` (a wrapper, torch.compile's module): the inputs
+        # past the named ones go to ``*args``, in order
+        extra = range(len(positional), len(inputs))
+        positional += [name for name in (f"_input{i}" for i in extra) if name not in names]
     arguments: dict[str, Any] = {}
     if len(inputs) > len(positional):
         raise SpecError.at(
@@ -127,6 +134,8 @@ def _a_size(value: Any) -> bool:
 def _label(model: Any) -> str:
     if isinstance(model, torch.nn.Module):
         return type(model).__name__
+    if isinstance(model, functools.partial):
+        return f"partial({_label(model.func)})"  # never its arguments' values
     return str(getattr(model, "__qualname__", None) or getattr(model, "__name__", repr(model)))
 
 
@@ -143,9 +152,13 @@ def _forward_signature(call: Callable[..., Any], owner: Any) -> inspect.Signatur
     try:
         signature = inspect.signature(call)
     except (TypeError, ValueError):
-        raise SpecError.at(
-            f"estimate({_label(owner or call)})", "its signature cannot be read"
-        ) from None
+        # a builtin (torch.matmul) or a partial of one: its inputs go by position
+        return inspect.Signature(
+            [
+                inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+            ]
+        )
     if owner is not None:  # forward's self
         parameters = list(signature.parameters.values())[1:]
         signature = signature.replace(parameters=parameters)

@@ -136,12 +136,36 @@ def tied(runner: Runner, at: Mapping[str, Size], base: Run, studies: list[Study]
                 continue
             keys = tuple(key for axis in together for key in axis.keys)
             joint = study(runner, at, base, Axis(together[0].name, keys, together[0].far))
-            if joint.stuck:
+            if joint.stuck or _also_moved_by(runner, at, together, studies):
                 continue
             result = [s for s in result if s.axis not in together]
             result.append(joint)
             break
     return result
+
+
+def _also_moved_by(
+    runner: Runner, at: Mapping[str, Size], together: list[Axis], studies: list[Study]
+) -> bool:
+    """Whether the call's dim of a tie also runs at other values with another of the
+    module's stuck sizes changed instead: then equal values were a coincidence (the input's
+    ``d`` is ``n_head * head_dim``, equal to ``n_head`` where ``head_dim`` is 1), and the
+    dim follows no one size of the module."""
+    calls = [axis for axis in together if axis.far]
+    if not calls:
+        return False
+    call = calls[0]
+    for other in studies:
+        axis = other.axis
+        if axis.far or not other.stuck or axis in together:
+            continue
+        size = at[axis.keys[0]]
+        values = candidates(size) or ([1, 2] if size == 0 else [])
+        for value in values[:2]:
+            for moved in candidates(at[call.keys[0]])[:3]:
+                if runner.run({**at, **axis.assign(value), **call.assign(moved)}) is not None:
+                    return True
+    return False
 
 
 def named_by_call(studies: list[Study], at: Mapping[str, Size], base: Run) -> list[Study]:
@@ -156,13 +180,27 @@ def named_by_call(studies: list[Study], at: Mapping[str, Size], base: Run) -> li
             follows = [
                 name
                 for name, value in base.bound.items()
-                if name not in taken and value == size and found.run.bound.get(name) == found.value
+                if name not in taken
+                and value == size
+                and found.run.bound.get(name) == found.value
+                and not _moved_by_another(name, found, studies, base)
             ]
             if follows:
                 taken.add(follows[0])
                 axis = dataclasses.replace(axis, name=follows[0])
         renamed.append(dataclasses.replace(found, axis=axis))
     return renamed
+
+
+def _moved_by_another(name: str, found: Study, studies: list[Study], base: Run) -> bool:
+    """Whether a dim of the call also changed where another size changed alone (the
+    return value's ``e`` is ``n_head * head_dim``): it follows no one size of the module."""
+    return any(
+        other is not found
+        and other.run is not None
+        and other.run.bound.get(name) != base.bound.get(name)
+        for other in studies
+    )
 
 
 def third(size: Size, taken: Size, attempt: int) -> Size:

@@ -117,11 +117,22 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         else:
             terms = {name: dataclasses.replace(t, exact=False) for name, t in terms.items()}
     terms = _far_checked(runner, start, fitting.varied, terms, values, probe)
+    calls = [s.axis for s in studies if s.axis.far and not s.stuck]
+    terms = _split_checked(runner, start, calls, terms, values, probe)
     if probe.declared is not None:
         shown = {**{k: size_value(v) for k, v in bound.items()}, **values}
         flops = declared_flops(probe.function, probe.declared, shown)
         terms["forward"] = Term(flops, probe.declared)
     changed = {name for s in studies if not s.stuck for name in _names(s.axis)}
+    # a dim that moved with a size changed alone (the return value's ``n_head * head_dim``)
+    # is no number in the formulas: held fixed it is not
+    changed |= {
+        name
+        for s in studies
+        if s.run is not None
+        for name, size in s.run.bound.items()
+        if base.bound.get(name) != size
+    }
     changed |= {str(symbol) for symbol in repeat.values()}
     cost = _cost(probe, base, fitting, terms, bound, values, changed)
     moving = any(
@@ -335,6 +346,10 @@ def _refuted_anywhere(
     return False
 
 
+#: How far a module's own sizes are taken to check a formula (times their value).
+_OWN_FAR = 16
+
+
 def _far(size: Size, up: bool) -> Size:
     if isinstance(size, tuple):
         return (_far_int(size[0], up), *size[1:]) if size else size
@@ -371,6 +386,75 @@ def _far_checked(
             continue
         for name in _refuted(run, terms, {**values, **sizes}, probe):
             terms[name] = dataclasses.replace(terms[name], exact=False)
+    return _own_far_checked(runner, at, axes, terms, values, probe)
+
+
+def _split_checked(
+    runner: Runner,
+    at: Mapping[str, Size],
+    axes: Sequence[Axis],
+    terms: dict[str, Term],
+    values: Mapping[str, int],
+    probe: Probe,
+) -> dict[str, Term]:
+    """The terms, those that a ``*batch`` or ``...`` dim split otherwise refutes marked
+    inexact: its symbol is the product of its axes, so a formula in it must hold for any
+    axes (a body that reduces over ``x.shape[0]`` alone does not)."""
+    for axis in axes:
+        size = at[axis.keys[0]]
+        if not isinstance(size, tuple):
+            continue
+        for split in _other_splits(size):
+            run = runner.run({**at, **axis.assign(split)})
+            if run is None:
+                continue
+            changed = {**values, axis.name: size_value(split)}
+            for name in _refuted(run, terms, changed, probe):
+                terms[name] = dataclasses.replace(terms[name], exact=False)
+    return terms
+
+
+def _other_splits(size: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Axes for a variadic dim other than the first axis scaled (what the fits change):
+    the last one grown, the first two merged, and one more axis in front."""
+    found: list[tuple[int, ...]] = [(2, *size)]
+    if len(size) >= 2:
+        found.append((*size[:-1], size[-1] + 1))
+        found.append((size[0] * size[1], *size[2:]))
+    return [split for split in dict.fromkeys(found) if split != size]
+
+
+def _own_far_checked(
+    runner: Runner,
+    at: Mapping[str, Size],
+    axes: Sequence[Axis],
+    terms: dict[str, Term],
+    values: Mapping[str, int],
+    probe: Probe,
+) -> dict[str, Term]:
+    """The terms, those that the module built at its own sizes far above and far below
+    theirs refutes marked inexact (a branch on a module's size, ``if self.hidden > 64:``
+    fitted at 16): all of them ``_OWN_FAR`` times over (a multiple, so that
+    ``n_embd % n_head`` still divides) or that many times under (at least 2), else, where
+    the module cannot be built so, each alone."""
+    own = [axis for axis in axes if not axis.far and isinstance(at[axis.keys[0]], int)]
+    for up in (True, False):
+        attempts = [own, *([axis] for axis in own)] if len(own) > 1 else [own]
+        for index, together in enumerate(attempts if own else []):
+            change: dict[str, Size] = {}
+            sizes: dict[str, int] = {}
+            for axis in together:
+                size = size_value(at[axis.keys[0]])
+                value = _OWN_FAR * size if up else max(2, size // _OWN_FAR)
+                change.update(axis.assign(value))
+                sizes[axis.name] = value
+            run = runner.run({**at, **change})
+            if run is None:
+                continue
+            for name in _refuted(run, terms, {**values, **sizes}, probe):
+                terms[name] = dataclasses.replace(terms[name], exact=False)
+            if index == 0:
+                break  # all at once ran: each alone adds nothing
     return terms
 
 

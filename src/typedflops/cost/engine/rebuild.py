@@ -9,8 +9,11 @@ A module can be rebuilt in two ways, tried in order:
   attribute of each parameter's name (on the module, or the one value its submodules all
   hold under that name), a submodule passed in, the call's dim of that name, a config of
   the dataclass the parameter is annotated with (made of such values), or the parameter's
-  default. Its sizes are the int arguments and the int fields of a config object passed
-  in (a dataclass, a namespace): ``GPT(config)`` is rebuilt with ``config.n_embd`` changed.
+  default; a default of None, where the argument derives from another
+  (``hidden_features or in_features``), is replaced by the size of the module's axes that
+  builds its twin, so that widths equal at these sizes are not changed together. Its
+  sizes are the int arguments and the int fields of a config object passed in (a
+  dataclass, a namespace): ``GPT(config)`` is rebuilt with ``config.n_embd`` changed.
 
 A plain module whose constructor cannot be called again, over typed submodules (a typed
 ``Linear`` inside), is copied with those submodules rebuilt at the sizes they declare.
@@ -162,6 +165,7 @@ def _by_constructor(module: torch.nn.Module, known: Mapping[str, int]) -> Rebuil
     except (TypeError, ValueError):
         return None
     arguments: list[_Argument] = []
+    unread: list[int] = []  # the arguments left at a default of None
     for parameter in list(signature.parameters.values())[1:]:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
@@ -170,8 +174,39 @@ def _by_constructor(module: torch.nn.Module, known: Mapping[str, int]) -> Rebuil
             if parameter.default is parameter.empty:
                 return None
             value = parameter.default
+            if value is None:
+                unread.append(len(arguments))
         positional = parameter.kind is parameter.POSITIONAL_ONLY
         arguments.append(_Argument(parameter.name, value, positional))
+    # A size left at None is derived from another (timm's ``hidden_features or in_features``):
+    # where the module's own value of it builds the twin too, it is read as given, so that
+    # a width equal to another at these sizes is not changed with it.
+    sizes = _axis_sizes(module) if unread else []
+    while unread:
+        found = None
+        for index, size in ((index, size) for index in unread for size in sizes):
+            given = [*arguments]
+            given[index] = dataclasses.replace(arguments[index], value=size)
+            if _constructor(cls, given, module) is not None:
+                found = index
+                arguments = given
+                break
+        if found is None:
+            break
+        unread.remove(found)  # the others are tried again with this one given
+    return _constructor(cls, arguments, module)
+
+
+def _axis_sizes(module: torch.nn.Module) -> list[int]:
+    """The sizes of the axes of a module's parameters and buffers, each once, in order."""
+    tensors = (*module.parameters(), *module.buffers())
+    return list(dict.fromkeys(size for tensor in tensors for size in tensor.shape))
+
+
+def _constructor(
+    cls: type[torch.nn.Module], arguments: list[_Argument], module: torch.nn.Module
+) -> Rebuild | None:
+    """How ``cls`` builds ``module`` again from ``arguments``, where it builds its twin."""
     where = _size_places(arguments)
     if not where:
         return None

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import einops
 import sympy
 import torch
 from torch._subclasses.fake_tensor import (
@@ -153,24 +154,22 @@ class Runner:
         """The run at the call's own sizes; its errors are the call's."""
         try:
             run = run_once(self.probe, assignment)
+        except (ContractError, SpecError):
+            raise
         except (RuntimeError, NotImplementedError, TypeError) as exc:
-            if isinstance(exc, ContractError):
-                raise
             if _too_large(exc):
                 raise dry_run_error(self.probe, exc) from None
             self.fake = True  # a tensor the body reaches that meta cannot stand in for
             try:
                 run = run_once(self.probe, assignment, fake=True)
-            except (
-                DynamicOutputShapeException,
-                DataDependentOutputException,
-                RuntimeError,
-            ) as error:
-                if isinstance(error, ContractError):
-                    raise
+            except (ContractError, SpecError):
+                raise
+            except Exception as error:
                 if not _explained(error):
                     raise body_error(self.probe, error) from error
                 raise dry_run_error(self.probe, error) from None
+        except Exception as exc:  # the body's own refusal (an assert, a ValueError...)
+            raise body_error(self.probe, exc) from exc
         self._runs[_key(assignment)] = run
         return run
 
@@ -272,6 +271,8 @@ def body_error(probe: Probe, exc: BaseException) -> SpecError:
     ``d=9``, a kernel larger than its input, ``.numpy()``): the sizes, the user's line and
     torch's reason."""
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, LookupError | AssertionError):  # ``KeyError: 20`` says more than 20
+        reason = f"{type(exc).__name__}: {reason}"
     where = _user_line(exc)
     at = f" at {where}" if where else ""
     if "numpy" in reason and "tensor subclasses" in reason:
@@ -293,7 +294,7 @@ def body_error(probe: Probe, exc: BaseException) -> SpecError:
 
 # Where code that is not the user's lives: torch, sympy, typedflops, the standard library.
 _LIBRARIES = (
-    *(os.path.dirname(module.__file__ or "") + os.sep for module in (torch, sympy)),
+    *(os.path.dirname(module.__file__ or "") + os.sep for module in (torch, sympy, einops)),
     os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep,
 )
 _STDLIB = os.path.dirname(contextlib.__file__) + os.sep
