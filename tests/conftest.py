@@ -36,7 +36,8 @@ CORE_FILES = frozenset(
 #: op of torch compared with FlopCounterMode.
 SLOW_FILES = frozenset({"test_compile.py", "test_real_models.py"})
 #: Tests in core files that are slow all the same (subprocesses, torch.compile, models on
-#: meta, every pattern compared with einops): "file::test" prefixes.
+#: meta, models rebuilt at many sizes, every pattern compared with einops): "file::test"
+#: prefixes.
 SLOW_TESTS = (
     "test_decorator.py::test_environment_variable_switches_checks_off",
     "test_decorator.py::test_torch_compile",
@@ -50,6 +51,13 @@ SLOW_TESTS = (
     "test_syntax_patterns.py::test_what_the_core_accepts_einops_recipe_accepts",
     "test_syntax_dims.py::test_dim_strings_read_as_jaxtyping_reads_them",
     "test_ops.py::test_compiled_fullgraph",
+    "test_size_dependent_flow.py::test_several_loops_predict_other_sizes",
+    "test_size_dependent_flow.py::test_a_branch_on_a_modules_own_size",
+    "test_rebuilt_sizes.py::test_kept_arguments_and_a_loop_over_blocks",
+    "test_rebuilt_sizes.py::test_typed_transformer_lm_at_several_configs",
+    "test_rebuilt_sizes.py::test_nanogpt_formula_is_exact_in_its_config",
+    "test_rebuilt_sizes.py::test_a_count_of_blocks_with_work_around_them",
+    "test_size_one.py::test_torch_saving_other_storages_at_batch_one",
 )
 _ROOT = Path(__file__).resolve().parent.parent
 
