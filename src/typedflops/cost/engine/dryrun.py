@@ -294,6 +294,16 @@ def _refuted(
     }
 
 
+def _mark_refuted(
+    run: Run | None, terms: dict[str, Term], values: Mapping[str, int], probe: Probe
+) -> None:
+    """Mark inexact, in place, the terms a check ``run`` refutes at ``values`` (none where
+    the body did not run there)."""
+    if run is not None:
+        for name in _refuted(run, terms, values, probe):
+            terms[name] = dataclasses.replace(terms[name], exact=False)
+
+
 def _over_sequence(
     runner: Runner, at: Mapping[str, Size], regular: Sequence[Axis], sequence: Sequence[Axis]
 ) -> dict[str, Term] | None:
@@ -381,11 +391,8 @@ def _far_checked(
             if value != size:
                 change.update(axis.assign(value))
                 sizes[axis.name] = size_value(value)
-        run = runner.run({**at, **change}) if change else None
-        if run is None:
-            continue
-        for name in _refuted(run, terms, {**values, **sizes}, probe):
-            terms[name] = dataclasses.replace(terms[name], exact=False)
+        if change:
+            _mark_refuted(runner.run({**at, **change}), terms, {**values, **sizes}, probe)
     return _own_far_checked(runner, at, axes, terms, values, probe)
 
 
@@ -405,12 +412,8 @@ def _split_checked(
         if not isinstance(size, tuple):
             continue
         for split in _other_splits(size):
-            run = runner.run({**at, **axis.assign(split)})
-            if run is None:
-                continue
             changed = {**values, axis.name: size_value(split)}
-            for name in _refuted(run, terms, changed, probe):
-                terms[name] = dataclasses.replace(terms[name], exact=False)
+            _mark_refuted(runner.run({**at, **axis.assign(split)}), terms, changed, probe)
     return terms
 
 
@@ -449,11 +452,8 @@ def _own_far_checked(
                 change.update(axis.assign(value))
                 sizes[axis.name] = value
             run = runner.run({**at, **change})
-            if run is None:
-                continue
-            for name in _refuted(run, terms, {**values, **sizes}, probe):
-                terms[name] = dataclasses.replace(terms[name], exact=False)
-            if index == 0:
+            _mark_refuted(run, terms, {**values, **sizes}, probe)
+            if run is not None and index == 0:
                 break  # all at once ran: each alone adds nothing
     return terms
 
