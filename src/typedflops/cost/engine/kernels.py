@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import re
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -350,12 +351,39 @@ def rms_norm_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any])
     return RMS_NORM(*args, **kwargs)
 
 
+def composite(func: Any) -> bool:
+    """Whether ``func`` is a torch function written in Python that calls attention or RMS
+    norm inside (``F.multi_head_attention_forward``, which ``nn.MultiheadAttention`` and
+    ``nn.TransformerEncoderLayer`` call): torch-function modes do not see the calls a call
+    they handle makes, so such a call runs under :class:`TargetKernels`.
+
+    >>> composite(F.multi_head_attention_forward), composite(F.layer_norm), composite(SDPA)
+    (True, False, False)
+    """
+    try:
+        return _calls_target_kernels(func)
+    except TypeError:  # an unhashable callable
+        return False
+
+
+@functools.lru_cache(maxsize=1024)
+def _calls_target_kernels(func: Any) -> bool:
+    if not inspect.isfunction(func) or func is SDPA or func is RMS_NORM:
+        return False
+    names = set(func.__code__.co_names)
+    return bool(names & {SDPA.__name__, RMS_NORM.__name__})
+
+
 def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``func(*args, **kwargs)`` on meta tensors as the ``target`` device would run it."""
+    """``func(*args, **kwargs)`` on meta tensors as the ``target`` device would run it,
+    the attention and RMS norm it calls inside included."""
     if func is SDPA:
         return attention_on_meta(target, args, kwargs)
     if func is RMS_NORM:
         return rms_norm_on_meta(target, args, kwargs)
+    if composite(func):
+        with TargetKernels(target):
+            return func(*args, **kwargs)
     return func(*args, **kwargs)
 
 

@@ -35,7 +35,7 @@ from .counter import CountingMode, GroupingMode
 from .events import Event, Group
 from .events import _group as _current_group
 from .functions import inside_rule
-from .kernels import RMS_NORM, SDPA, meta_target
+from .kernels import RMS_NORM, SDPA, composite, meta_target
 from .kernels import _meta_target as _target
 from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
 from .rules import function_rules
@@ -207,7 +207,8 @@ class NamingMode(GroupingMode):
         return super().name(func)
 
     def target(self, func: Any, args: tuple[Any, ...], name: str | None) -> str | None:
-        if (func is SDPA or func is RMS_NORM) and type(_frame.get()) is tuple:
+        reaches = func is SDPA or func is RMS_NORM or composite(func)
+        if reaches and type(_frame.get()) is tuple:
             first = args[0] if args else None
             if isinstance(first, _Tensor) and first.is_meta:
                 return meta_target()
