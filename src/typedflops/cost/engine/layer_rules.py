@@ -1,5 +1,5 @@
-"""The FLOP rules of normalisation, convolution-backward and pooling kernels (the
-conventions they follow are written in :mod:`.rules`)."""
+"""The FLOP rules of normalisation, convolution-backward and pooling kernels, and of the
+gated linear unit (the conventions they follow are written in :mod:`.rules`)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,19 @@ def is_activation(name: str) -> bool:
     if packet is None:
         return False
     return any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
+
+
+def _glu(call: OpCall) -> Any:
+    """A gated linear unit ``a·sigmoid(b)`` over the input's two halves: a sigmoid and a
+    multiply per output element."""
+    return 2 * numel(call.output) if is_float(call.inputs[0]) else 0
+
+
+def _glu_backward(call: OpCall) -> Any:
+    """Its backward per gradient value: the sigmoid again, ``1 - s``, ``grad·s`` for ``a``'s
+    gradient and ``grad·a·s·(1 - s)`` (3) for ``b``'s: 6."""
+    grad = call.inputs[0]
+    return 6 * numel(grad) if is_float(grad) else 0
 
 
 def batched_sum_of_products(call: OpCall) -> Any:
@@ -224,6 +237,8 @@ def layer_rules() -> dict[Any, Rule]:
     ):
         rules[getattr(aten, name)] = norm_backward
     rules[aten.convolution_backward] = _convolution_backward
+    rules[aten.glu] = _glu
+    rules[aten.glu_backward] = _glu_backward
     for name in (
         "max_pool1d",
         "max_pool2d",
