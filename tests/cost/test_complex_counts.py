@@ -45,11 +45,34 @@ def test_complex_arithmetic_is_counted_in_real_flops(body: Any, forward: int) ->
         assert (counts.forward, counts.uncounted) == (forward, ())
 
 
+def test_a_complex_convolution_is_the_three_real_ones_torch_runs() -> None:
+    # Gauss's trick: 3 real convolutions of N = 1·3·4·4·2·9 = 864 multiply-adds; the adds of
+    # the inputs' parts (72, 54), four subtracts or scales of the 48 outputs, and the complex
+    # result's add (2 per value)
+    def body(x: Tensor) -> Tensor:
+        w = torch.ones(3, 2, 3, 3, dtype=x.dtype)
+        return torch.nn.functional.conv2d(x, w)
+
+    sizes = {"n": 1, "c": 2, "h": 6, "w": 6}
+    image = [Complex[Tensor, "n c h w"]]
+    cpu = on_cpu(body, image, sizes, dtype=torch.complex64)
+    assert cpu.forward == 3 * 2 * 864 + 72 + 54 + 4 * 48 + 2 * 48
+    assert on_meta(body, image, sizes, dtype=torch.complex64) == cpu
+    y = torch.randn(2, 3, 4, dtype=torch.complex64)
+    z = torch.randn(2, 4, 5, dtype=torch.complex64)
+    assert recorded(lambda: torch.addbmm(torch.zeros(3, 5, dtype=y.dtype), y, z)).forward == (
+        8 * 2 * 3 * 4 * 5
+    )
+
+
 def test_a_complex_products_backward_is_complex_too() -> None:
     # d(z·w) = g·conj(w) and g·conj(z): two complex products (the conjugates are views)
     z = torch.randn(4, 3, dtype=torch.complex64, requires_grad=True)
     w = torch.randn(4, 3, dtype=torch.complex64, requires_grad=True)
     assert recorded(lambda: z * w).backward == 2 * 6 * N
+    # estimate() gives complex inputs named in grad= their gradients too
+    two = [Z, Z]
+    assert on_meta(lambda z, w: z * w, two, SIZES, dtype=torch.complex64).backward == 2 * 6 * N
 
 
 def test_real_values_keep_their_counts_and_a_fused_op_in_place_counts_its_parts() -> None:

@@ -396,7 +396,10 @@ def _generated_for_custom_op(cls: type) -> bool:
 def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     if not torch.is_grad_enabled():
         return False
-    return any(t.requires_grad and t.is_floating_point() for t in tensors_in((args, kwargs)))
+    return any(
+        t.requires_grad and (t.is_floating_point() or t.is_complex())
+        for t in tensors_in((args, kwargs))
+    )
 
 
 def _group_of(name: str, shared: bool) -> Group:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from .opcall import OpCall, Rule
+from .pointwise_rules import is_complex
 from .tensors import flat_tensors, is_float, numel
 
 __all__ = [
@@ -68,7 +69,8 @@ def batched_sum_of_products(call: OpCall) -> Any:
     across the batch are the products' own, as in ``mm``; the added input is not counted,
     as ``addmm``'s bias is not)."""
     batch1, batch2 = call.inputs[1], call.inputs[2]
-    return 2 * numel(batch1) * batch2.shape[-1]
+    count = 2 * numel(batch1) * batch2.shape[-1]
+    return 4 * count if is_complex(call.inputs) else count  # (a complex multiply-add is 8)
 
 
 def _layer_norm(call: OpCall) -> Any:
@@ -136,13 +138,14 @@ def convolution_backward_flops(
 
 def _convolution_backward(call: OpCall) -> Any:
     grad_out, x, weight = call.inputs[:3]
-    return convolution_backward_flops(
+    count = convolution_backward_flops(
         grad_out.shape,
         x.shape,
         weight.shape,
         bool(call.arg(7, "transposed")),
         call.arg(10, "output_mask", (True, True, True)),
     )
+    return 4 * count if is_complex(call.inputs) else count  # (a complex multiply-add is 8)
 
 
 def _convolution_backward_shapes(
