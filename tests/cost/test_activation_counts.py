@@ -7,14 +7,17 @@ mask) free, never listed as uncounted.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
+from jaxtyping import Float
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
+import typedflops
 from typedflops import record
 
 Activation = Callable[[Tensor], Tensor]
@@ -94,3 +97,25 @@ def test_a_padding_mask_check_is_free() -> None:
     with torch.no_grad(), record() as rec:
         encoder(x, src_key_padding_mask=mask)
     assert rec.total.uncounted == ()
+
+
+def _meta_tensors() -> int:
+    gc.collect()
+    return sum(
+        1 for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.device.type == "meta"
+    )
+
+
+def test_a_dry_run_leaves_no_tensor_alive() -> None:
+    """What autograd keeps for backward is noted, not held: a dry run's graph (its saved
+    outputs hold their own grad_fn otherwise, a cycle through autograd that no garbage
+    collection frees) goes when the run does, so estimates repeated hold no more memory."""
+    # (relu keeps its output for backward)
+    blocks = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(6)])
+    spec = Float[Tensor, "batch 8"]
+    cost = typedflops.estimate(blocks, spec, batch=4)
+    before = _meta_tensors()
+    for _ in range(3):
+        again = typedflops.estimate(blocks, spec, batch=4)
+        assert again.activation_bytes == cost.activation_bytes > 0
+    assert _meta_tensors() == before

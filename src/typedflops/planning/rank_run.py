@@ -138,13 +138,13 @@ class _Activations:
         for candidate in (tensor, local):
             base = candidate._base if candidate._base is not None else candidate
             if isinstance(base, torch.nn.Parameter):
-                return tensor
+                return tensor.detach()
         storage = local.untyped_storage()
         known = self._seen.get(storage._cdata)
         if known is None or known.expired():  # a storage freed since has a new address
             self._seen[storage._cdata] = StorageWeakRef(storage)  # type: ignore[no-untyped-call]
             self.found.append(("", storage.nbytes()))
-        return tensor
+        return tensor.detach()  # (an output kept as it is would hold its grad_fn: a cycle)
 
     @staticmethod
     def unpack(tensor: torch.Tensor) -> torch.Tensor:

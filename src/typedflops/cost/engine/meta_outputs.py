@@ -4,7 +4,8 @@ repeat runs each of torch's meta kernels once per distinct call, not once per bl
 Many of torch's meta kernels are Python (references and decompositions, a few milliseconds
 an op): a dry run of a 1,000-block model ran them 6,000 times per size. A call is known by
 its op, its arguments (each tensor by its shape, strides, storage offset and dtype; other
-values as they are) and the default dtype (a Python float's type); its outputs are rebuilt
+values as they are), the default dtype (a Python float's type) and the grad and inference
+modes; its outputs are rebuilt
 as new meta tensors of the shapes, strides and dtypes it gave. Only what that rebuilds
 exactly is kept: ops on plain dense meta tensors that write nothing, return no view and
 return only new dense tensors (so, as a kernel's own outputs, they share no storage with
@@ -25,6 +26,7 @@ Layout = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
 _KEPT: dict[Key, tuple[bool, tuple[Layout, ...]]] = {}  # (a tuple returned, its layouts)
 _LIMIT = 8192
 _PLAIN = torch.Tensor
+_ARGUMENTS = (torch.Tensor, torch.nn.Parameter)  # (a parameter is a plain tensor to kernels)
 _META = torch.device("meta")
 _OPS: dict[Any, bool] = {}
 
@@ -43,7 +45,7 @@ def _plain_op(func: torch._ops.OpOverload) -> bool:
 
 def _value_key(value: Any) -> Any:
     """A hashable stand-in for an argument, or None where the call is not kept."""
-    if type(value) is _PLAIN:
+    if type(value) in _ARGUMENTS:
         if value.device != _META or value.layout is not torch.strided:
             return None
         return (value.shape, value.stride(), value.storage_offset(), value.dtype)
@@ -67,7 +69,12 @@ def meta_key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Key | 
     """The key of a call on meta tensors whose outputs can be rebuilt, or None."""
     if not _plain_op(func):
         return None
-    parts: list[Any] = [func, torch.get_default_dtype()]
+    parts: list[Any] = [
+        func,
+        torch.get_default_dtype(),
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+    ]
     tensors = False
     for value in args:
         part = _value_key(value)

@@ -77,18 +77,21 @@ class SavedTensors:
         return tensor.untyped_storage()._cdata
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        # Kept detached (autograd gives an output its grad_fn back when unpacking): an output
+        # kept as it is would hold its own grad_fn, a cycle through autograd's nodes that no
+        # garbage collection frees, so every dry run's graph would outlive it.
         storage = tensor.untyped_storage()
         key = storage._cdata
         self.log.append(key)
         if key in self.entries or key in self.weights:
-            return tensor
+            return tensor.detach()
         base = tensor._base if tensor._base is not None else tensor
         if base.is_leaf and base.requires_grad and key not in self.stand_ins:
             self.weights.add(key)  # a parameter (or an input needing grad), not an activation
-            return tensor
+            return tensor.detach()
         self._alive.append(storage)
         self.entries[key] = SavedEntry(int(storage.nbytes()), describe(base), owner())
-        return tensor
+        return tensor.detach()
 
     @staticmethod
     def unpack(tensor: torch.Tensor) -> torch.Tensor:
