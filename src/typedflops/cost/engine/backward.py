@@ -106,7 +106,8 @@ def _replay(event: Event) -> BackwardResult:
             kwargs = {key: map_meta(value, build) for key, value in event.kwargs}
             with torch.enable_grad():
                 out = func(*_lists(func, args), **kwargs)
-            target = _first_differentiable(out)
+            skip = _DIFFERENTIATED.get(func._overloadpacket, 0)
+            target = _first_differentiable(out[skip:] if skip else out)
             if target is None or not leaves:
                 return BackwardResult([])
             grad = torch.ones_like(target)
@@ -127,6 +128,11 @@ def _lists(func: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
             value = list(value)
         fixed.append(value)
     return tuple(fixed)
+
+
+#: Multi-output ops whose first output has no gradient that flows (a real determinant's
+#: sign): the output their backward is taken for.
+_DIFFERENTIATED: dict[Any, int] = {torch.ops.aten._linalg_slogdet: 1}
 
 
 def _first_differentiable(out: Any) -> torch.Tensor | None:

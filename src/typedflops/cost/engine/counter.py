@@ -38,7 +38,7 @@ from .kernels import on_target
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
 from .rules import FREE, Free, OpCall, RuleEntry, find_rule, is_torch_counted, is_view, op_name
 from .saved import in_checkpoint
-from .tensors import describe, flat_tensors, is_float, nbytes_of
+from .tensors import describe, differentiable, flat_tensors, is_float, nbytes_of
 
 __all__ = [
     "CountingMode",
@@ -396,7 +396,7 @@ def _generated_for_custom_op(cls: type) -> bool:
 def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     if not torch.is_grad_enabled():
         return False
-    return any(t.requires_grad and t.is_floating_point() for t in tensors_in((args, kwargs)))
+    return any(t.requires_grad and differentiable(t) for t in tensors_in((args, kwargs)))
 
 
 def _group_of(name: str, shared: bool) -> Group:

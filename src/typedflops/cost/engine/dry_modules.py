@@ -21,6 +21,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from .dryrun import Thunk
 from .fit import Size
 from .rebuild import Rebuild
+from .tensors import differentiable
 
 __all__ = [
     "argument_modules",
@@ -37,7 +38,7 @@ def copy_on(device: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> tor
     """A storage-less copy: same shape, strides and ``requires_grad``; floats in ``dtype``."""
     cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
     copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=cast, device=device)
-    return copy.requires_grad_(tensor.requires_grad) if copy.is_floating_point() else copy
+    return copy.requires_grad_(tensor.requires_grad) if differentiable(copy) else copy
 
 
 def module_state(

@@ -1,5 +1,5 @@
-"""The FLOP rules of normalisation, convolution-backward and pooling kernels (the
-conventions they follow are written in :mod:`.rules`)."""
+"""The FLOP rules of normalisation, convolution-backward and pooling kernels, and of the
+gated linear unit (the conventions they follow are written in :mod:`.rules`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from .opcall import OpCall, Rule
+from .pointwise_rules import is_complex
 from .tensors import flat_tensors, is_float, numel
 
 __all__ = [
@@ -50,12 +51,26 @@ def is_activation(name: str) -> bool:
     return any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
 
 
+def _glu(call: OpCall) -> Any:
+    """A gated linear unit ``a·sigmoid(b)`` over the input's two halves: a sigmoid and a
+    multiply per output element."""
+    return 2 * numel(call.output) if is_float(call.inputs[0]) else 0
+
+
+def _glu_backward(call: OpCall) -> Any:
+    """Its backward per gradient value: the sigmoid again, ``1 - s``, ``grad·s`` for ``a``'s
+    gradient and ``grad·a·s·(1 - s)`` (3) for ``b``'s: 6."""
+    grad = call.inputs[0]
+    return 6 * numel(grad) if is_float(grad) else 0
+
+
 def batched_sum_of_products(call: OpCall) -> Any:
     """``addbmm``: the batch's matrix products, 2·b·m·n·k, summed into one matrix (the adds
     across the batch are the products' own, as in ``mm``; the added input is not counted,
     as ``addmm``'s bias is not)."""
     batch1, batch2 = call.inputs[1], call.inputs[2]
-    return 2 * numel(batch1) * batch2.shape[-1]
+    count = 2 * numel(batch1) * batch2.shape[-1]
+    return 4 * count if is_complex(call.inputs) else count  # (a complex multiply-add is 8)
 
 
 def _layer_norm(call: OpCall) -> Any:
@@ -123,13 +138,14 @@ def convolution_backward_flops(
 
 def _convolution_backward(call: OpCall) -> Any:
     grad_out, x, weight = call.inputs[:3]
-    return convolution_backward_flops(
+    count = convolution_backward_flops(
         grad_out.shape,
         x.shape,
         weight.shape,
         bool(call.arg(7, "transposed")),
         call.arg(10, "output_mask", (True, True, True)),
     )
+    return 4 * count if is_complex(call.inputs) else count  # (a complex multiply-add is 8)
 
 
 def _convolution_backward_shapes(
@@ -224,6 +240,8 @@ def layer_rules() -> dict[Any, Rule]:
     ):
         rules[getattr(aten, name)] = norm_backward
     rules[aten.convolution_backward] = _convolution_backward
+    rules[aten.glu] = _glu
+    rules[aten.glu_backward] = _glu_backward
     for name in (
         "max_pool1d",
         "max_pool2d",

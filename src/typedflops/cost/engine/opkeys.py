@@ -5,7 +5,8 @@ An op's event (FLOPs by its rule, bytes, whether it needs a backward) is a funct
 op, its tensors' shapes, dtypes and ``requires_grad``, which arguments are one tensor, its
 other arguments and the grad and checkpoint modes. Numbers in the schema's scalar slots (a
 learning rate, a scale) are part of the key only as 0, 1 or -1 (which change what autograd
-runs); others do not change a count. An op whose output shape depends on values
+runs); others do not change a count, except those a rule reads (``cdist``'s ``p``), keyed
+by their values. An op whose output shape depends on values
 (``x[x > 0]``, ``nonzero``), a factory op and an op outside ``aten`` are keyed by their
 outputs too. A tensor that is not strided (sparse: its count depends on its values) gives
 no key: its op is counted afresh every time.
@@ -79,7 +80,11 @@ class Plan:
         names: set[str] = set()
         schema = getattr(func, "_schema", None)
         arguments = schema.arguments if schema is not None else ()
+        # (numbers a rule reads, such as cdist's p, are keyed by their values)
+        read = found.extra.get("values", ()) if isinstance(found, RuleEntry) else ()
         for index, argument in enumerate(arguments):
+            if argument.name in read:
+                continue
             if str(argument.type) in ("number", "Optional[number]", "float", "Optional[float]"):
                 names.add(argument.name)
                 if not argument.kwarg_only:

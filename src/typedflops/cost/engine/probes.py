@@ -44,6 +44,7 @@ from .dryrun import Probe, Thunk, measure
 from .fit import Size
 from .module_sizes import held_dims, module_dims, module_names, module_repeats
 from .rebuild import rebuild_of
+from .tensors import differentiable
 
 __all__ = [
     "TensorStub",
@@ -88,7 +89,7 @@ def materialize(value: Any, device: str) -> Any:
     """A storage-less tensor for a stub, on ``device``, recursively in lists and tuples."""
     if isinstance(value, TensorStub):
         tensor = torch.empty(value.shape, dtype=value.dtype, device=device)
-        return tensor.requires_grad_(value.requires_grad) if tensor.is_floating_point() else tensor
+        return tensor.requires_grad_(value.requires_grad) if differentiable(tensor) else tensor
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, list | tuple) and any(isinstance(v, TensorStub) for v in value):
@@ -367,7 +368,7 @@ def estimate_probe(
         for p in build_params:
             shape = shape_at(p.spec, assignment)
             tensor = torch.empty(shape, dtype=_default_dtype(p.spec, dtype), device=run_device)
-            if p.name in grad and tensor.is_floating_point():
+            if p.name in grad and differentiable(tensor):
                 tensor.requires_grad_(True)
             kwargs[p.name] = tensor
         return lambda: runner(lambda: count_custom_backwards(call(*positional, **kwargs)))
@@ -444,7 +445,7 @@ def call_probe(
         for name, (spec, value, index) in found.items():
             resized = shape_at(spec, assignment, value.shape)
             tensor = torch.empty(resized, dtype=value.dtype, device=run_device)
-            if value.requires_grad and tensor.is_floating_point():
+            if value.requires_grad and differentiable(tensor):
                 tensor.requires_grad_(True)
             if index is not None:
                 call_args[index] = tensor

@@ -31,7 +31,15 @@ Conventions (the only place they are written; the documentation quotes them):
   norm 3 per element (+1 with a weight); CPU flash
   attention (which FlopCounterMode counts 0) like the other fused kernels; ``nll_loss`` one
   add per target (and a divide); accumulating scatters (``index_add``, ``scatter_add``,
-  ``index_put`` with accumulate, ``embedding``'s backward) one add per value.
+  ``index_put`` with accumulate, ``embedding``'s backward) one add per value. Fused losses
+  by their per-element arithmetic (:mod:`.loss_rules`); interpolation as nested weighted
+  sums of taps, ``grid_sample`` and ``cdist`` (:mod:`.sampling_rules`); dense linear algebra
+  by LAPACK Working Note 41's counts (:mod:`.linalg_rules`; eigen and singular value
+  decompositions, which iterate, are uncounted); ``nn.LSTM``'s fused CPU kernel as the
+  step-by-step LSTM cell torch runs elsewhere (:mod:`.rnn_rules`).
+- Complex values in real FLOPs (:mod:`.pointwise_rules`): an add 2, a multiply 6, a divide
+  11, other functions 2 per element; a complex matrix product 4 times FlopCounterMode's
+  count (a multiply-add is 8).
 - Views (those made in place too: ``unsqueeze_``, ``as_strided_``), copies, casts,
   creation, random numbers, indexing, gathers and selects (``where``, ``masked_fill``) cost
   0 FLOPs (:data:`FREE`). Bytes: each op reads its input tensors once and writes its
@@ -89,8 +97,13 @@ from .layer_rules import (
     layer_rules,
     norm_backward,
 )
+from .linalg_rules import linalg_rules
+from .loss_rules import loss_rules
 from .opcall import OpCall, Rule
-from .tensors import TensorMeta, flat_tensors, is_float, map_meta, numel
+from .pointwise_rules import NOT_ARITHMETIC, is_complex, per_element, pointwise, reduction
+from .rnn_rules import rnn_rules
+from .sampling_rules import READ_NUMBERS, sampling_rules
+from .tensors import TensorMeta, map_meta, numel
 
 __all__ = [
     "FLOP_COUNTER_CORRECTIONS",
@@ -165,7 +178,8 @@ def _torch_shape_rule(formula: Callable[..., Any]) -> Rule:
     def rule(call: OpCall) -> Any:
         args = map_meta(call.args, _shape)
         kwargs = {k: map_meta(v, _shape) for k, v in call.kwargs.items()}
-        return formula(*args, out_shape=map_meta(call.out, _shape), **kwargs)
+        count = formula(*args, out_shape=map_meta(call.out, _shape), **kwargs)
+        return _COMPLEX_PRODUCT * count if is_complex(call.inputs) else count
 
     return rule
 
@@ -187,63 +201,15 @@ def _torch_entries() -> dict[Any, RuleEntry]:
 
 # -- rules for what FlopCounterMode leaves at 0 -------------------------------------------
 
-_POINTWISE_COST = {"addcmul": 2, "addcdiv": 2, "lerp": 3}
-
-# Pointwise-tagged ops that select, copy or generate instead of computing.
-_NOT_ARITHMETIC = _words(
-    """
-    clone copy where masked_fill fill zero detach alias lift_fresh lift_fresh_copy _to_copy to
-    bernoulli uniform normal exponential geometric cauchy log_normal random
-    native_dropout_backward_mask isnan isinf isfinite isposinf isneginf isreal signbit
-    nan_to_num_mask view_as_real view_as_complex conj _conj resolve_conj resolve_neg _neg_view
-    """
-)
-
-
-def _pointwise(call: OpCall) -> Any:
-    if not any(is_float(t) for t in call.inputs):
-        return 0
-    if not flat_tensors(call.out):  # (aten.equal answers a bool: it compares its inputs)
-        return _POINTWISE_COST.get(call.name, 1) * max(numel(t) for t in call.inputs)
-    return _POINTWISE_COST.get(call.name, 1) * numel(call.output)
-
-
-def _reduction(call: OpCall) -> Any:
-    source = call.inputs[0]
-    if not is_float(source):
-        return 0
-    per_input, per_output = _REDUCTION_COST.get(call.name, (1, 0))
-    out = call.output
-    return per_input * numel(source) + per_output * numel(out)
-
-
-_REDUCTION_COST: dict[str, tuple[int, int]] = {
-    "mean": (1, 1),
-    "nanmean": (1, 1),
-    "var": (3, 1),
-    "std": (3, 2),
-    "var_mean": (3, 2),
-    "std_mean": (3, 3),
-    "linalg_vector_norm": (2, 1),
-    "norm": (2, 1),
-    "logsumexp": (4, 2),
-}
-
-
-def _per_element(forward: int) -> Rule:
-    def rule(call: OpCall) -> Any:
-        source = call.inputs[0]
-        return forward * numel(source) if is_float(source) else 0
-
-    return rule
+# A complex multiply-add is 8 real FLOPs (a product 6, an add 2) where a real one is 2.
+_COMPLEX_PRODUCT = 4
 
 
 def _matrix_vector(call: OpCall) -> Any:
-    if call.name in ("dot", "vdot"):
-        return 2 * numel(call.inputs[0])
+    scale = _COMPLEX_PRODUCT if is_complex(call.inputs) else 1
     if call.name == "addmv":
-        return 2 * numel(call.inputs[1])
-    return 2 * numel(call.inputs[0])  # mv: 2·m·n
+        return scale * 2 * numel(call.inputs[1])
+    return scale * 2 * numel(call.inputs[0])  # mv: 2·m·n; dot, vdot: 2·n
 
 
 def _outer(call: OpCall) -> Any:
@@ -278,13 +244,13 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten.addr] = entry(_outer)
     table[aten.addbmm] = entry(batched_sum_of_products, matmul=True)
     for name in ACTIVATIONS:  # (activations torch does not tag pointwise)
-        table[getattr(aten, name)] = entry(_pointwise)
+        table[getattr(aten, name)] = entry(pointwise)
     for name in ("_softmax", "_log_softmax", "_safe_softmax"):
-        table[getattr(aten, name)] = entry(_per_element(5))
+        table[getattr(aten, name)] = entry(per_element(5))
     for name in ("_softmax_backward_data", "_log_softmax_backward_data"):
-        table[getattr(aten, name)] = entry(_per_element(4))
+        table[getattr(aten, name)] = entry(per_element(4))
     for name in ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"):
-        table[getattr(aten, name)] = entry(_per_element(1))
+        table[getattr(aten, name)] = entry(per_element(1))
     for name in (
         "_scaled_dot_product_flash_attention_for_cpu",
         "_scaled_dot_product_fused_attention_overrideable",
@@ -298,6 +264,11 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         table[getattr(aten, name)] = entry(_attention_backward, matmul=True)
     for target, rule in layer_rules().items():
         table[target] = entry(rule, matmul=target is aten.convolution_backward)
+    for rules in (loss_rules(), sampling_rules(), linalg_rules(), rnn_rules()):
+        for target, rule in rules.items():
+            table[target] = entry(rule)
+    for target, names in READ_NUMBERS.items():  # (keyed by these numbers' values)
+        table[target].extra["values"] = names
     table[aten._fused_rms_norm] = entry(_rms_norm)
     table[aten._fused_rms_norm_backward] = entry(norm_backward)
     # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.
@@ -349,7 +320,7 @@ _FREE_OPS = _words(
     _assert_async _assert_tensor_metadata sym_constrain_range _fused_sdp_choice
     _has_compatible_shallow_copy_type is_same_size _pin_memory _make_dep_token bucketize
     searchsorted _unsafe_index index_fill masked_fill_ upsample_nearest1d
-    upsample_nearest2d pixel_shuffle pixel_unshuffle im2col
+    upsample_nearest2d pixel_shuffle pixel_unshuffle im2col lu_unpack diag_embed
     _unsafe_view _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded
     _efficientzerotensor _has_same_storage_numel _nested_tensor_from_mask_left_aligned
     """
@@ -409,17 +380,17 @@ def find_rule(func: torch._ops.OpOverload) -> RuleEntry | Free | None:
         return FREE
     if inplace:
         outplace = getattr(aten, base, None)
-        if outplace is not None and base not in _NOT_ARITHMETIC:
+        if outplace is not None and base not in NOT_ARITHMETIC:
             entry = _RULES.get(outplace)
             if entry is not None:
                 return entry
             tags |= {tag for overload in _overloads(outplace) for tag in overload.tags}
     if torch.Tag.pointwise in tags:
-        if base in _NOT_ARITHMETIC:
+        if base in NOT_ARITHMETIC:
             return FREE
-        return RuleEntry(_pointwise, symbolic=True, source="typedflops", extra={"name": base})
+        return RuleEntry(pointwise, symbolic=True, source="typedflops", extra={"name": base})
     if torch.Tag.reduction in tags:
-        return RuleEntry(_reduction, symbolic=True, source="typedflops", extra={"name": base})
+        return RuleEntry(reduction, symbolic=True, source="typedflops", extra={"name": base})
     if base.endswith("_backward") and is_activation(base.removesuffix("_backward")):
         return RuleEntry(activation_backward, symbolic=True, source="typedflops")
     return None

@@ -13,7 +13,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["TensorMeta", "describe", "flat_tensors", "is_float", "nbytes_of", "numel"]
+__all__ = [
+    "TensorMeta",
+    "describe",
+    "differentiable",
+    "flat_tensors",
+    "is_float",
+    "nbytes_of",
+    "numel",
+]
 
 _FLOATING = frozenset(
     d
@@ -49,6 +57,11 @@ class TensorMeta:
 def is_float(meta: TensorMeta) -> bool:
     """Whether the tensor holds floating-point (or complex) values."""
     return meta.dtype in _FLOATING
+
+
+def differentiable(tensor: torch.Tensor) -> bool:
+    """Whether a tensor can require grad: floating-point or complex values."""
+    return tensor.is_floating_point() or tensor.is_complex()
 
 
 def numel(meta: TensorMeta) -> Any:

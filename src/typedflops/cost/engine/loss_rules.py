@@ -1,0 +1,111 @@
+"""The FLOP rules of fused loss kernels and their backward kernels: mean squared error,
+Huber and smooth L1, binary cross-entropy (on probabilities and on logits). The conventions
+they follow are written in :mod:`.rules`; the losses torch composes of other ops (L1,
+KL divergence, cross-entropy's log-softmax) are counted as those ops.
+
+Per element of the input, as the kernels compute it:
+
+- mean squared error: a subtract and a square, 2; its backward ``2/N·(x - y)·grad``, 3.
+- Huber: a subtract, an absolute value, a compare and the larger branch (``0.5·z·z`` or
+  ``δ·(z - δ/2)``, 2 each), 5; smooth L1 the same with ``0.5·z·z/β`` (3), 6. Their backward:
+  a subtract, two compares, the scale and the gradient's product, 5 (smooth L1 a divide by β
+  more, 6).
+- binary cross-entropy ``(y - 1)·max(log(1 - x), -100) - y·max(log(x), -100)``: 9 (a
+  multiply more with ``weight``); its backward ``grad·(x - y)/max((1 - x)·x, ε)``: 6 (a
+  multiply more with ``weight``, a divide more for the mean).
+- binary cross-entropy on logits ``(1 - y)·x - log_sigmoid(x)``: 4 (``log_sigmoid`` one, as
+  an activation); ``pos_weight`` scales the log-sigmoid by ``(p - 1)·y + 1``, 3 more (and a
+  subtract per ``pos_weight`` value); ``weight`` a multiply more. Its backward is composed of
+  other ops, counted as they run.
+
+The reduction then adds an add per element (``sum``; ``mean`` a divide more, per output).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .opcall import OpCall, Rule
+from .tensors import is_float, numel
+
+__all__ = ["loss_rules"]
+
+aten = torch.ops.aten
+
+_MEAN, _SUM = 1, 2  # torch's Reduction enum (0: none)
+
+
+def _reduced(elements: Any, reduction: Any) -> Any:
+    """The reduction's adds (and the mean's divide)."""
+    if reduction == _SUM:
+        return elements
+    if reduction == _MEAN:
+        return elements + 1
+    return 0
+
+
+def _elementwise_loss(per_element: int, reduction_at: int) -> Rule:
+    def rule(call: OpCall) -> Any:
+        x = call.inputs[0]
+        if not is_float(x):
+            return 0
+        elements = numel(x)
+        return per_element * elements + _reduced(elements, call.arg(reduction_at, "reduction", 1))
+
+    return rule
+
+
+def _loss_backward(per_element: int) -> Rule:
+    def rule(call: OpCall) -> Any:
+        x = call.inputs[1]  # (grad_output, input, target, ...)
+        return per_element * numel(x) if is_float(x) else 0
+
+    return rule
+
+
+def _binary_cross_entropy(call: OpCall) -> Any:
+    x = call.inputs[0]
+    if not is_float(x):
+        return 0
+    elements = numel(x)
+    weighted = call.arg(2, "weight") is not None
+    return (9 + weighted) * elements + _reduced(elements, call.arg(3, "reduction", 1))
+
+
+def _binary_cross_entropy_backward(call: OpCall) -> Any:
+    x = call.inputs[1]
+    if not is_float(x):
+        return 0
+    weighted = call.arg(3, "weight") is not None
+    mean = call.arg(4, "reduction", 1) == _MEAN
+    return (6 + weighted + mean) * numel(x)
+
+
+def _binary_cross_entropy_with_logits(call: OpCall) -> Any:
+    x = call.inputs[0]
+    if not is_float(x):
+        return 0
+    elements = numel(x)
+    weight = call.arg(2, "weight")
+    pos_weight = call.arg(3, "pos_weight")
+    count = (4 + (weight is not None)) * elements
+    if pos_weight is not None:
+        count += 3 * elements + numel(pos_weight)
+    return count + _reduced(elements, call.arg(4, "reduction", 1))
+
+
+def loss_rules() -> dict[Any, Rule]:
+    """The rules of this module, by the op each counts."""
+    return {
+        aten.mse_loss: _elementwise_loss(2, 2),
+        aten.mse_loss_backward: _loss_backward(3),
+        aten.huber_loss: _elementwise_loss(5, 2),
+        aten.huber_loss_backward: _loss_backward(5),
+        aten.smooth_l1_loss: _elementwise_loss(6, 2),
+        aten.smooth_l1_loss_backward: _loss_backward(6),
+        aten.binary_cross_entropy: _binary_cross_entropy,
+        aten.binary_cross_entropy_backward: _binary_cross_entropy_backward,
+        aten.binary_cross_entropy_with_logits: _binary_cross_entropy_with_logits,
+    }

@@ -1,0 +1,121 @@
+"""The FLOP rules of pointwise ops and reductions, on real and on complex values (the
+conventions they follow are written in :mod:`.rules`).
+
+A complex value is a pair of reals, and its arithmetic is counted in real FLOPs: an add or
+subtract is 2, a multiply 6 (four products, an add and a subtract), a divide 11 (the
+denominator's |z|² in 3, the numerator's product by the conjugate in 6, and 2 divides),
+``abs`` 4 (two squares, an add, a square root); the fused ops are their parts (``addcmul``
+14, ``addcdiv`` 19, ``lerp`` 10). Every other function of a complex value (``exp``,
+``sigmoid``) counts as the real convention does, once per part: 2 per element. A reduction
+over complex values counts its adds twice (``sum`` 2 per element, ``mean`` 2 more per
+output), a product 6 per element, a vector norm 4 (|z|² and an add). Torch computes an op on
+a complex and a real operand at the complex dtype, so the complex count is what runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .opcall import OpCall, Rule
+from .tensors import TensorMeta, flat_tensors, is_float, numel
+
+__all__ = ["NOT_ARITHMETIC", "is_complex", "per_element", "pointwise", "reduction"]
+
+_POINTWISE_COST = {"addcmul": 2, "addcdiv": 2, "lerp": 3}
+
+_COMPLEX_POINTWISE_COST = {
+    "mul": 6,
+    "div": 11,
+    "true_divide": 11,
+    "reciprocal": 5,  # the conjugate over |z|²: 2 products, an add, 2 divides
+    "abs": 4,
+    "addcmul": 14,  # a complex product, a product by the value, an add
+    "addcdiv": 19,  # a complex divide, a product by the value, an add
+    "lerp": 10,  # a subtract, a complex product, an add
+}
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+#: Pointwise-tagged ops that select, copy or generate instead of computing.
+NOT_ARITHMETIC = _words(
+    """
+    clone copy where masked_fill fill zero detach alias lift_fresh lift_fresh_copy _to_copy to
+    bernoulli uniform normal exponential geometric cauchy log_normal random
+    native_dropout_backward_mask isnan isinf isfinite isposinf isneginf isreal signbit
+    nan_to_num_mask view_as_real view_as_complex conj _conj resolve_conj resolve_neg _neg_view
+    """
+)
+
+
+def is_complex(tensors: list[TensorMeta]) -> bool:
+    """Whether any of the tensors holds complex values."""
+    return any(t.dtype.is_complex for t in tensors)
+
+
+def _base(name: str) -> str:
+    """An op's name without the trailing ``_`` of its in-place form (``mul_``: ``mul``)."""
+    return name[:-1] if name.endswith("_") and not name.startswith("_") else name
+
+
+def pointwise(call: OpCall) -> Any:
+    """One FLOP per output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3); complex values
+    in real FLOPs (a multiply 6, an add 2)."""
+    if not any(is_float(t) for t in call.inputs):
+        return 0
+    name = _base(call.name)
+    if is_complex(call.inputs):
+        cost = _COMPLEX_POINTWISE_COST.get(name, 2)
+    else:
+        cost = _POINTWISE_COST.get(name, 1)
+    if not flat_tensors(call.out):  # (aten.equal answers a bool: it compares its inputs)
+        return cost * max(numel(t) for t in call.inputs)
+    return cost * numel(call.output)
+
+
+_REDUCTION_COST: dict[str, tuple[int, int]] = {
+    "mean": (1, 1),
+    "nanmean": (1, 1),
+    "var": (3, 1),
+    "std": (3, 2),
+    "var_mean": (3, 2),
+    "std_mean": (3, 3),
+    "linalg_vector_norm": (2, 1),
+    "norm": (2, 1),
+    "logsumexp": (4, 2),
+}
+
+_COMPLEX_REDUCTION_COST: dict[str, tuple[int, int]] = {
+    "prod": (6, 0),
+    "linalg_vector_norm": (4, 1),
+    "norm": (4, 1),
+}
+
+
+def reduction(call: OpCall) -> Any:
+    """One FLOP per input element (``mean`` a divide more per output, ``var``/``std`` 3,
+    vector norms 2); complex values in real FLOPs (their adds twice, a product 6)."""
+    source = call.inputs[0]
+    if not is_float(source):
+        return 0
+    name = _base(call.name)
+    if source.dtype.is_complex:
+        real_input, real_output = _REDUCTION_COST.get(name, (1, 0))
+        per_input, per_output = _COMPLEX_REDUCTION_COST.get(name, (2 * real_input, 2 * real_output))
+    else:
+        per_input, per_output = _REDUCTION_COST.get(name, (1, 0))
+    return per_input * numel(source) + per_output * numel(call.output)
+
+
+def per_element(forward: int) -> Rule:
+    """``forward`` FLOPs per element of the first input (twice that on complex values)."""
+
+    def rule(call: OpCall) -> Any:
+        source = call.inputs[0]
+        if not is_float(source):
+            return 0
+        return forward * (2 if source.dtype.is_complex else 1) * numel(source)
+
+    return rule

@@ -1,0 +1,115 @@
+"""Fused loss kernels and the gated linear unit, forward and backward, held against hand counts
+on a real CPU run (``record()``) and on meta (``estimate()``): one count for both.
+
+N is the loss's element count: a=5, b=3 gives N = 15.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from kernel_counts import Counts, flop_counter_total, on_cpu, on_meta
+from torch import Tensor
+
+import typedflops
+
+N = 15
+AB = Float[Tensor, "a b"]
+SIZES = {"a": 5, "b": 3}
+
+
+def _half(x: Tensor) -> Tensor:
+    return torch.full_like(x, 0.5)
+
+
+CASES: list[tuple[str, Any, int, int]] = [
+    # a subtract and a square per element; the mean's adds and its divide. Backward:
+    # 2/N·(x - y)·grad, 3 per element
+    ("mse-mean", lambda x: F.mse_loss(x, torch.ones_like(x)), 2 * N + N + 1, 3 * N),
+    ("mse-sum", lambda x: F.mse_loss(x, torch.ones_like(x), reduction="sum"), 3 * N, 3 * N),
+    ("mse-none", lambda x: F.mse_loss(x, torch.ones_like(x), reduction="none"), 2 * N, 3 * N),
+    # subtract, abs, compare, the larger branch (2); backward subtract, 2 compares, 2 products
+    ("huber", lambda x: F.huber_loss(x, torch.ones_like(x), delta=0.5), 5 * N + N + 1, 5 * N),
+    # the quadratic branch 0.5·z·z/β is 3; its backward a divide by β more
+    (
+        "smooth-l1",
+        lambda x: F.smooth_l1_loss(x, torch.ones_like(x), reduction="sum", beta=0.5),
+        6 * N + N,
+        6 * N,
+    ),
+    # a sigmoid to get probabilities (and its backward, N); the loss 9 per element, the
+    # mean's N + 1; backward grad·(x - y)/max((1 - x)·x, ε) 6 and the mean's divide
+    (
+        "bce",
+        lambda x: F.binary_cross_entropy(torch.sigmoid(x), _half(x)),
+        N + 9 * N + N + 1,
+        N + 6 * N + N,
+    ),
+    (
+        "bce-weight",
+        lambda x: F.binary_cross_entropy(torch.sigmoid(x), _half(x), weight=_half(x)),
+        N + 10 * N + N + 1,
+        N + 7 * N + N,
+    ),
+    # (1 - y)·x - log_sigmoid(x): 4; the backward torch composes: sigmoid, subtract, times
+    # the gradient, the mean's divide
+    (
+        "bce-logits",
+        lambda x: F.binary_cross_entropy_with_logits(x, _half(x)),
+        4 * N + N + 1,
+        4 * N,
+    ),
+    # pos_weight (b values): (p - 1) per value, then ·y, +1 and the product, 3 per element;
+    # backward p·y, +1, -y, sigmoid, the product, -p·y, ·grad, /N
+    (
+        "bce-logits-pos-weight",
+        lambda x: F.binary_cross_entropy_with_logits(
+            x, _half(x), pos_weight=torch.full_like(x[0], 2.0)
+        ),
+        4 * N + 3 * N + 3 + N + 1,
+        8 * N,
+    ),
+    # KL divergence is composed by torch: xlogy, a product, a subtract, the sum, one divide;
+    # backward the divide's (1), the subtract's negation and the product's, N each
+    ("kl-div", lambda x: F.kl_div(x, _half(x), reduction="batchmean"), 4 * N + 1, 2 * N + 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "forward", "backward"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_a_loss_is_counted_alike_on_a_cpu_and_on_meta(
+    body: Any, forward: int, backward: int
+) -> None:
+    expected = Counts(forward, backward, ())
+    assert on_cpu(body, [AB], SIZES) == expected
+    assert on_meta(body, [AB], SIZES) == expected
+
+
+def test_a_gated_linear_unit_is_a_sigmoid_and_a_product_per_output() -> None:
+    # 5 x 6 in, 5 x 3 out (M = 15): a sigmoid and a product per output; backward the sigmoid
+    # again, 1 - s, grad·s, grad·a·s·(1 - s): 6 per gradient value
+    sizes = {"a": 5, "b": 6}
+    expected = Counts(2 * 15, 6 * 15, ())
+    assert on_cpu(F.glu, [AB], sizes) == expected
+    assert on_meta(lambda x: F.glu(x), [AB], sizes) == expected
+
+
+def test_a_loss_formula_is_in_the_dims() -> None:
+    cost = typedflops.estimate(
+        lambda x: F.huber_loss(x, torch.ones_like(x)), AB, grad=("x",), a=5, b=3
+    )
+    assert str(cost.formula) == "6*a*b + 1"
+    assert str(cost.backward_formula) == "5*a*b"
+    assert cost.exact
+
+
+def test_flop_counter_mode_counts_the_fused_losses_as_zero() -> None:
+    # where typedflops departs: FlopCounterMode has no formula for these kernels
+    x = torch.randn(5, 3, requires_grad=True)
+    assert flop_counter_total(lambda: F.mse_loss(x, torch.ones_like(x))) == 0
+    assert flop_counter_total(lambda: F.binary_cross_entropy(torch.sigmoid(x), _half(x))) == 0

@@ -1,0 +1,112 @@
+"""``nn.LSTM`` on a CPU runs oneDNN's fused layer kernel (``mkldnn_rnn_layer``); on meta, in a
+dry run, torch runs it step by step. Both are counted alike, forward and backward, and equal
+the hand count of ``nn.LSTMCell`` run once per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from jaxtyping import Float
+from kernel_counts import Counts, flop_counter_total, on_cpu, on_meta, recorded
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+def lstm_counts(
+    features: int,
+    hidden: int,
+    batch: int,
+    steps: int,
+    *,
+    layers: int = 1,
+    directions: int = 1,
+    bias: bool = True,
+    initial_state: bool = False,
+) -> tuple[int, int]:
+    """Forward and backward FLOPs of an LSTM whose input and initial state require grad
+    (the state only when given)."""
+    forward = backward = 0
+    positions = batch * steps
+    for layer in range(layers):
+        inputs = features if layer == 0 else hidden * directions
+        for _ in range(directions):
+            # the gates' two products and 13 elementwise ops per hidden value and step
+            forward += positions * (8 * hidden * (inputs + hidden) + 13 * hidden)
+            # the weights' and the input's gradients, the biases' sums over the batch
+            backward += positions * (8 * hidden * (inputs + hidden) + 8 * hidden * inputs)
+            backward += positions * 8 * hidden if bias else 0
+            # the hidden state's gradient through w_hh at every step but the first, and the
+            # cell's 11 elementwise ops per step (the first step's c0 needs no gradient)
+            backward += batch * (steps - 1) * 8 * hidden * hidden
+            backward += 11 * hidden * positions - batch * hidden
+            if initial_state:
+                backward += batch * (8 * hidden * hidden + hidden)
+    return forward, backward
+
+
+class _Ops(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.names.add(func._overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+CASES = [
+    ("one-layer", {}, {}),
+    ("no-bias", {"bias": False}, {"bias": False}),
+    ("two-layers", {"num_layers": 2}, {"layers": 2}),
+    ("bidirectional", {"bidirectional": True}, {"directions": 2}),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "shape"), [case[1:] for case in CASES], ids=[case[0] for case in CASES]
+)
+def test_an_lstm_is_counted_alike_fused_on_a_cpu_and_step_by_step_on_meta(
+    options: dict[str, Any], shape: dict[str, Any]
+) -> None:
+    torch.manual_seed(0)
+    lstm = nn.LSTM(3, 5, batch_first=True, **options)
+    forward, backward = lstm_counts(3, 5, 2, 7, **shape)
+    expected = Counts(forward, backward, ())
+
+    def body(x: Tensor) -> Tensor:
+        return lstm(x)[0]  # type: ignore[no-any-return]
+
+    annotation = [Float[Tensor, "b s i"]]
+    sizes = {"b": 2, "s": 7, "i": 3}
+    assert on_cpu(body, annotation, sizes, dtype=torch.float32) == expected
+    assert on_meta(body, annotation, sizes, dtype=torch.float32) == expected
+
+
+def test_an_initial_state_that_requires_grad_adds_the_first_steps_gradients() -> None:
+    lstm = nn.LSTM(4, 6)  # (sequence, batch, features)
+    x = torch.randn(5, 3, 4, requires_grad=True)
+    state = torch.zeros(1, 3, 6, requires_grad=True)
+    forward, backward = lstm_counts(4, 6, 3, 5, initial_state=True)
+    assert recorded(lambda: lstm(x, (state, state))[0]) == Counts(forward, backward, ())
+
+
+def test_the_fused_kernel_is_what_runs_on_a_cpu_and_flop_counter_mode_counts_it_zero() -> None:
+    lstm = nn.LSTM(3, 5, batch_first=True)
+    x = torch.randn(2, 7, 3, requires_grad=True)
+    with _Ops() as ops:
+        lstm(x)
+    onednn = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+    assert ("mkldnn_rnn_layer" in ops.names) == onednn
+    # where typedflops departs: FlopCounterMode has no formula for the fused kernels
+    if "mkldnn_rnn_layer" in ops.names:
+        assert flop_counter_total(lambda: lstm(x)[0]) == 0
+
+
+def test_one_step_is_an_lstm_cell() -> None:
+    cell = nn.LSTMCell(3, 5)
+    x = torch.randn(2, 3)
+    # 8H(I + H) + 13H per batch row: 2 x (320 + 65)
+    assert recorded(lambda: cell(x)).forward == lstm_counts(3, 5, 2, 1)[0] == 770
