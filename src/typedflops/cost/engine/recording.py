@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from ...contract.function import counting_frame
+from .backward_ran import ran_in_backward
 from .counter import CountingMode, GroupingMode
 from .events import Event, Group
 from .events import _group as _current_group
@@ -39,6 +40,7 @@ from .kernels import RMS_NORM, SDPA, meta_target
 from .kernels import _meta_target as _target
 from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
 from .rules import function_rules
+from .run_again import region_frame
 from .sites import find_site
 
 __all__ = [
@@ -135,9 +137,11 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         if plan.metadata:
             return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
         calls = _frame.get()
-        if type(calls) is not tuple or self.paused or _autograd_node() is not None:
-            # nothing recorded here, or autograd's backward (costed per forward op)
-            return func(*args, **kwargs) if kwargs else func(*args)
+        if type(calls) is not tuple or self.paused:
+            return func(*args, **kwargs) if kwargs else func(*args)  # nothing recorded here
+        node = _autograd_node()
+        if node is not None:  # autograd's engine: a backward pass that runs
+            return ran_in_backward(node, calls, func, args, kwargs or {})
         if (types and types != _PLAIN) or not plan.keep or (self.watch and inside_rule()):
             # a tensor subclass, an op without a rule or with the user's: the counting
             # mode's own path
@@ -187,6 +191,9 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
             items.append(event)
         else:
             _place(calls, event)
+        again = self.again
+        if again.regions or _saved_hooks(False) is not None:
+            again.op(event, region_frame())
         if event.needs_grad:
             self._custom_backwards(args, kwargs or {})
         return out
