@@ -11,6 +11,8 @@ gradient of a product is one product of P.
 
 from __future__ import annotations
 
+import contextvars
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import Recorder, record, typed_flops
 from typedflops.cost.engine.recorder import torch_counts
+from typedflops.cost.engine.recording import launched_from
 
 P = 2 * 8 * 16 * 16
 SUM = 8 * 16
@@ -189,3 +192,25 @@ def test_a_backward_of_a_graph_built_before_the_block_is_what_the_block_ran() ->
         loss.backward()
     assert (rec.total.flops, rec.total.backward_flops) == (0, 4 * P)
     assert counter.get_total_flops() == sum(torch_counts(rec.session.root)) == 4 * P
+
+
+def test_a_device_thread_of_autograd_finds_the_records_that_started_its_backward() -> None:
+    # autograd's engine runs a GPU's backward ops on a thread of its own, handing it a copy
+    # of the context the backward began in (as torch.autograd.backward stashes it)
+    found: list[object] = []
+
+    def device_thread(context: contextvars.Context) -> None:
+        found.append(launched_from())
+        torch._C._stash_obj_in_tls("context", context)
+        try:
+            found.append(launched_from())
+        finally:
+            torch._C._remove_obj_from_tls("context")
+
+    with record() as rec:
+        thread = threading.Thread(target=device_thread, args=(contextvars.copy_context(),))
+        thread.start()
+        thread.join()
+    before, during = found
+    assert before is None
+    assert isinstance(during, tuple) and [call.session for call in during] == [rec.session]

@@ -51,6 +51,7 @@ __all__ = [
     "add_event",
     "current_mode",
     "entered",
+    "launched_from",
     "left",
     "lift_naming",
     "thread_mode",
@@ -66,6 +67,8 @@ _function_at = torch._C._get_function_stack_at
 _getframe = sys._getframe
 _grad = torch._C.is_grad_enabled
 _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+_in_tls = torch._C._is_key_in_tls
+_get_tls = torch._C._get_obj_in_tls
 #: A record's root keeps at most this many pending items before it folds them into counts.
 ROOT_LIMIT = 4096
 
@@ -138,6 +141,10 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
             return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
         calls = _frame.get()
         if type(calls) is not tuple or self.paused:
+            if not self.paused and type(calls := launched_from()) is tuple:
+                node = _autograd_node()  # (a device thread of autograd's engine)
+                if node is not None:
+                    return ran_in_backward(node, calls, func, args, kwargs or {})
             return func(*args, **kwargs) if kwargs else func(*args)  # nothing recorded here
         node = _autograd_node()
         if node is not None:  # autograd's engine: a backward pass that runs
@@ -197,6 +204,16 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         if event.needs_grad:
             self._custom_backwards(args, kwargs or {})
         return out
+
+
+def launched_from() -> Any:
+    """The records open where the backward pass running here began: autograd's engine runs
+    a GPU's backward ops on a thread of its own, handing it a copy of that context."""
+    if _in_tls("context"):
+        context = _get_tls("context")
+        if context is not None:
+            return context.get(_frame)
+    return None
 
 
 class NamingMode(GroupingMode):
