@@ -5,6 +5,9 @@
 - the plain-module transformer LM of ``examples/ex06_transformer_lm.py`` at GPT-2 XL sizes
   (48 layers, d_model 1600, d_ff 6400, vocab 50257; 1.5e9 parameters on ``meta``) estimated at
   batch 8, seq 1024 (target < 5 s);
+- a plain ``nn.Sequential`` of 1,000 equal blocks (``Linear(16, 16)``, ``GELU``), estimated
+  with torch's meta kernels run once per distinct call (what ``estimate`` does) and run for
+  every op (nothing kept), side by side, CPU time;
 - the process's peak resident memory before and after (real weights would need ~6 GB).
 
 Run: ``python benchmarks/estimate.py``
@@ -62,8 +65,35 @@ def main(rounds: int = 30) -> None:
         f"GPT-2 XL-size LM (48 layers, d_model=1600).estimate(batch=8, seq=1024): "
         f"{cost.flops:.4g} FLOPs forward, exact={cost.exact}, {elapsed:.2f} s (target < 5 s)"
     )
+    _blocks()
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak resident memory {before / 1024:.0f} MiB before, {after / 1024:.0f} MiB after")
+
+
+def _blocks(count: int = 1000) -> None:
+    from jaxtyping import Float
+    from torch import Tensor, nn
+
+    from typedflops import estimate
+    from typedflops.cost.engine import meta_outputs
+
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(count)])
+    spec = Float[Tensor, "batch 16"]
+    seconds = {}
+    limit = meta_outputs._LIMIT
+    for name, kept in (("kept", limit), ("every op", 0)):
+        meta_outputs._KEPT.clear()
+        meta_outputs._LIMIT = kept
+        start = time.process_time()
+        cost = estimate(model, spec, batch=8)
+        seconds[name] = time.process_time() - start
+    meta_outputs._LIMIT = limit
+    print(
+        f"{count} blocks (Linear(16, 16), GELU): {cost.formula}, exact={cost.exact}; "
+        f"{seconds['kept']:.1f} s CPU with each meta kernel run once per distinct call, "
+        f"{seconds['every op']:.1f} s with every op's "
+        f"({seconds['every op'] / seconds['kept']:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

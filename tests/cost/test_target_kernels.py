@@ -341,3 +341,49 @@ def test_a_grouped_query_block_planned_for_an_h100_keeps_no_scores() -> None:
     assert sympy.expand(above_one(hopper.cost.backward_formula) - projections - attention) == 0
     assert hopper.cost.matmul_formula == ampere.cost.matmul_formula
     assert hopper.cost.backward_formula != ampere.cost.backward_formula
+
+
+class ChannelAttention(torch.nn.Module):
+    """Attention over the pixels of a feature map, heads split out of the channels (as
+    diffusion U-Nets write it): each head's dim steps over the pixels, stride x*y."""
+
+    def __init__(self, channels: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Conv2d(channels, 3 * channels, 1)
+
+    def forward(self, x: Float[Tensor, "b c x y"]) -> Float[Tensor, "b h xy d"]:
+        q, k, v = self.qkv(x).chunk(3, dim=1)
+        q, k, v = (
+            t.reshape(t.shape[0], self.heads, -1, t.shape[2] * t.shape[3]).transpose(2, 3)
+            for t in (q, k, v)
+        )
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_heads_that_step_over_their_last_dim_run_math_attention(target: str) -> None:
+    """Every fused kernel, a CPU's and a GPU's, needs the head dim's stride to be 1; heads
+    split out of a feature map's channels step over its pixels, so torch runs math
+    attention: a dry run for either device costs math (its scale, softmax and products),
+    and for the CPU it is what a real run counts."""
+    from typedflops import estimate, record
+
+    model = ChannelAttention(32, 2)
+    spec = Float[Tensor, "batch 32 height width"]
+    with kernels_of(target):
+        cost = estimate(model, spec, batch=2, height=4, width=4)
+    names = {op.op for op in cost.ops}
+    assert "scaled_dot_product_attention" in names
+    b, h, s, d = 2, 2, 16, 16
+    qkv = 2 * b * 16 * 32 * 96  # the 1x1 convolution (its bias not counted, as FlopCounterMode)
+    scale = 2 * b * h * s * d  # query and key, each by the scale's square root
+    products = 2 * (2 * b * h * s * s * d)  # scores, then the values mixed
+    softmax = 5 * b * h * s * s
+    assert cost.flops == qkv + scale + products + softmax
+    if target == "cpu":
+        with record() as rec:
+            model(torch.randn(2, 32, 4, 4))
+        assert rec.total.flops == cost.flops
+        contiguous = torch.zeros(2, 2, 16, 16)
+        assert torch._fused_sdp_choice(contiguous, contiguous, contiguous) == kernels._FLASH

@@ -35,6 +35,7 @@ from .frames import current_frame, no_frame
 from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
 from .functions import inside_rule, watching
 from .kernels import on_target
+from .meta_outputs import cached_outputs, keep_outputs, meta_key
 from .rules import FREE, Free, OpCall, RuleEntry, find_rule, is_torch_counted, is_view, op_name
 from .run_again import RunAgain, region_frame
 from .tensors import describe, flat_tensors, is_float, nbytes_of
@@ -146,7 +147,12 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 decomposed = func.decompose(*args, **kwargs)
             if decomposed is not NotImplemented:
                 return decomposed
-        out = func(*args, **kwargs)
+        key = meta_key(func, args, kwargs)
+        out = None if key is None else cached_outputs(key)
+        if out is None:
+            out = func(*args, **kwargs)
+            if key is not None:
+                keep_outputs(key, out)
         event = make_event(func, found, args, kwargs, out)
         if inside_rule():
             event.flops = 0  # a registered Python function's rule gives its count

@@ -205,6 +205,8 @@ def _choice(target: str, call: dict[str, Any]) -> int:
     """The backend the target device would pick for this call (math when unsure)."""
     if target not in ("cpu", "cuda"):
         return _MATH
+    if _strided(call, ignore_single=target == "cuda"):
+        return _MATH
     summary = _summary(call)
     if summary is None:
         return _MATH
@@ -212,6 +214,17 @@ def _choice(target: str, call: dict[str, Any]) -> int:
         return _gpu_choice(summary, _flags(), meta_capability())
     with no_frame():  # asking torch is not part of the call
         return _cached_choice(target, summary, _flags(), _settings())
+
+
+def _strided(call: dict[str, Any], ignore_single: bool) -> bool:
+    """Whether a query, key or value steps over its last dim (a head split out of a
+    channel dim, ``"b (h d) x y -> b h (x y) d"``): every fused kernel of a CPU and a GPU
+    needs that dim's stride to be 1 (a GPU's pass over a dim of size 1), so torch runs math."""
+    return any(
+        t.dim() > 0 and t.stride(-1) != 1 and not (ignore_single and t.shape[-1] == 1)
+        for t in (call["query"], call["key"], call["value"])
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_nested
+    )
 
 
 def _present(capability: tuple[int, int] | None) -> bool:
