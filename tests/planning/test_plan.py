@@ -109,17 +109,21 @@ def test_mfu_counts_model_flops_not_the_recomputed_ones() -> None:
 
 def test_a_step_is_three_forwards_of_matmuls_and_four_with_recomputation() -> None:
     """Backward's matmuls are twice the forward's (a gradient for the input and one for
-    the weight), so a step is 3M; full recomputation runs every block's forward again,
-    which is M less the head's 2BshV: 4M - 2BshV."""
+    the weight), so a step is 3M; recomputation runs every block's forward again up to the
+    last tensor it saves (torch's early stop): all but its MLP's second product (whose
+    inputs are saved before it runs) and the two adds after it. So the matmuls of a step
+    are 4M less the head's 2BshV and L of those products: 4M - 2BshV - 2BshLd_ff."""
     _, cost = small_cost()
     with torch.device("meta"):
         block = Block(SMALL, dtype=torch.bfloat16).estimate(batch=2, seq=32)
-    b, s, h, V, L = sympy.symbols("batch seq d_model vocab n_layers")
+    b, s, h, V, L, f = sympy.symbols("batch seq d_model vocab n_layers d_ff")
     matmuls = cost.matmul_formula
     assert sympy.expand(matmuls - L * block.matmul_formula) == 2 * b * s * h * V
     _, redone = small_cost(checkpoint=True)
-    assert sympy.expand(redone.recompute_formula - L * block.formula) == 0
-    assert redone.recompute_flops == 3 * block.flops
+    tail = 2 * b * s * f * h + 2 * b * s * h
+    assert sympy.expand(redone.recompute_formula - L * (block.formula - tail)) == 0
+    assert redone.recompute.exact
+    assert redone.recompute_flops == 3 * (block.flops - 2 * 2 * 32 * (256 * 64 + 64))
 
 
 def test_the_report_has_its_sections_and_the_papers_figures(

@@ -37,7 +37,7 @@ from .functions import inside_rule, watching
 from .kernels import on_target
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
 from .rules import FREE, Free, OpCall, RuleEntry, find_rule, is_torch_counted, is_view, op_name
-from .saved import in_checkpoint
+from .run_again import RunAgain, region_frame
 from .tensors import describe, differentiable, flat_tensors, is_float, nbytes_of
 
 __all__ = [
@@ -75,6 +75,7 @@ _METADATA = {
     torch.ops.prim.layout.default,
 }
 _PASS_ON = {torch.ops.prim.device.default}
+_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
 class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -104,6 +105,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.custom_nodes: weakref.WeakSet[Any] = weakref.WeakSet()
         # The dispatch keys outside the mode, for a Function's backward counted inside it.
         self.keys = dispatch_keys()
+        # The ops of checkpointed regions that backward runs again (see .run_again).
+        self.again = RunAgain(sink.add)
 
     def __torch_dispatch__(
         self,
@@ -154,6 +157,9 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if inside_rule():
             event.flops = 0  # a registered Python function's rule gives its count
         self.sink.add(event)
+        again = self.again
+        if again.regions or _saved_hooks(False) is not None:
+            again.op(event, region_frame())
         if event.needs_grad:
             self._custom_backwards(args, kwargs)
         return out
@@ -356,7 +362,6 @@ def make_event(
         view=view,
         needs_grad=needs_grad,
         torch_counted=is_torch_counted(func._overloadpacket),
-        recomputed=in_checkpoint(),
     )
 
 
@@ -433,7 +438,6 @@ def _free_event(
         view=view,
         needs_grad=False,
         torch_counted=False,
-        recomputed=in_checkpoint(),
     )
 
 

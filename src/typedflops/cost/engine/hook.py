@@ -50,6 +50,9 @@ class Counter:
             with handle.scope():
                 if handle.shortcut is None:
                     result = count_custom_backwards(function.body(*args, **kwargs))
+                    mode = frame.session.mode
+                    if mode is not None and mode.again.regions:
+                        mode.again.settle()  # (its checkpointed regions' ops run again)
                 else:
                     result = handle.stand_in(args, kwargs)
             with torch._C.DisableTorchFunction():

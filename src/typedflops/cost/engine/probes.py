@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ from .tensors import differentiable
 
 __all__ = [
     "TensorStub",
+    "WorkProbe",
     "call_cost",
     "call_dims",
     "call_probe",
@@ -531,3 +533,35 @@ def call_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str
         return measure(call_probe(target, full, kwargs, state.sizes))
     name = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
     return measure(plain_probe(fn, name, args, kwargs))
+
+
+class WorkProbe:
+    """A work's probe, built when the work is made (it keeps shapes, not tensors, and its
+    module by a weak reference) and handed out when a fit asks for it."""
+
+    __slots__ = ("bound", "function", "grad", "module", "named", "shapes")
+
+    def __init__(
+        self,
+        function: CheckedFunction[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        bound: Mapping[str, Size],
+        grad: bool,
+    ) -> None:
+        module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
+        self.function = function
+        self.module = weakref.ref(module) if module is not None else None
+        self.shapes = tuple(stub(a) for a in (args[1:] if module is not None else args))
+        self.named = {k: stub(v) for k, v in kwargs.items()}
+        self.bound = dict(bound)
+        self.grad = grad  # (no_grad and inference_mode: no backward, nothing saved)
+
+    def __call__(self) -> Probe:
+        shapes = self.shapes
+        if self.module is not None:
+            owner = self.module()
+            if owner is None:
+                raise RuntimeError(f"{self.function.name}: its module no longer exists")
+            shapes = (owner, *shapes)
+        return call_probe(self.function, shapes, self.named, self.bound, self.grad)

@@ -586,4 +586,6 @@ def torch_counts(root: Any) -> tuple[int, int]:
     for work, calls in session.top.items():
         counts.add(counts_of(work), calls)
     counts.add(loose_counts(session))
+    if session.backward_ran.ran:  # (what autograd's engine ran inside the record)
+        return counts.torch_forward, session.backward_ran.flops()[2]
     return counts.torch_forward, counts.torch_backward

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from ...contract.function import counting_frame
+from .backward_ran import ran_in_backward
 from .counter import CountingMode, GroupingMode
 from .events import Event, Group
 from .events import _group as _current_group
@@ -39,6 +40,7 @@ from .kernels import RMS_NORM, SDPA, composite, meta_target
 from .kernels import _meta_target as _target
 from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
 from .rules import function_rules
+from .run_again import region_frame
 from .sites import find_site
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "add_event",
     "current_mode",
     "entered",
+    "launched_from",
     "left",
     "lift_naming",
     "thread_mode",
@@ -64,6 +67,8 @@ _function_at = torch._C._get_function_stack_at
 _getframe = sys._getframe
 _grad = torch._C.is_grad_enabled
 _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+_in_tls = torch._C._is_key_in_tls
+_get_tls = torch._C._get_obj_in_tls
 #: A record's root keeps at most this many pending items before it folds them into counts.
 ROOT_LIMIT = 4096
 
@@ -135,9 +140,15 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         if plan.metadata:
             return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
         calls = _frame.get()
-        if type(calls) is not tuple or self.paused or _autograd_node() is not None:
-            # nothing recorded here, or autograd's backward (costed per forward op)
-            return func(*args, **kwargs) if kwargs else func(*args)
+        if type(calls) is not tuple or self.paused:
+            if not self.paused and type(calls := launched_from()) is tuple:
+                node = _autograd_node()  # (a device thread of autograd's engine)
+                if node is not None:
+                    return ran_in_backward(node, calls, func, args, kwargs or {})
+            return func(*args, **kwargs) if kwargs else func(*args)  # nothing recorded here
+        node = _autograd_node()
+        if node is not None:  # autograd's engine: a backward pass that runs
+            return ran_in_backward(node, calls, func, args, kwargs or {})
         if (types and types != _PLAIN) or not plan.keep or (self.watch and inside_rule()):
             # a tensor subclass, an op without a rule or with the user's: the counting
             # mode's own path
@@ -187,9 +198,22 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
             items.append(event)
         else:
             _place(calls, event)
+        again = self.again
+        if again.regions or _saved_hooks(False) is not None:
+            again.op(event, region_frame())
         if event.needs_grad:
             self._custom_backwards(args, kwargs or {})
         return out
+
+
+def launched_from() -> Any:
+    """The records open where the backward pass running here began: autograd's engine runs
+    a GPU's backward ops on a thread of its own, handing it a copy of that context."""
+    if _in_tls("context"):
+        context = _get_tls("context")
+        if context is not None:
+            return context.get(_frame)
+    return None
 
 
 class NamingMode(GroupingMode):

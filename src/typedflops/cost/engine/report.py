@@ -15,6 +15,7 @@ import torch
 from ...contract.function import counting_frame
 from ...text import format_count, text_table
 from ..types import Cost
+from .backward_ran import with_backward_ran
 from .ranks import AcrossRanks, across_ranks
 from .recorder import Row, loose_counts, merged_total
 from .recording import entered, left
@@ -50,7 +51,7 @@ class Recorder:
         decorated call (nested calls roll up into their callers)."""
         if self._total is not None:
             return self._total
-        cost = merged_total(self.calls, self.session)
+        cost = with_backward_ran(merged_total(self.calls, self.session), self.session.backward_ran)
         if self.session.closed:  # (an open record may see more)
             self._total = cost
         return cost
@@ -200,8 +201,11 @@ def record() -> Iterator[Recorder]:
         if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             torch.cuda.synchronize()
         recorder.seconds = time.perf_counter() - start
+        if session.mode is not None and session.mode.again.regions:
+            session.mode.again.settle()  # (checkpointed regions that ended in the block)
         left()
         current = counting_frame.get()
+        session.close(current)
         if current is ours:
             counting_frame.reset(token)
         elif type(current) is tuple:
@@ -209,4 +213,3 @@ def record() -> Iterator[Recorder]:
             # hand): the records still open go on
             rest = tuple(call for call in current if call.session is not session)
             counting_frame.set(rest or (None if type(outer) is tuple else outer))
-        session.close()

@@ -19,12 +19,13 @@ from .events import Event, saved_event
 from .frames import Frame, owner
 from .tensors import TensorMeta, describe
 
-__all__ = ["SavedEntry", "SavedTensors", "in_checkpoint", "recomputing"]
+__all__ = ["SavedEntry", "SavedTensors", "in_checkpoint", "recomputing", "top_pack_hook"]
 
 _copies = itertools.count()
 
 
-def _top_pack_hook() -> Any:
+def top_pack_hook() -> Any:
+    """The pack function of the saved-tensor hooks autograd calls now (None if none)."""
     hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
     return None if hooks is None else hooks[0]
 
@@ -36,14 +37,14 @@ def in_checkpoint() -> bool:
     Known by the hooks such a region installs (torch names their pack function
     ``_checkpoint_hook.__init__.<locals>.pack_hook``).
     """
-    pack = _top_pack_hook()
+    pack = top_pack_hook()
     return pack is not None and "_checkpoint_hook" in getattr(pack, "__qualname__", "")
 
 
 def recomputing() -> bool:
     """Whether ops run as a ``torch.utils.checkpoint`` region's forward again, during
     backward (torch names the hooks it saves them with ``_recomputation_hook``)."""
-    pack = _top_pack_hook()
+    pack = top_pack_hook()
     return pack is not None and "_recomputation_hook" in getattr(pack, "__qualname__", "")
 
 
@@ -99,7 +100,7 @@ class SavedTensors:
 
     def active(self) -> bool:
         """Whether these hooks are the ones autograd calls now (not a checkpoint's)."""
-        return getattr(_top_pack_hook(), "__self__", None) is self
+        return getattr(top_pack_hook(), "__self__", None) is self
 
     def mark(self) -> int:
         """A point in the run (see :meth:`since`)."""

@@ -55,6 +55,8 @@ class RunSession(Session):
             try:
                 yield
             finally:
+                if mode.again.regions:
+                    mode.again.settle()
                 self.mode = None
 
     def child(self, function: str, declared: bool) -> Frame:

@@ -21,7 +21,6 @@ import contextlib
 import sys
 import threading
 import types
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -31,12 +30,13 @@ from ...contract.function import CheckedFunction, counting_frame, notify_observe
 from ...contract.function import _observers as _observed
 from ...contract.scope import CallState, call_scope
 from ..types import Cost
+from .backward_ran import BackwardRan
 from .counter import count_custom_backwards
 from .dryrun import Probe
 from .events import Event
 from .fit import Size, size_value
 from .frames import no_frame
-from .probes import call_dims, call_probe, stub
+from .probes import WorkProbe, call_dims
 from .recording import ROOT_LIMIT, START, RecordingMode, lift_naming
 from .rules import declared_flops
 from .session import declared_event
@@ -57,6 +57,7 @@ _no_torch_function = torch._C.DisableTorchFunction
 _function_modes = torch._C._len_torch_function_stack
 _push_function = torch._C._push_on_torch_function_stack
 _thread = threading.get_ident
+_autograd_node = torch._C._current_autograd_node
 # As a checked call does (see typedflops.contract.function): past this depth of nested
 # calls, the frames a recorded call adds (the checked call, the hook, this) are added to
 # the recursion limit while it runs.
@@ -224,6 +225,8 @@ class RecordSession:
         self.declared: dict[tuple[str, int], Event] = {}
         self.bodies: dict[CheckedFunction[..., Any], _Body] = {}
         self.closed = False
+        #: What autograd's engine ran inside the record (see :mod:`.backward_ran`).
+        self.backward_ran = BackwardRan()
         #: The recording mode of its thread (set when the record opens).
         self.mode: RecordingMode | None = None
 
@@ -311,7 +314,7 @@ class RecordSession:
             hash(fitting)
         except TypeError:
             fitting = None
-        return Work(fn.name, dims, flat, _Probe(fn, args, kwargs, bound, grad), fitting)
+        return Work(fn.name, dims, flat, WorkProbe(fn, args, kwargs, bound, grad), fitting)
 
     # -- the root ----------------------------------------------------------------------
 
@@ -337,11 +340,30 @@ class RecordSession:
                 self.loose[item] = self.loose.get(item, 0) + 1
         items[:] = rest
 
-    def close(self) -> None:
-        """The block ended: fold everything; later arrivals are not this record's."""
+    def close(self, frame: Any = None) -> None:
+        """The block ended: fold everything; later arrivals are not this record's. A block
+        that ends inside decorated calls (``frame``: the calls open where it ended) keeps
+        what they ran so far as ops of its own."""
+        if type(frame) is tuple:
+            for call in frame:
+                if call.session is self and call.parent is not None:
+                    self._unwind(call)
         self.fold(final=True)
         self.root.items = _Closed()
         self.closed = True
+
+    def _unwind(self, call: Call) -> None:
+        """Move the items of ``call`` and of the calls it is inside (none has returned) to
+        the root, in the order they ran."""
+        chain: list[Call] = []
+        while call.parent is not None:
+            chain.append(call)
+            call = call.parent
+        for inside in reversed(chain):
+            call.items.extend(inside.items)
+            inside.items = []
+            inside.label = START
+        call.label = START
 
     def add_measured(self, name: str, cost: Cost, measurement: Any, call: Call) -> None:
         """A benchmarked call made inside ``call``: a work of its own, with its dry-run
@@ -380,38 +402,6 @@ def _grouped(flat: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(items)
 
 
-class _Probe:
-    """A work's probe, built when the work is made (it keeps shapes, not tensors, and its
-    module by a weak reference) and handed out when a fit asks for it."""
-
-    __slots__ = ("bound", "function", "grad", "module", "named", "shapes")
-
-    def __init__(
-        self,
-        function: CheckedFunction[..., Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        bound: Mapping[str, Size],
-        grad: bool,
-    ) -> None:
-        module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
-        self.function = function
-        self.module = weakref.ref(module) if module is not None else None
-        self.shapes = tuple(stub(a) for a in (args[1:] if module is not None else args))
-        self.named = {k: stub(v) for k, v in kwargs.items()}
-        self.bound = dict(bound)
-        self.grad = grad  # (no_grad and inference_mode: no backward, nothing saved)
-
-    def __call__(self) -> Probe:
-        shapes = self.shapes
-        if self.module is not None:
-            owner = self.module()
-            if owner is None:
-                raise RuntimeError(f"{self.function.name}: its module no longer exists")
-            shapes = (owner, *shapes)
-        return call_probe(self.function, shapes, self.named, self.bound, self.grad)
-
-
 # -- the contract's hook, for records ----------------------------------------------------
 
 
@@ -446,6 +436,12 @@ def count_recorded_call(
         body = session.bodies.get(function) or session.body(function)
         if body.deferred:
             return function.call_deferred(args, kwargs, state)
+        if _autograd_node() is not None:
+            # run by autograd's engine (a checkpointed region's forward run again): its
+            # ops are the backward's (see .backward_ran), not a call of its own
+            result = body.run(*args, **kwargs) if kwargs else body.run(*args)
+            function.recall_return(result, state, outcome)
+            return result
         if len(calls) == 1:
             outer = calls[0]
             inner: tuple[Call, ...] = (
@@ -465,14 +461,17 @@ def count_recorded_call(
         scope_token = call_scope.set(state)
         try:
             result = body.run(*args, **kwargs) if kwargs else body.run(*args)
-            # the backward of the autograd Functions it returns is its own
-            count_custom_backwards(result, session.mode)
+            # the backward of the autograd Functions it returns is its own, and so are
+            # the ops of its checkpointed regions that run again
+            count_custom_backwards(result, mode)
+            if mode is not None and mode.again.regions:
+                mode.again.settle()
         except BaseException:
             _abandon(inner, calls)
             raise
         finally:
             call_scope.reset(scope_token)
-            _frame.reset(frame_token)
+            _restore(frame_token, calls, inner)
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
         if others:
@@ -489,6 +488,22 @@ def count_recorded_call(
     if _observed:
         notify_observers(function, args, kwargs, state)
     return result
+
+
+def _restore(token: Any, calls: tuple[Call, ...], inner: tuple[Call, ...]) -> None:
+    """Give back the records' frame a call's body found. Records that closed in the body
+    leave it; those that opened there and are still open stay (their roots)."""
+    current = _frame.get()
+    _frame.reset(token)
+    if current is inner:
+        return  # (the usual)
+    sessions = {call.session for call in inner}
+    opened = (
+        tuple(c for c in current if c.session not in sessions) if type(current) is tuple else ()
+    )
+    kept = tuple(call for call in calls if not call.session.closed)
+    if opened or len(kept) != len(calls):
+        _frame.set((*kept, *opened) or None)
 
 
 def _returned(
@@ -541,7 +556,7 @@ class AwaitedCall:
             _abandon(self.inner, self.calls)
             raise
         finally:
-            _frame.reset(token)
+            _restore(token, self.calls, self.inner)
 
     def finish(self, bound: Mapping[str, Size]) -> None:
         """Close it after its body returned and its arguments passed (``bound``: its dims)."""

@@ -1,0 +1,126 @@
+"""The backward passes that ran inside a record, counted as they ran.
+
+A record predicts each forward op's backward (see :mod:`.backward`): what one backward pass
+over it costs, whether or not one runs. When autograd's engine runs inside the block
+(``loss.backward()``, ``torch.autograd.grad``, ``torch.func.grad``), its ops are seen too
+(the current autograd node is set while they run) and counted here, each time they run: a
+``backward(retain_graph=True)`` run twice counts both passes, a gradient of a gradient
+(``create_graph=True``, then a backward through it) the second pass too, a backward over
+some leaves only (``inputs=``, ``torch.autograd.grad(y, x)``) the products it ran, a hook
+its ops, and a ``torch.utils.checkpoint`` region's forward run again the ops torch ran
+before it stopped (``early_stop``). As in the prediction, the ops a
+``torch.autograd.Function``'s backward runs to differentiate them (reentrant checkpointing)
+are a forward run again.
+
+Then a record's total ``backward_flops`` and ``recompute_flops`` are these counts, as
+FlopCounterMode around the same block counts them; a row keeps its call's predicted backward
+(the cost of the call), and a total term whose count is not the prediction is that count,
+marked not exact.
+
+Not counted: the adds of gradient accumulation into ``.grad`` (``AccumulateGrad``: the
+optimizer's side of a step, as in the prediction).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ..types import Cost, Term
+from .events import Event, named_event
+from .opkeys import EVENTS, new_event, op_key, plan_of
+from .saved import in_checkpoint, recomputing
+
+__all__ = ["BackwardRan", "ran_in_backward", "with_backward_ran"]
+
+_ACCUMULATE = torch._C._functions.AccumulateGrad  # type: ignore[attr-defined]
+_FUNCTION_NODE = torch.autograd.function.BackwardCFunction
+
+
+class BackwardRan:
+    """The ops autograd's engine ran inside one record: its backward passes (``backward``)
+    and the forward of checkpointed regions run again (``rerun``), each op with how many
+    times it ran."""
+
+    __slots__ = ("backward", "ran", "rerun")
+
+    def __init__(self) -> None:
+        self.backward: dict[Event, int] = {}
+        self.rerun: dict[Event, int] = {}
+        #: Whether autograd's engine ran inside the record.
+        self.ran = False
+
+    def add(self, event: Event, rerun: bool) -> None:
+        """Add an op that ran in a backward pass (``rerun``: a forward run again there)."""
+        found = self.rerun if rerun else self.backward
+        found[event] = found.get(event, 0) + 1
+
+    def flops(self) -> tuple[int, int, int]:
+        """FLOPs of the backward passes, of the forwards run again, and of FlopCounterMode's
+        kernels among both."""
+        backward = sum(event.flops * times for event, times in self.backward.items())
+        rerun = sum(event.flops * times for event, times in self.rerun.items())
+        torch_counted = sum(
+            event.flops * times
+            for found in (self.backward, self.rerun)
+            for event, times in found.items()
+            if event.torch_counted
+        )
+        return backward, rerun, torch_counted
+
+    def uncounted(self) -> list[str]:
+        """Ops without a rule that ran in a backward pass."""
+        found = (*self.backward, *self.rerun)
+        return list(dict.fromkeys(f"{event.op} (backward)" for event in found if not event.counted))
+
+
+def ran_in_backward(
+    node: Any, calls: tuple[Any, ...], func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Run an op autograd's engine runs (``node``: the node it runs for) and count it in
+    each record open here (``calls``: the innermost call of each)."""
+    out = func(*args, **kwargs)
+    sessions = {call.session for call in calls}
+    for session in sessions:
+        session.backward_ran.ran = True
+    if type(node) is _ACCUMULATE:
+        return out  # gradient accumulation: not a backward op (see the module)
+    plan = plan_of(func)
+    event: Event | None = None
+    try:
+        key = op_key(plan, args, kwargs, out)
+        if key is not None:
+            event = EVENTS.get(key)
+        if event is None:
+            event = new_event(key, func, plan, args, kwargs, out)
+    except Exception:  # a tensor subclass, arguments no rule reads
+        event = named_event(str(func))
+    # a checkpointed region's forward run again: non-reentrant (its hooks say so; a region
+    # entered while one runs again is inside it), or reentrant (a Function's backward that
+    # runs ops to differentiate them, as predicted)
+    rerun = (
+        recomputing() or in_checkpoint() or (event.needs_grad and isinstance(node, _FUNCTION_NODE))
+    )
+    for session in sessions:
+        session.backward_ran.add(event, rerun)
+    return out
+
+
+def with_backward_ran(cost: Cost, ran: BackwardRan) -> Cost:
+    """A record's total with its backward and recompute terms as they ran, if autograd's
+    engine ran inside it (a term whose count differs from the prediction keeps the count,
+    marked not exact)."""
+    if not ran.ran:
+        return cost
+    backward, rerun, _ = ran.flops()
+    changes: dict[str, Any] = {}
+    if backward != cost.backward_flops:
+        changes["backward"] = Term.of_count(backward, exact=False)
+    if rerun != cost.recompute_flops:
+        changes["recompute"] = Term.of_count(rerun, exact=False)
+    missing = [name for name in ran.uncounted() if name not in cost.uncounted]
+    if missing:
+        changes["uncounted"] = (*cost.uncounted, *missing)
+    return dataclasses.replace(cost, **changes) if changes else cost

@@ -1,0 +1,116 @@
+"""A record that opens or closes inside a decorated call (its body enters or exits it, an
+``ExitStack`` or a generator does) sees exactly the ops run while it was open, and the
+records around it lose nothing: an outer record sees everything an inner one saw, as
+FlopCounterMode nested the same way does.
+
+Hand counts: ``x @ w`` with ``x`` 8x16 and ``w`` 16x16 is one product of P = 4,096 FLOPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from contextlib import ExitStack
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
+
+from typedflops import Recorder, record, typed_flops
+
+P = 2 * 8 * 16 * 16
+X = torch.randn(8, 16)
+W = torch.randn(16, 16)
+_stack = ExitStack()
+_opened: list[Recorder] = []
+
+
+@typed_flops
+def closes(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    """Two products; the records on the stack close between them."""
+    y = x @ W
+    _stack.close()
+    return y @ W
+
+
+@typed_flops
+def opens(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    """A product after opening a record that stays open (once: a dry run opens none)."""
+    if not _opened:
+        _opened.append(_stack.enter_context(record()))
+    return x @ W
+
+
+@typed_flops
+def nests(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    """A record around the first of two products, inside the body."""
+    with record() as inside:
+        y = x @ W
+    assert inside.total.flops == P
+    return y @ W
+
+
+def test_a_record_closed_inside_a_call_keeps_the_ops_run_before() -> None:
+    with FlopCounterMode(display=False) as counter, record() as outer:
+        inner = _stack.enter_context(record())
+        closes(X)
+        X @ W
+    assert (outer.total.flops, inner.total.flops) == (3 * P, P)
+    assert counter.get_total_flops() == 3 * P
+    assert [row.function for row in outer.calls] == ["closes"]
+
+
+def test_a_record_opened_inside_a_call_stays_open_after_it_returns() -> None:
+    _opened.clear()
+    with record() as outer:
+        opens(X)
+        X @ W
+        _stack.close()
+        X @ W
+    (inner,) = _opened
+    assert (outer.total.flops, inner.total.flops) == (3 * P, 2 * P)
+    assert outer.calls[0].function == "opens"
+
+
+def test_a_record_in_a_calls_body_is_seen_by_the_records_around() -> None:
+    with FlopCounterMode(display=False) as counter, record() as outer:
+        nests(X)
+        nests(X)
+    assert outer.total.flops == counter.get_total_flops() == 4 * P
+    (row,) = outer.calls
+    assert (row.calls, row.cost().flops) == (2, 2 * P)
+
+
+def _recording() -> Generator[Recorder, None, None]:
+    with record() as rec:
+        yield rec
+
+
+def test_a_generators_record_closed_inside_a_call() -> None:
+    generator = _recording()
+
+    @typed_flops
+    def closes_generator(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+        y = x @ W
+        generator.close()
+        return y @ W
+
+    with record() as outer:
+        inner = next(generator)
+        X @ W
+        closes_generator(X)
+        X @ W
+    assert (outer.total.flops, inner.total.flops) == (4 * P, 2 * P)
+
+
+def test_records_closed_inside_nested_calls_keep_what_each_call_ran() -> None:
+    @typed_flops
+    def inner_call(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+        return closes(x @ W)
+
+    with record() as outer:
+        inner = _stack.enter_context(record())
+        inner_call(X)
+        inner_call(X)  # after the inner record closed: the outer one's only
+    assert (outer.total.flops, inner.total.flops) == (6 * P, 2 * P)
+    assert [(row.function, row.calls) for row in outer.calls] == [("inner_call", 2)]
