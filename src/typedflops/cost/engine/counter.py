@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
-import types
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch._library.autograd as torch_autograd_impl
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.autograd.function import BackwardCFunction
 from torch.nested._internal.nested_tensor import NestedTensor
@@ -29,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from ...contract.walk import tensors_in
 from ..storage import nbytes
+from .custom_ops import generated_for_custom_op, in_custom_op_autograd
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .events import Event, Group, Sink, _group, current_group, named_event, new_group, new_serial
 from .frames import current_frame, no_frame
@@ -203,7 +201,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if not isinstance(node, BackwardCFunction):
             return
         cls = node._forward_cls  # type: ignore[attr-defined]
-        if _generated_for_custom_op(cls) or training_hook(cls):
+        if generated_for_custom_op(cls) or training_hook(cls):
             return
         if node in self.custom_nodes:
             return
@@ -345,7 +343,7 @@ def make_event(
     view = found is FREE and is_view(func)
     read = 0 if view else _unique_bytes(args, kwargs)
     written = 0 if view else sum(nbytes_of(t) for t in outputs)
-    recorded = torch.is_grad_enabled() or _in_custom_op_autograd(func)
+    recorded = torch.is_grad_enabled() or in_custom_op_autograd(func)
     needs_grad = recorded and any(t.requires_grad and is_float(t) for t in inputs)
     return Event(
         op=name,
@@ -363,39 +361,6 @@ def make_event(
         needs_grad=needs_grad,
         torch_counted=is_torch_counted(func._overloadpacket),
     )
-
-
-def _custom_op_forward() -> Any:
-    """The code of the forward that ``torch.library`` makes for a custom op's autograd."""
-    make = getattr(torch_autograd_impl, "make_autograd_impl", None)
-    consts = make.__code__.co_consts if make is not None else ()
-    found = [c for c in consts if isinstance(c, types.CodeType) and c.co_name == "forward"]
-    return found[0] if len(found) == 1 else None
-
-
-_CUSTOM_OP_FORWARD = _custom_op_forward()
-
-
-def _in_custom_op_autograd(func: Any) -> bool:
-    """Whether ``func`` (not an ``aten`` op) runs inside the autograd forward of a
-    ``torch.library`` custom op: grad mode is off there, but autograd differentiates it (the
-    op's registered backward), so its backward is replayed like an ``aten`` op's."""
-    if _CUSTOM_OP_FORWARD is None or func.namespace == "aten" or torch.is_grad_enabled():
-        return False
-    frame: types.FrameType | None = sys._getframe(1)
-    for _ in range(16):  # the dispatch mode's frames, then the custom op's forward
-        if frame is None:
-            return False
-        if frame.f_code is _CUSTOM_OP_FORWARD:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _generated_for_custom_op(cls: type) -> bool:
-    """Whether an autograd.Function class is the one ``torch.library`` makes for a custom
-    op (whose backward its event's replay counts)."""
-    return cls.__module__ == torch_autograd_impl.__name__
 
 
 def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
