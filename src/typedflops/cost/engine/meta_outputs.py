@@ -69,25 +69,23 @@ def meta_key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Key | 
     """The key of a call on meta tensors whose outputs can be rebuilt, or None."""
     if not _plain_op(func):
         return None
-    parts: list[Any] = [
-        func,
-        torch.get_default_dtype(),
-        torch.is_grad_enabled(),
-        torch.is_inference_mode_enabled(),
-    ]
+    parts: list[Any] = [func]
     tensors = False
-    for value in args:
+    for value in args:  # (a real run's op stops at its first real tensor, reading nothing else)
         part = _value_key(value)
         if part is None and value is not None:
             return None
         tensors = tensors or _holds_tensor(value)
         parts.append(part)
+    if not tensors:
+        return None  # a factory reads more than its arguments
     for name, value in sorted(kwargs.items()):
         part = _value_key(value)
         if part is None and value is not None:
             return None
         parts.append((name, part))
-    return tuple(parts) if tensors else None  # (a factory reads more than its arguments)
+    modes = (torch.get_default_dtype(), torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+    return (*parts, modes)
 
 
 def _holds_tensor(value: Any) -> bool:
