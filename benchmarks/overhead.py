@@ -3,6 +3,8 @@
 Two measurements in one run, each with its variants interleaved round by round (in turn
 forward and backward, so that no variant always runs first) so that machine noise hits every
 variant alike; medians are printed, then the ratios, with the load average before and after.
+An overhead is the median, over rounds, of a variant's time minus the plain call's in the
+same round (a paired difference: load that changes between rounds cancels), with quartiles.
 Times are this thread's CPU time (``--clock wall`` for wall time): on a shared machine, the
 time the scheduler gives other processes is not counted.
 
@@ -76,14 +78,15 @@ def _per_call_us(
     return (clock() - start) / calls * 1e6
 
 
-def _medians(
+def _samples(
     variants: dict[str, Callable[[Tensor, Tensor], object]],
     x: Tensor,
     w: Tensor,
     rounds: int,
     calls: int,
     clock: Clock,
-) -> dict[str, float]:
+) -> dict[str, list[float]]:
+    """Per-call times of each variant, one sample a round, all variants in every round."""
     for fn in variants.values():
         _per_call_us(fn, x, w, 200, clock)  # warm-up: first calls compile caches
     samples: dict[str, list[float]] = {name: [] for name in variants}
@@ -95,7 +98,16 @@ def _medians(
                     samples[name].append(_per_call_us(fn, x, w, calls, clock))
             else:
                 samples[name].append(_per_call_us(fn, x, w, calls, clock))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
+
+
+def _over(samples: dict[str, list[float]], name: str, base: str) -> tuple[float, float, float]:
+    """The median of a variant's time over the base's, round by round (each round measures
+    both within milliseconds, so load that changes between rounds cancels), and its
+    quartiles."""
+    differences = [a - b for a, b in zip(samples[name], samples[base], strict=True)]
+    low, middle, high = statistics.quantiles(differences, n=4)
+    return middle, low, high
 
 
 def main() -> None:
@@ -110,7 +122,7 @@ def main() -> None:
     x, w = torch.randn(8, 16), torch.randn(16, 4)
     assert torch.equal(typedflops.einsum(x, w, PATTERN), einops.einsum(x, w, PATTERN))
 
-    checks = _medians(
+    check_samples = _samples(
         {
             "plain": plain,
             "jaxtyped(beartype)": anchor,
@@ -124,23 +136,28 @@ def main() -> None:
         options.calls,
         clock,
     )
-    base = checks["plain"]
     print(
         f"per call, x @ w on 8x16 and 16x4 float32 ({options.rounds} interleaved rounds of "
-        f"{options.calls})"
+        f"{options.calls}); overhead: the median, round by round, of the time over the plain "
+        "call's in the same round [quartiles]"
     )
-    for name, value in checks.items():
-        print(f"  {name:<20} {value:7.2f} us   overhead {value - base:6.2f} us")
-    ratio = (checks["@typed_flops"] - base) / (checks["jaxtyped(beartype)"] - base)
+    over = {name: _over(check_samples, name, "plain") for name in check_samples}
+    for name, values in check_samples.items():
+        middle, low, high = over[name]
+        print(
+            f"  {name:<20} {statistics.median(values):7.2f} us   "
+            f"overhead {middle:6.2f} us [{low:.2f}, {high:.2f}]"
+        )
+    ratio = over["@typed_flops"][0] / over["jaxtyped(beartype)"][0]
     print(f"overhead ratio @typed_flops / jaxtyped(beartype): {ratio:.3f}  (target <= 0.10)")
     print(
-        f"disabled overhead: {checks['@typed_flops off'] - base:.2f} us  (target <= 0.3); "
+        f"disabled overhead: {over['@typed_flops off'][0]:.2f} us  (target <= 0.3); "
         f"an object whose __call__ only hands its arguments on: "
-        f"{checks['forwarding object'] - base:.2f} us"
+        f"{over['forwarding object'][0]:.2f} us"
     )
 
     kernel = torch._VF.einsum  # type: ignore[attr-defined]  # torch.einsum's call for 1-2 operands
-    sums = _medians(
+    sum_samples = _samples(
         {
             "einops.einsum": lambda a, b: einops.einsum(a, b, PATTERN),
             "typedflops.einsum": lambda a, b: typedflops.einsum(a, b, PATTERN),
@@ -153,6 +170,7 @@ def main() -> None:
         options.calls,
         clock,
     )
+    sums = {name: statistics.median(values) for name, values in sum_samples.items()}
     print(f'per call, einsum "{PATTERN}" on the same tensors ("kernel": torch._VF.einsum)')
     for name, value in sums.items():
         print(f"  {name:<20} {value:7.2f} us")

@@ -36,6 +36,7 @@ from .kernels import on_target
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
 from .rules import FREE, Free, OpCall, RuleEntry, find_rule, is_torch_counted, is_view, op_name
 from .run_again import RunAgain, region_frame
+from .skip_dynamo import keep_dynamo_out
 from .tensors import describe, differentiable, flat_tensors, is_float, nbytes_of
 
 __all__ = [
@@ -83,6 +84,10 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     uncounted: backward is accounted per forward op (see :mod:`.backward`), so a user's
     ``loss.backward()`` inside ``record()`` is not counted twice.
     """
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # (kept out on first use instead: see .skip_dynamo)
 
     def __init__(self, sink: Sink, phase: str = "forward") -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -513,6 +518,7 @@ def counting(
 ) -> Iterator[CountingMode]:
     """Count the ops run inside the block into ``sink`` (and name them by user call);
     ``target``: the device type a meta dry run stands for."""
+    keep_dynamo_out(CountingMode)
     mode = CountingMode(sink, phase)
     mode.target = target
     mode.to_meta = target is not None  # a dry run on meta tensors

@@ -42,6 +42,7 @@ from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, te
 from .rules import function_rules
 from .run_again import region_frame
 from .sites import find_site
+from .skip_dynamo import keep_dynamo_out
 
 __all__ = [
     "ROOT_LIMIT",
@@ -116,9 +117,7 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        # torch wraps a mode's __torch_dispatch__ so that dynamo never traces it: a fifth
-        # of a mode's time on small ops. The same is had for free by marking its code as
-        # skipped, with everything it calls (see _keep_dynamo_out), done on first use.
+        # (see CountingMode's)
         return False
 
     def __init__(self) -> None:
@@ -284,8 +283,7 @@ def entered() -> RecordingMode:
         return state.mode
     forget_events()
     _hold_fast_path()
-    if not _dynamo_kept_out:
-        _keep_dynamo_out()
+    keep_dynamo_out(RecordingMode)
     mode = RecordingMode()
     mode.__enter__()  # type: ignore[no-untyped-call]
     mode.naming.__enter__()  # type: ignore[no-untyped-call]
@@ -370,26 +368,6 @@ def _remove(
     finally:
         for other in reversed(above):
             push(other)
-
-
-_dynamo_kept_out = False
-
-
-def _keep_dynamo_out() -> None:
-    """Make dynamo skip :meth:`RecordingMode.__torch_dispatch__` and all it calls (a
-    compiled function called inside a record runs its ops eagerly through it)."""
-    global _dynamo_kept_out
-    raw = RecordingMode.__dict__["__torch_dispatch__"]
-    try:
-        from torch._dynamo import eval_frame, types
-
-        skip = types.FrameAction.SKIP  # type: ignore[attr-defined]
-        strategy = types.FrameExecStrategy(skip, skip)  # type: ignore[attr-defined]
-        eval_frame.set_code_exec_strategy(raw.__code__, strategy)  # type: ignore[attr-defined]
-    except (ImportError, AttributeError, TypeError):  # as torch does it, then
-        wrapped = torch._disable_dynamo(raw, recursive=True)  # type: ignore[attr-defined]
-        RecordingMode.__torch_dispatch__ = wrapped  # type: ignore[method-assign]
-    _dynamo_kept_out = True
 
 
 def _install_watch(watched: dict[Any, Any]) -> Any:

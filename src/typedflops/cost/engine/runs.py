@@ -97,17 +97,21 @@ class Run:
         }
 
 
+def _refuse_record(record: logging.LogRecord) -> bool:
+    return False
+
+
 @contextlib.contextmanager
 def _quiet_fake_tensors() -> Iterator[None]:
     """Keep FakeTensorMode from logging the errors of runs at sizes the body refuses (a
-    changed dim that the weights fix): those runs are expected to fail, quietly."""
+    changed dim that the weights fix): those runs are expected to fail, quietly. (A filter,
+    not a level: setting a level clears every logger's cache.)"""
     logger = logging.getLogger("torch._subclasses.fake_tensor")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    logger.addFilter(_refuse_record)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        logger.removeFilter(_refuse_record)
 
 
 def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False) -> Run:
