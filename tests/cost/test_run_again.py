@@ -182,3 +182,18 @@ def test_a_region_inside_a_region_runs_again_inside_it() -> None:
     # the outer region runs the inner one and the relu again (its product's inputs are its
     # last save); the inner one's only saves are its product's inputs: nothing again
     assert rec.total.recompute_flops == UP + RELU
+
+
+def test_a_block_repeated_inside_a_region_runs_again_where_its_own_ops_fall() -> None:
+    # d_ff == d_model: the MLP's first product is the same call as the attention's output
+    # projection (same module shape, same input), inside the same checkpointed region. A
+    # copy of the first call's events would not say where its saves fall in the region.
+    config = TransformerConfig.gpt2(vocab=97, context=16, d_model=32, n_layers=1, n_heads=4)
+    config = dataclasses.replace(config, checkpoint=True, d_ff=32)
+    model = TransformerLM(config)
+    ids = torch.randint(0, 97, (2, 16))
+    with record() as rec:
+        model.loss(ids, ids).backward()
+    with kernels_of("cpu"):
+        estimated = TransformerLM(config).loss_estimate(batch=2, seq=16)
+    assert rec.total.recompute_flops == estimated.recompute_flops == 414_720

@@ -158,9 +158,13 @@ def begin_call(
         return CallHandle(session, child, fn, args, kwargs, "inline")
     handle = CallHandle(session, child, fn, args, kwargs, "count")
     if cached and fn.declared is None:
+        saving = session.saved is not None and session.saved.active()
+        if session.saved is not None and not saving:
+            # Inside a checkpoint region (or the user's saved-tensor hooks): what backward
+            # runs again depends on where each op falls among the region's saves, which a
+            # copy of another call's events does not say: every call runs, seen op by op.
+            return handle
         try:
-            # Inside a checkpoint region the same block saves nothing: not alike.
-            saving = session.saved is not None and session.saved.active()
             key: Any = (id(fn), structural_signature(args, kwargs, session.structures), saving)
             hash(key)
         except TypeError:

@@ -18,12 +18,15 @@ again at other values (:mod:`.rebuild`). Each size is then one of:
 Two sizes that happen to be equal are told apart because each is changed alone. Every
 formula is then checked again at sizes no fit used: the count of each block of a
 ``ModuleList`` at one more block, and the call's dims far above and below their values
-(a branch on ``x.shape[0] > 100``). A formula a check refutes is marked inexact.
+(a branch on ``x.shape[0] > 100``), and with the sizes made equal and turned in order (a
+branch on ``self.d_in == self.d_out``: :mod:`.orders`). A formula a check refutes is marked
+inexact.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +37,7 @@ from .at_one import checked_at_one, with_part_at_one
 from .axes import Axis, axes_of, named_by_call, study, third, tied
 from .events import Event
 from .fit import Fitted, Plan, Size, fit, size_value
+from .orders import order_checked
 from .rebuild import OWN
 from .rules import declared_flops
 from .runs import TERMS, Probe, Run, Runner, Thunk, run_once
@@ -117,6 +121,9 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         else:
             terms = {name: dataclasses.replace(t, exact=False) for name, t in terms.items()}
     terms = _far_checked(runner, start, fitting.varied, terms, values, probe)
+    if not shifted:  # (a part at 1 is fitted at the sizes it is checked at)
+        mark = functools.partial(_mark_refuted, probe=probe)
+        terms = order_checked(runner, start, [*fitting.varied, *sequence], terms, values, mark)
     calls = [s.axis for s in studies if s.axis.far and not s.stuck]
     terms = _split_checked(runner, start, calls, terms, values, probe)
     if probe.declared is not None:

@@ -13,6 +13,9 @@ note what the first call saved for backward as saved again:
 - its result: the stand-in;
 - anything else the body made: a new storage of the same size.
 
+Inside a checkpointed region no call is repeated this way (see :func:`.calls.begin_call`):
+what backward runs again depends on where each op falls among the region's saves.
+
 A body that saves a tensor it reads from elsewhere (a global, a closure) would have it
 counted once per repeat; such a block can set ``SKIP_REPEATED_BODIES = False`` on this module
 for its estimates.
