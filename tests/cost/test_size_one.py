@@ -12,9 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import typedflops
 from typedflops import Cost, TypedFunction, einsum, record, typed_flops
 from typedflops.cost.types import above_one, is_one
 from typedflops.testing import assert_flops
@@ -196,3 +197,32 @@ def test_torch_saving_other_storages_at_batch_one_gives_the_activations_a_part()
                 assert term.at({**cost.dims, **sizes}) == ran.terms[name].count, (name, sizes)
             real = _saved_bytes(attention, torch.randn(sizes["batch"], sizes["seq"], 32))
             assert ran.activation.count == real
+
+
+class SharedKeys(nn.Module):
+    """Key heads from one projection; with one key head (multi-query), scaled once more."""
+
+    def __init__(self, d: int, n_kv_heads: int) -> None:
+        super().__init__()
+        self.kv = nn.Linear(d, n_kv_heads * 8, bias=False)
+        self.n_kv_heads = n_kv_heads
+
+    def forward(self, x: Tensor) -> Tensor:
+        keys: Tensor = self.kv(x)
+        if self.n_kv_heads == 1:
+            keys = keys * 0.5
+        return keys
+
+
+def test_a_branch_on_a_modules_own_size_at_one_gives_the_formula_a_part() -> None:
+    spec = Float[Tensor, "b s d"]
+    cost = typedflops.estimate(SharedKeys(16, 4), spec, b=2, s=3, d=16)
+    assert cost.flops == 2 * 2 * 3 * 16 * 32
+    b, s, d, heads = sympy.symbols("b s d n_kv_heads")
+    # built with one key head, the body scales the keys too
+    assert sympy.expand(cost.formula - 16 * b * s * d * heads - 8 * b * s * is_one(heads)) == 0
+    assert cost.exact
+    one = typedflops.estimate(SharedKeys(16, 1), spec, b=2, s=3, d=16)
+    assert one.flops == 2 * 2 * 3 * 16 * 8 + 2 * 3 * 8
+    assert cost.forward.at({**cost.dims, "n_kv_heads": 1}) == one.flops
+    assert above_one(cost.formula) == 16 * b * s * d * heads

@@ -8,7 +8,8 @@ checked by a dry run at 1. Where a term differs there, what differs is fitted in
 dims with that dim held at 1, and added where it is 1: ``5*d*n - 5*n*KroneckerDelta(1, d)``.
 Pairs of dims at 1 are checked and fitted the same way (``KroneckerDelta(1, i)*
 KroneckerDelta(1, j)``); three or more dims at 1 at once are not checked. A term whose part
-at 1 no fit finds is inexact. One difference keeps the formula: a matrix product over a
+at 1 no fit finds is inexact. A module's own size is checked alone the same way, the module
+built at 1. One difference keeps the formula: a matrix product over a
 summed dim of 1, which torch runs as a multiply (``einsum`` at ``d_in = 1``); its formula
 stays the product's as written, ``2*batch*d_in*d_out``.
 """
@@ -77,6 +78,11 @@ def checked_at_one(
     pairs = named if len(named) <= _PAIRS else parted[:_PAIRS]
     for group in itertools.combinations(pairs, 2):
         _with_parts(probe, runner, base, at, group, cost.dims, terms, measure)
+    for axis in axes:
+        # A module's own size (``n_kv_heads``, built at 1: multi-query attention's own
+        # path), alone: its part fitted with the module built at 1, or the term inexact.
+        if not axis.far and _at_least_two(at[axis.keys[0]]):
+            _with_parts(probe, runner, base, at, (axis,), cost.dims, terms, measure)
     return cost if terms == cost.terms else cost.with_terms(terms)
 
 
