@@ -198,8 +198,9 @@ def test_each_call_of_a_function_is_counted_once() -> None:
     _, backward, uncounted = _recorded(body)
     assert uncounted == ()
     # Each call's backward: 2 products and an add per element (12 elements), once however
-    # many ops took its outputs; the adds' own backward is free.
-    assert backward == 2 * (3 * 12)
+    # many ops took its outputs; the adds' own backward is free; `first`, read twice, has
+    # its two gradients summed (12 adds).
+    assert backward == 2 * (3 * 12) + 12
 
 
 def test_a_function_returned_by_a_checked_call_is_counted_by_estimate_and_record() -> None:

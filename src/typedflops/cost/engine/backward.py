@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from .counter import counting
 from .events import Event
+from .fan_in import replay_with
 from .frames import no_frame
 from .stand_ins import META_STAND_INS
 from .tensors import TensorMeta, is_float, map_meta
@@ -30,11 +31,19 @@ __all__ = ["BackwardResult", "backward_of"]
 class BackwardResult:
     """The backward events of one op signature, or why they could not be found."""
 
-    __slots__ = ("events", "failure")
+    __slots__ = ("edges", "events", "failure")
 
-    def __init__(self, events: list[Event], failure: str | None = None) -> None:
+    def __init__(
+        self,
+        events: list[Event],
+        failure: str | None = None,
+        edges: tuple[int, ...] | None = None,
+    ) -> None:
         self.events = events
         self.failure = failure
+        #: The inputs needing grad (their positions among them, in order) that the op's
+        #: backward sends a gradient to: its edges in autograd's graph (None: not known).
+        self.edges = edges
 
     @property
     def flops(self) -> int:
@@ -109,14 +118,15 @@ def _replay(event: Event) -> BackwardResult:
             skip = _DIFFERENTIATED.get(func._overloadpacket, 0)
             target = _first_differentiable(out[skip:] if skip else out)
             if target is None or not leaves:
-                return BackwardResult([])
+                return BackwardResult([], edges=())
             grad = torch.ones_like(target)
             with counting(sink, phase="backward"):
-                torch.autograd.grad(target, leaves, grad, allow_unused=True)
+                grads = torch.autograd.grad(target, leaves, grad, allow_unused=True)
     except Exception as exc:  # an op without a fake kernel or an autograd formula
         reason = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
         return BackwardResult(sink.events, f"{event.op} (backward: {reason})")
-    return BackwardResult(sink.events)
+    edges = tuple(index for index, found in enumerate(grads) if found is not None)
+    return BackwardResult(sink.events, edges=edges)
 
 
 def _lists(func: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -144,3 +154,6 @@ def _first_differentiable(out: Any) -> torch.Tensor | None:
             if found is not None:
                 return found
     return None
+
+
+replay_with(backward_of)

@@ -17,8 +17,9 @@ FlopCounterMode around the same block counts them; a row keeps its call's predic
 (the cost of the call), and a total term whose count is not the prediction is that count,
 marked not exact.
 
-Not counted: the adds of gradient accumulation into ``.grad`` (``AccumulateGrad``: the
-optimizer's side of a step, as in the prediction).
+Counted, as predicted (see :mod:`.fan_in`): the engine's sums of a tensor's gradients from
+several ops. Not counted: the adds of gradient accumulation into ``.grad``
+(``AccumulateGrad``: the optimizer's side of a step, as in the prediction).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 
 from ..types import Cost, Term
 from .events import Event, named_event
+from .fan_in import backward_ran
 from .opkeys import EVENTS, new_event, op_key, plan_of
 from .saved import in_checkpoint, recomputing
 
@@ -82,6 +84,7 @@ def ran_in_backward(
     """Run an op autograd's engine runs (``node``: the node it runs for) and count it in
     each record open here (``calls``: the innermost call of each)."""
     out = func(*args, **kwargs)
+    backward_ran()  # (the sums predicted for the graph it runs are sent: see .fan_in)
     sessions = {call.session for call in calls}
     for session in sessions:
         session.backward_ran.ran = True

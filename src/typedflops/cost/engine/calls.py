@@ -8,9 +8,12 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
+
 from ...contract.function import CheckedFunction
 from .counter import suspended
 from .events import Event, Group, new_serial
+from .fan_in import Role, role_tensor, roles
 from .fit import Size, size_value
 from .frames import Frame, in_frame, owned_by
 from .kernels import TargetKernels
@@ -39,9 +42,11 @@ class CallHandle:
         "kind",
         "kwargs",
         "mark",
+        "reached",
         "replay",
         "session",
         "start",
+        "uses",
     )
 
     def __init__(
@@ -62,6 +67,10 @@ class CallHandle:
         self.start = 0
         self.mark = 0
         self.replay: tuple[Any, Frame, list[Event], Shortcut | None] | None = None
+        # A block's first call: the tensors it reaches from outside, with their edges
+        # before it ran; a repeat: the edges its first call made to each (see .fan_in).
+        self.reached: list[tuple[Role, torch.Tensor, int]] = []
+        self.uses: tuple[tuple[Role, int], ...] = ()
 
     @property
     def shortcut(self) -> Shortcut | None:
@@ -99,6 +108,7 @@ class CallHandle:
             assert self.replay is not None
             _, first, events, _ = self.replay
             session.events.extend(_moved(events, first, self.frame))
+            self._edges_again()
             return
         sizes = dict(bound)
         declared = self.fn.declared
@@ -109,13 +119,43 @@ class CallHandle:
             value = declared_flops(self.fn.name, declared, values)
             session.events.append(declared_event(self.fn.name, value, self.frame))
         if self.kind == "count" and self.replay is not None:
+            if session.mode is not None:
+                with in_frame(self.frame):  # (its result, held, reaches backward: its own)
+                    session.mode.sums.settle()
             key = self.replay[0]
             shortcut = None
             if session.saved is not None:
                 shortcut = shortcut_of(result, self.args, self.kwargs, session.saved, self.mark)
-            session.blocks[key] = (self.frame, session.events[self.start :], shortcut)
+            events, uses = self._edges_made(session.events[self.start :])
+            session.blocks[key] = (self.frame, events, shortcut, uses)
         if self.kind == "count" and parent is session.root:
             session.bound = call_dims(self.fn, self.args, self.kwargs, sizes)
+
+    def _edges_made(self, events: list[Event]) -> tuple[list[Event], tuple[tuple[Role, int], ...]]:
+        """A first call's events for its repeats, less the sums of gradients of the tensors
+        it reaches from outside, and the edges it made to each: a repeat makes its own."""
+        mode = self.session.mode
+        if mode is None or not self.reached:
+            return events, ()
+        sums = mode.sums
+        uses = tuple(
+            (role, sums.count(tensor) - before)
+            for role, tensor, before in self.reached
+            if sums.count(tensor) > before
+        )
+        sources = {id(tensor) for _, tensor, _ in self.reached}
+        return [event for event in events if event.source not in sources], uses
+
+    def _edges_again(self) -> None:
+        """A repeat's edges to the tensors it reaches from outside, as its first call's."""
+        mode = self.session.mode
+        if mode is None or not self.uses:
+            return
+        with in_frame(self.frame):
+            for role, edges in self.uses:
+                tensor = role_tensor(role, self.args, self.kwargs)
+                if tensor is not None:
+                    mode.sums.use(tensor, edges)
 
 
 def _moved(events: list[Event], first: Frame, frame: Frame) -> list[Event]:
@@ -169,14 +209,21 @@ def begin_call(
             hash(key)
         except TypeError:
             return handle
+        if session.mode is not None:
+            # (what made the block's arguments reaches backward: counted outside it)
+            session.mode.sums.settle()
         known = session.blocks.get(key)
         if known is not None:
             handle.kind = "replay"
             handle.replay = (key, known[0], known[1], known[2] if session.saved else None)
+            handle.uses = known[3]
         else:
             handle.replay = (key, child, [], None)
             handle.start = len(session.events)
             handle.mark = session.saved.mark() if session.saved is not None else 0
+            if session.mode is not None:
+                sums = session.mode.sums
+                handle.reached = [(r, t, sums.count(t)) for r, t in roles(args, dict(kwargs))]
     return handle
 
 

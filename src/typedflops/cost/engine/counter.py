@@ -29,6 +29,7 @@ from ..storage import nbytes
 from .custom_ops import generated_for_custom_op, in_custom_op_autograd
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .events import Event, Group, Sink, _group, current_group, named_event, new_group, new_serial
+from .fan_in import GradientSums, Place, edges_of, written
 from .frames import current_frame, no_frame
 from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
 from .functions import inside_rule, watching
@@ -110,6 +111,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.keys = dispatch_keys()
         # The ops of checkpointed regions that backward runs again (see .run_again).
         self.again = RunAgain(sink.add)
+        # The sums of gradients where a tensor feeds several differentiated ops.
+        self.sums = GradientSums(sink)
 
     def __torch_dispatch__(
         self,
@@ -163,9 +166,37 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         again = self.again
         if again.regions or _saved_hooks(False) is not None:
             again.op(event, region_frame())
+        self.edges(event, func, args, kwargs, out)
+        return out
+
+    def edges(
+        self, event: Event, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
+        """What an op that ran adds to backward besides its own: the backward of each
+        ``torch.autograd.Function`` it takes an output of, and the sums of gradients of the
+        tensors it makes an edge to (see :mod:`.fan_in`)."""
+        if self.phase != "forward":  # (a backward's ops: their own graph is not costed)
+            if event.needs_grad:
+                self._custom_backwards(args, kwargs)
+            return
         if event.needs_grad:
             self._custom_backwards(args, kwargs)
-        return out
+            self.sums.op(
+                edges_of(event, self.keys, args, kwargs),
+                args,
+                kwargs,
+                out,
+                event,
+                self.places(event),
+            )
+        elif self.sums.waiting:
+            self.sums.read(args, kwargs)
+        if _writes(func):
+            self.sums.restart(written(func, args, kwargs))
+
+    def places(self, event: Event) -> list[Place] | None:
+        """Where a record keeps ``event`` (None: a dry run's own event)."""
+        return None
 
     def _on_meta(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], writes: bool

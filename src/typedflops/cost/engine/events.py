@@ -66,6 +66,8 @@ class Event:
     # A torch.autograd.Function's backward: the forward it ran again to differentiate it
     # (reentrant checkpointing), kept apart from ``backward``.
     rerun: list[Event] = field(default_factory=list)
+    # A sum of a tensor's gradients (see .fan_in): the tensor's id.
+    source: int | None = None
 
     def call(self) -> OpCall:
         """The op as a rule sees it."""

@@ -63,6 +63,7 @@ class Plan:
         "run",
         "tensors",
         "view",
+        "writes",
     )
 
     def __init__(self, func: Any) -> None:
@@ -99,6 +100,8 @@ class Plan:
         self.tensors = bool(positional) and not self.outputs and set(positional) == {"Tensor"}
         # A view that needs no backward costs nothing, whatever its shapes: keyed by view_key
         self.view = found is FREE and is_view(func) and not self.outputs
+        # An op that writes an argument in place (``add_``, ``out=``)
+        self.writes = any(a.alias_info is not None and a.alias_info.is_write for a in arguments)
 
 
 #: Plans by the op's identity (ops live as long as the process; _KEEP makes sure).

@@ -35,6 +35,7 @@ from .backward_ran import ran_in_backward
 from .counter import CountingMode, GroupingMode
 from .events import Event, Group
 from .events import _group as _current_group
+from .fan_in import Place
 from .functions import inside_rule
 from .kernels import RMS_NORM, SDPA, composite, meta_target
 from .kernels import _meta_target as _target
@@ -122,11 +123,15 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
 
     def __init__(self) -> None:
         super().__init__(_Sink())
+        self.sums.shared = True
         self.naming = NamingMode(self)
         self.grouping = self.naming
         self.watch: Any = None
         #: Whether its thread's records are open (its modes on torch's stacks).
         self.open = False
+
+    def places(self, event: Event) -> list[Place] | None:
+        return _places(event)
 
     def __torch_dispatch__(
         self,
@@ -200,9 +205,21 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         again = self.again
         if again.regions or _saved_hooks(False) is not None:
             again.op(event, region_frame())
-        if event.needs_grad:
-            self._custom_backwards(args, kwargs or {})
+        if event.needs_grad or plan.writes or self.sums.waiting:
+            self.edges(event, func, args, kwargs or {}, out)
         return out
+
+
+def _places(event: Event) -> list[Place]:
+    """Where the records open here keep ``event``, just placed: each call's items."""
+    calls = _frame.get()
+    found: list[Place] = []
+    if type(calls) is tuple:
+        for call in calls:
+            items = call.items
+            if items and items[-1] is event:
+                found.append((items, len(items) - 1))
+    return found
 
 
 def launched_from() -> Any:

@@ -201,8 +201,10 @@ def record() -> Iterator[Recorder]:
         if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             torch.cuda.synchronize()
         recorder.seconds = time.perf_counter() - start
-        if session.mode is not None and session.mode.again.regions:
-            session.mode.again.settle()  # (checkpointed regions that ended in the block)
+        if session.mode is not None:
+            if session.mode.again.regions:
+                session.mode.again.settle()  # (checkpointed regions that ended in the block)
+            session.mode.sums.settle()  # (the sums of what the block's results were made from)
         left()
         current = counting_frame.get()
         session.close(current)

@@ -136,7 +136,10 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
             session.active(),
             torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
         ):
-            _finish(thunk())
+            result = _finish(thunk())
+            if session.mode is not None:
+                session.mode.sums.settle()  # (while the result is held)
+            del result
     for event in session.events:
         # A repeated block's events share their first call's list: filled once.
         if event.needs_grad and not event.backward:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .events import Event, saved_event
+from .fan_in import reads_unseen
 from .frames import Frame, owner
 from .tensors import TensorMeta, describe
 
@@ -78,6 +79,10 @@ class SavedTensors:
         return tensor.untyped_storage()._cdata
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        with reads_unseen():  # (its detach is no read of the user's: see .fan_in)
+            return self._pack(tensor)
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         # Kept detached (autograd gives an output its grad_fn back when unpacking): an output
         # kept as it is would hold its own grad_fn, a cycle through autograd's nodes that no
         # garbage collection frees, so every dry run's graph would outlive it.

@@ -41,7 +41,7 @@ class RunSession(Session):
         # called again alike (the next of 48 identical layers) is not counted again: its
         # first call's events are copied, and its body is skipped where its result can be
         # made from its first call's (see .calls).
-        self.blocks: dict[Any, tuple[Frame, list[Event], Any]] = {}
+        self.blocks: dict[Any, tuple[Frame, list[Event], Any, Any]] = {}
         # Modules' structures by identity (they do not change during a run).
         self.structures: dict[int, Any] = {}
         # What autograd saves for backward during the run (set by the dry run).

@@ -34,6 +34,7 @@ from .backward_ran import BackwardRan
 from .counter import count_custom_backwards
 from .dryrun import Probe
 from .events import Event
+from .fan_in import new_call
 from .fit import Size, size_value
 from .frames import no_frame
 from .probes import WorkProbe, call_dims
@@ -181,6 +182,8 @@ class Call:
         self.items: list[Any] = []
         self.label: Any = START
         self.body = body
+        if parent is not None and parent.parent is None:
+            new_call()  # (a top-level call: its leaves' gradients are its own, see .fan_in)
         if body is None:
             self.declared = False
             self.code: types.CodeType | None = None

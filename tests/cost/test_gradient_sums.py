@@ -1,0 +1,261 @@
+"""Where one tensor feeds several differentiated ops, autograd's engine sums its gradients
+before it goes on: ``k - 1`` adds of the tensor's size for ``k`` edges (a residual stream,
+a weight tied to an embedding and an output layer, one projection sliced three ways, ``x *
+x``). A record around a real backward counts these adds as they run; ``estimate()`` and a
+record's prediction count them too, so all three agree.
+
+The oracles: the real backward inside ``record()`` (the engine's adds as they ran), and hand
+counts (``x * x`` with ``x`` of B·D values: two products of the gradient, B·D each, and one
+sum of B·D).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from typedflops import Term, estimate, record
+from typedflops.cost.engine.counter import counting
+from typedflops.cost.engine.events import Event
+from typedflops.nn import TransformerConfig, TransformerLM
+
+B, D, V = 4, 8, 11
+
+
+class Residual(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.a = nn.Linear(d, d)
+        self.b = nn.Linear(d, d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.a(x)
+        out: Tensor = x + self.b(x)
+        return out
+
+
+class Tied(nn.Module):
+    def __init__(self, vocab: int, d: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: Tensor) -> Tensor:
+        out: Tensor = self.head(torch.tanh(self.embed(ids)))
+        return out
+
+
+class Sliced(nn.Module):
+    """One projection read three times through slices (three edges to it) or once through
+    ``chunk`` (one node, three outputs: nothing to sum)."""
+
+    def __init__(self, d: int, chunk: bool) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, 3 * d)
+        self.chunk = chunk
+        self.d = d
+
+    def forward(self, x: Tensor) -> Tensor:
+        qkv: Tensor = self.proj(x)
+        if self.chunk:
+            q, k, v = qkv.chunk(3, dim=-1)
+        else:
+            d = self.d
+            q, k, v = qkv[..., :d], qkv[..., d : 2 * d], qkv[..., 2 * d :]
+        return q * k + v
+
+
+class InPlace(nn.Module):
+    """An in-place op gives ``h`` a new history: the later read is its first edge."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h: Tensor = self.proj(x)
+        h.mul_(2.0)
+        return h * 3.0
+
+
+def _ran(call: Callable[[], Tensor]) -> Term:
+    with record() as rec:
+        call().float().sum().backward()
+    return rec.total.backward
+
+
+def _predicted(call: Callable[[], Tensor]) -> Term:
+    with record() as rec:
+        call()
+    return rec.total.backward
+
+
+def _x() -> Tensor:
+    return torch.randn(B, D, requires_grad=True)
+
+
+def test_a_tensor_read_twice_by_one_op_sums_its_two_gradients() -> None:
+    x = _x()
+    ran = _ran(lambda: x * x)
+    assert ran == Term(3 * B * D, 3 * B * D, exact=True)  # two products of the gradient, a sum
+    assert _predicted(lambda: x * x).count == 3 * B * D
+    square = estimate(lambda x: x * x, Float[Tensor, "b d"], b=B, d=D, grad=("x",))
+    assert square.backward_flops == 3 * B * D
+    assert str(square.backward.formula) == "3*b*d"
+
+
+def test_a_residual_stream_sums_the_gradients_of_the_block_and_the_skip() -> None:
+    torch.manual_seed(0)
+    model = Residual(D)
+    x = _x()
+    ran = _ran(lambda: model(x))
+    predicted = _predicted(lambda: model(x))
+    cost = estimate(model, Float[Tensor, "b d"], b=B, d=D, grad=("x",))
+    assert ran.exact and ran.count == predicted.count == cost.backward_flops
+    # the same blocks without the skips: two sums of B*D fewer
+    plain = estimate(lambda x: model.b(model.a(x)), Float[Tensor, "b d"], b=B, d=D, grad=("x",))
+    assert cost.backward_flops - plain.backward_flops == 2 * B * D
+
+
+def test_a_weight_tied_to_the_embedding_sums_its_two_gradients() -> None:
+    torch.manual_seed(0)
+    model = Tied(V, D)
+    ids = torch.randint(0, V, (B, 5))
+    ran = _ran(lambda: model(ids))
+    cost = estimate(model, Int[Tensor, "b s"], b=B, s=5)
+    assert ran.exact and ran.count == _predicted(lambda: model(ids)).count == cost.backward_flops
+    untied = Tied(V, D)
+    untied.head.weight = nn.Parameter(untied.embed.weight.detach().clone())
+    assert cost.backward_flops - estimate(untied, Int[Tensor, "b s"], b=B, s=5).backward_flops == (
+        V * D
+    )
+
+
+def test_slices_of_one_projection_sum_where_chunk_does_not() -> None:
+    torch.manual_seed(0)
+    x = _x()
+    counts = {}
+    for chunk in (False, True):
+        model = Sliced(D, chunk)
+        call = functools.partial(model, x)
+        ran = _ran(call)
+        cost = estimate(model, Float[Tensor, "b d"], b=B, d=D, grad=("x",))
+        assert ran.exact and ran.count == _predicted(call).count == cost.backward_flops
+        counts[chunk] = cost.backward_flops
+    assert counts[False] - counts[True] == 2 * B * 3 * D
+
+
+def test_an_in_place_op_starts_a_new_history() -> None:
+    torch.manual_seed(0)
+    model = InPlace(D)
+    x = _x()
+    ran = _ran(lambda: model(x))
+    assert ran.exact and ran.count == _predicted(lambda: model(x)).count
+    assert ran.count == estimate(model, Float[Tensor, "b d"], b=B, d=D, grad=("x",)).backward_flops
+
+
+def _stable_softmax(x: Tensor) -> Tensor:
+    shifted = x - x.amax(dim=-1, keepdim=True).detach()
+    return shifted.exp() / shifted.exp().sum(dim=-1, keepdim=True)
+
+
+def _masked(x: Tensor) -> Tensor:
+    keep = x.abs() > 0.5
+    return torch.where(keep, x * 2.0, torch.zeros_like(x[0]))
+
+
+def _item(x: Tensor) -> Tensor:
+    return x * float(x.max().item())
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def add(self, event: Event) -> None:
+        self.events.append(event)
+
+
+def _sums(body: Callable[[Tensor], Tensor], x: Tensor) -> int:
+    """The adds of the gradient sums counted for ``body(x)``."""
+    sink = _Events()
+    with counting(sink) as mode:
+        out = body(x)
+        mode.sums.settle()
+    del out
+    return sum(e.flops for s in sink.events if s.op == "gradient sum" for e in s.backward)
+
+
+@pytest.mark.parametrize(
+    ("body", "sums"),
+    [(_stable_softmax, B * D), (_masked, 0), (_item, 0)],
+    ids=["detached-max", "mask", "item"],
+)
+def test_a_branch_read_only_off_the_graph_sums_nothing(
+    body: Callable[[Tensor], Tensor], sums: int
+) -> None:
+    # `x.amax().detach()`, `x.abs() > t`, `x[0]` for `zeros_like`, `x.max().item()`: ops
+    # whose output no differentiated op reads are off the graph backward walks, and their
+    # edges to `x` are none; the softmax's shifted values, read by two `exp`s, sum once
+    x = _x()
+    assert _sums(body, x) == sums
+    # nor does their own backward run: the prediction is what ran
+    ran = _ran(lambda: body(x))
+    assert ran.exact and ran.count == _predicted(lambda: body(x)).count
+    if body is not _item:  # (a dry run reads no values)
+        cost = estimate(body, Float[Tensor, "b d"], b=B, d=D, grad=("x",))
+        assert cost.backward_flops == ran.count
+
+
+def test_parameters_read_by_two_forwards_of_one_loss_sum_but_two_steps_do_not() -> None:
+    torch.manual_seed(0)
+    model = Residual(D)
+    x1, x2 = _x(), _x()
+    one = _ran(lambda: model(x1)).count
+    parameters = sum(p.numel() for p in model.parameters())
+    with record() as rec:
+        (model(x1).sum() + model(x2).sum()).backward()
+    assert rec.total.backward == Term(2 * one + parameters, 2 * one + parameters, exact=True)
+    with record() as rec:
+        for x in (x1, x2):
+            model(x).sum().backward()
+    assert rec.total.backward == Term(2 * one, 2 * one, exact=True)
+
+
+def test_a_language_model_estimate_is_its_backward_as_it_runs() -> None:
+    torch.manual_seed(0)
+    config = TransformerConfig.gpt2(vocab=97, context=16, d_model=32, n_layers=3, n_heads=4)
+    model = TransformerLM(config)
+    ids = torch.randint(0, 97, (2, 16))
+    cost = model.estimate(batch=2, seq=16)
+    ran = _ran(lambda: model(ids))
+    assert ran.exact and ran.count == cost.backward_flops == _predicted(lambda: model(ids)).count
+    # a residual stream read twice per block (attention's and the MLP's skips): 2*b*s*d each
+    assert "26*batch*d_model*n_layers*seq" in str(cost.backward.formula)
+
+
+@settings(max_examples=15, deadline=None)
+@given(uses=st.integers(1, 5), b=st.integers(1, 5), d=st.integers(1, 6))
+def test_k_reads_of_a_tensor_sum_k_minus_one_times(uses: int, b: int, d: int) -> None:
+    scales = [float(i + 2) for i in range(uses)]
+
+    def reads(x: Tensor) -> Tensor:
+        total = x * scales[0]
+        for scale in scales[1:]:
+            total = total + x * scale
+        return total
+
+    x = torch.randn(b, d, requires_grad=True)
+    expected = (2 * uses - 1) * b * d  # a product of the gradient per read, uses - 1 sums
+    assert _ran(lambda: reads(x)) == Term(expected, expected, exact=True)
+    assert _predicted(lambda: reads(x)).count == expected
+    cost = estimate(reads, Float[Tensor, "b d"], b=b, d=d, grad=("x",))
+    assert cost.backward_flops == expected
