@@ -27,9 +27,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ..cost.engine.counter import make_event
 from ..cost.engine.distributed import in_sharding_propagation, is_dtensor_call
 from ..cost.engine.events import Event
+from ..cost.engine.op_events import make_event
 from ..cost.engine.rules import find_rule
 from ..cost.engine.saved import recomputing
 from .collectives import buffer_bytes, collective_kind, group_name

@@ -25,20 +25,19 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ...contract.walk import tensors_in
-from ..storage import nbytes
-from .custom_ops import generated_for_custom_op, in_custom_op_autograd
+from .custom_ops import generated_for_custom_op
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
-from .events import Event, Group, Sink, _group, current_group, named_event, new_group, new_serial
+from .events import Event, Group, Sink, _group, named_event, new_serial
 from .fan_in import GradientSums, Place, edges_of, written
 from .frames import current_frame, no_frame
 from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
 from .functions import inside_rule, watching
 from .kernels import on_target
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
-from .rules import FREE, Free, OpCall, RuleEntry, find_rule, is_torch_counted, is_view, op_name
+from .op_events import make_event, requires_backward
+from .rules import FREE, find_rule, op_name
 from .run_again import RunAgain, region_frame
 from .skip_dynamo import keep_dynamo_out
-from .tensors import describe, differentiable, flat_tensors, is_float, nbytes_of
 
 __all__ = [
     "CountingMode",
@@ -46,7 +45,6 @@ __all__ = [
     "count_custom_backwards",
     "counting",
     "custom_backward_event",
-    "make_event",
     "paused",
     "suspended",
 ]
@@ -137,7 +135,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if _JAGGED in types:
             # A jagged tensor runs each op on its dense values: count those. Its backward
             # runs on jagged tensors, which no replay builds: named, not predicted.
-            if _needs_grad(args, kwargs) and find_rule(func) is not FREE:
+            if requires_backward(args, kwargs) and find_rule(func) is not FREE:
                 self.sink.add(named_event(f"{op_name(func)} (backward, jagged)"))
             with self, torch.no_grad():
                 return _JAGGED.__torch_dispatch__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
@@ -343,117 +341,6 @@ def _nested_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return _NESTED_KEYS.get(tensor.device.type)
     return None
 
-
-def make_event(
-    func: Any,
-    found: RuleEntry | Free | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    out: Any,
-    shared: bool = False,
-) -> Event:
-    """The event of one op that ran: its costs by its rule (``found``), its metadata.
-    ``shared``: an event kept for every call that runs the op alike (``record()``'s), whose
-    group is the op's own, not one call's."""
-    if found is FREE and not _needs_grad(args, kwargs):
-        return _free_event(func, args, kwargs, out, shared)
-    described_args = describe(args)
-    described_kwargs = tuple((key, describe(value)) for key, value in kwargs.items())
-    described_out = describe(out)
-    name = op_name(func)
-    inputs = flat_tensors((described_args, described_kwargs))
-    outputs = flat_tensors(described_out)
-    entry = found if isinstance(found, RuleEntry) else None
-    flops = 0
-    counted = found is not None
-    if entry is not None:
-        call = OpCall(name, described_args, dict(described_kwargs), described_out)
-        try:
-            flops = entry.count(call, args, kwargs, out)
-        except Exception:
-            if entry.source == "user":
-                raise  # (the user's rule says what is wrong)
-            counted = False  # an op our rule does not know in this form: named, not zero
-    elif found is None and not any(is_float(t) for t in (*inputs, *outputs)):
-        counted = True  # no floating-point values: 0 FLOPs by convention, nothing missed
-    view = found is FREE and is_view(func)
-    read = 0 if view else _unique_bytes(args, kwargs)
-    written = 0 if view else sum(nbytes_of(t) for t in outputs)
-    recorded = torch.is_grad_enabled() or in_custom_op_autograd(func)
-    needs_grad = recorded and any(t.requires_grad and is_float(t) for t in inputs)
-    return Event(
-        op=name,
-        func=func,
-        group=_group_of(name, shared),
-        args=described_args,
-        kwargs=described_kwargs,
-        out=described_out,
-        flops=flops,
-        entry=entry,
-        counted=counted,
-        bytes_read=read,
-        bytes_written=written,
-        view=view,
-        needs_grad=needs_grad,
-        torch_counted=is_torch_counted(func._overloadpacket),
-    )
-
-
-def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    if not torch.is_grad_enabled():
-        return False
-    return any(t.requires_grad and differentiable(t) for t in tensors_in((args, kwargs)))
-
-
-def _group_of(name: str, shared: bool) -> Group:
-    """The group of a new event: the current user call's, or the op's own."""
-    if shared:
-        found = _SHARED.get(name)
-        if found is None:
-            found = _SHARED[name] = Group(name, None, -1)
-        return found
-    return current_group() or new_group(name)
-
-
-_SHARED: dict[str, Group] = {}
-
-
-def _free_event(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, shared: bool = False
-) -> Event:
-    """A zero-FLOP op that needs no backward: its bytes, not its arguments' description."""
-    name = op_name(func)
-    view = is_view(func)
-    return Event(
-        op=name,
-        func=func,
-        group=_group_of(name, shared),
-        args=(),
-        kwargs=(),
-        out=None,
-        flops=0,
-        entry=None,
-        counted=True,
-        bytes_read=0 if view else _unique_bytes(args, kwargs),
-        bytes_written=0 if view else sum(nbytes(t) for t in tensors_in(out)),
-        view=view,
-        needs_grad=False,
-        torch_counted=False,
-    )
-
-
-def _unique_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    """Bytes of the distinct input tensors (``x * x`` reads ``x`` once)."""
-    seen: set[int] = set()
-    total = 0
-    for tensor in tensors_in((args, kwargs)):
-        if id(tensor) not in seen:
-            seen.add(id(tensor))
-            total += nbytes(tensor)
-    return total
-
-
-# -- naming what the user called ----------------------------------------------------------
 
 _ARITHMETIC_DUNDERS = _words(
     """

@@ -21,8 +21,9 @@ from typing import Any
 import torch
 
 from . import rules
-from .counter import _METADATA, _PASS_ON, make_event
+from .counter import _METADATA, _PASS_ON
 from .events import Event
+from .op_events import make_event
 from .rules import FREE, Free, RuleEntry, find_rule, is_view
 from .saved import in_checkpoint
 
