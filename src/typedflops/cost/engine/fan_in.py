@@ -151,7 +151,7 @@ def edges_of(
         return found  # type: ignore[no-any-return]
     if not _REPLAY:
         return None
-    grads = tuple(t.requires_grad for t in tensors_in((args, kwargs)) if differentiable(t))
+    grads = tuple(t.requires_grad for t in _op_tensors(args, kwargs) if differentiable(t))
     pattern = (event.func, grads)
     found = _EDGES.get(pattern, _UNSET)
     if found is _UNSET:
@@ -312,10 +312,13 @@ class GradientSums:
         backward; the ops that made what it reads do. If it is known not to reach backward,
         ``event`` (kept at ``places`` in a record, else its own) costs no backward."""
         self._check_pass()
-        outputs = [t for t in tensors_in(out, depth=2) if differentiable(t)]
+        if type(out) is _Tensor:  # (the usual)
+            outputs = [out] if out.is_floating_point() or out.is_complex() else []
+        else:
+            outputs = [t for t in tensors_in(out, depth=2) if differentiable(t)]
         if not outputs:  # (a value read out, `.item()`: no node, no edge)
             edges = ()
-        found = tensors_in((args, kwargs))
+        found = _op_tensors(args, kwargs)
         if self.detached:
             for tensor in found:
                 self._read_detached(tensor)
@@ -343,7 +346,7 @@ class GradientSums:
 
     def read(self, args: tuple[Any, ...], kwargs: Any) -> None:
         """An op that needs no grad read its arguments: off the graph."""
-        for tensor in tensors_in((args, kwargs)):
+        for tensor in _op_tensors(args, kwargs):
             self._read_off(tensor)
             if self.detached:
                 self._read_detached(tensor)
@@ -466,6 +469,21 @@ def _off_graph(waiting: _Waiting) -> None:
     for items, index in waiting.places:
         if index < len(items) and items[index] is event:
             items[index] = copy
+
+
+_Tensor = torch.Tensor
+
+
+def _op_tensors(args: tuple[Any, ...], kwargs: Any) -> list[torch.Tensor]:
+    """An op's tensor arguments in order (an op takes tensors and lists of them), as
+    :func:`~typedflops.contract.walk.tensors_in` finds them, in one pass."""
+    found: list[torch.Tensor] = []
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, _Tensor):
+            found.append(value)
+        elif type(value) is list or type(value) is tuple:
+            found.extend(item for item in value if isinstance(item, _Tensor))
+    return found
 
 
 @functools.lru_cache(maxsize=1024)
