@@ -110,6 +110,9 @@ class CallHandle:
             session.events.extend(_moved(events, first, self.frame))
             self._edges_again()
             return
+        if self.kind == "count" and session.mode is not None:
+            with in_frame(self.frame):  # (its result, held, reaches backward: its own)
+                session.mode.sums.settle()
         sizes = dict(bound)
         declared = self.fn.declared
         parent = self.frame.parent
@@ -119,9 +122,6 @@ class CallHandle:
             value = declared_flops(self.fn.name, declared, values)
             session.events.append(declared_event(self.fn.name, value, self.frame))
         if self.kind == "count" and self.replay is not None:
-            if session.mode is not None:
-                with in_frame(self.frame):  # (its result, held, reaches backward: its own)
-                    session.mode.sums.settle()
             key = self.replay[0]
             shortcut = None
             if session.saved is not None:
@@ -193,6 +193,9 @@ def begin_call(
     """
     session = frame.session
     assert isinstance(session, RunSession)
+    if session.mode is not None:
+        # (what made its arguments reaches backward: counted where it was made, outside it)
+        session.mode.sums.settle()
     child = session.child(fn.name, fn.declared is not None)
     if child is frame:
         return CallHandle(session, child, fn, args, kwargs, "inline")
@@ -209,9 +212,6 @@ def begin_call(
             hash(key)
         except TypeError:
             return handle
-        if session.mode is not None:
-            # (what made the block's arguments reaches backward: counted outside it)
-            session.mode.sums.settle()
         known = session.blocks.get(key)
         if known is not None:
             handle.kind = "replay"

@@ -113,6 +113,8 @@ def _input(tensor: torch.Tensor) -> _Input:
 
 
 _UNSET: Any = object()
+#: A record's gradient sums, by size, dtype and number of adds.
+_SUMS: dict[tuple[int, torch.dtype, int], Event] = {}
 
 
 class _Scope(threading.local):
@@ -248,11 +250,12 @@ class GradientSums:
     and the sums that the edges past the first add, handed to ``sink``.
 
     An op's edges count once it is known to reach backward: when an op that differentiates
-    its output reads it, or when its output is let go or is still held at the end (of the
-    run, of the record, of a repeated block's first call: :meth:`settle`) with no op having
-    read it off the graph. An op whose output only ops that do not differentiate it read
-    (``x.amax().detach()``, ``full_like(x[0])``, ``x.max().item()``, ``x.abs() > t``) is
-    not on the graph backward walks: its edges never count, nor does its own backward. A
+    its output reads it, or when its output is let go or is still held where a decorated
+    call begins or returns, or where the run or the record ends (:meth:`settle`: the sums
+    fall in the call that made the edges), with no op having read it off the graph. An op
+    whose output only ops that do not differentiate it read (``x.amax().detach()``,
+    ``full_like(x[0])``, ``x.max().item()``, ``x.abs() > t``) is not on the graph
+    backward walks: its edges never count, nor does its own backward. A
     ``detach`` reads off the graph once its copy is read: autograd detaches each output it
     saves for backward, a copy no op reads. (An op two steps off such a read, as in
     ``x.abs().sum() > 0``, still counts.)"""
@@ -294,7 +297,15 @@ class GradientSums:
         self.uses[ref] = (before + edges, _scope.serial)
         adds = edges if before else edges - 1
         if adds > 0:
-            self.sink.add(gradient_sum(size, dtype, adds, key, self.shared))
+            if self.shared:  # (a record's: one event for every sum alike, as for ops)
+                event = _SUMS.get((size, dtype, adds))
+                if event is None:
+                    if len(_SUMS) > 4096:
+                        _SUMS.clear()
+                    event = _SUMS[size, dtype, adds] = gradient_sum(size, dtype, adds, 0, True)
+            else:
+                event = gradient_sum(size, dtype, adds, key, False)
+            self.sink.add(event)
         if len(self.uses) > self._limit:
             self._prune()
 

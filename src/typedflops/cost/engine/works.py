@@ -460,15 +460,20 @@ def count_recorded_call(
         deep = state.depth > _SHALLOW  # recursion: the frames it adds do not count
         if deep:
             sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
+        if mode is not None and mode.sums.waiting:
+            mode.sums.settle()  # (what made its arguments: counted outside it, see .fan_in)
         frame_token = _frame.set(inner)
         scope_token = call_scope.set(state)
         try:
             result = body.run(*args, **kwargs) if kwargs else body.run(*args)
             # the backward of the autograd Functions it returns is its own, and so are
-            # the ops of its checkpointed regions that run again
+            # the ops of its checkpointed regions that run again, and the gradient sums of
+            # the edges its ops made
             count_custom_backwards(result, mode)
             if mode is not None and mode.again.regions:
                 mode.again.settle()
+            if mode is not None and mode.sums.waiting:
+                mode.sums.settle()
         except BaseException:
             _abandon(inner, calls)
             raise
