@@ -259,3 +259,23 @@ def test_k_reads_of_a_tensor_sum_k_minus_one_times(uses: int, b: int, d: int) ->
     assert _predicted(lambda: reads(x)).count == expected
     cost = estimate(reads, Float[Tensor, "b d"], b=b, d=d, grad=("x",))
     assert cost.backward_flops == expected
+
+
+def test_a_records_rows_hold_the_sums_their_own_calls_make() -> None:
+    # the sums of a block's residual stream fall in the block's row, as in its own dry
+    # run: identical blocks share one row, and each row's formula holds
+    torch.manual_seed(0)
+    config = TransformerConfig.gpt2(vocab=97, context=16, d_model=32, n_layers=3, n_heads=4)
+    model = TransformerLM(config)
+    with record() as rec:
+        out = model(torch.randint(0, 97, (2, 16)))
+    rows = rec.calls[0].visible_children()
+    assert [(row.function, row.calls) for row in rows if row.function == "Block.forward"] == [
+        ("Block.forward", 3)
+    ]
+    norms = next(row for row in rows if row.function == "Block.forward").visible_children()
+    for row in norms:
+        if row.function == "LayerNorm.forward":
+            assert row.cost().forward.exact and row.cost().backward.exact
+    assert rec.total.backward_flops == model.estimate(batch=2, seq=16).backward_flops
+    del out
