@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from ...contract.walk import tensors_in
-from .events import Event, Group, Sink, current_group, new_group
+from .events import Event, Group, Sink, current_group, named_event, new_group
 from .tensors import differentiable
 
 __all__ = [
@@ -81,24 +81,12 @@ def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: 
         needs_grad=False,
         torch_counted=False,
     )
-    return Event(
-        op=_NAME,
-        func=None,
-        group=group,
-        args=(),
-        kwargs=(),
-        out=None,
-        flops=0,
-        entry=None,
-        counted=True,
-        bytes_read=0,
-        bytes_written=0,
-        view=False,
-        needs_grad=True,
-        torch_counted=False,
-        backward=[add],
-        source=source,
-    )
+    event = named_event(_NAME, 0)  # (no forward FLOPs; its backward is the adds)
+    event.group = group
+    event.needs_grad = True
+    event.backward = [add]
+    event.source = source
+    return event
 
 
 # A tensor an edge goes to, held weakly (an op's output may wait long for its reader):
