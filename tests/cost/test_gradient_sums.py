@@ -11,6 +11,7 @@ sum of B·D).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from typedflops import Term, estimate, record
+from typedflops import Term, estimate, record, typed_flops
 from typedflops.cost.engine.counter import counting
 from typedflops.cost.engine.events import Event
 from typedflops.nn import TransformerConfig, TransformerLM
@@ -279,3 +280,35 @@ def test_a_records_rows_hold_the_sums_their_own_calls_make() -> None:
             assert row.cost().forward.exact and row.cost().backward.exact
     assert rec.total.backward_flops == model.estimate(batch=2, seq=16).backward_flops
     del out
+
+
+@typed_flops
+def _project(x: Float[Tensor, "b d"], w: Float[Tensor, "d d"]) -> Float[Tensor, "b d"]:
+    return x @ w
+
+
+def test_records_in_interleaved_tasks_each_count_their_own_sums() -> None:
+    # two asyncio tasks on one thread, each in its own record, reading one model: a sum
+    # is counted in the record whose op made the edge, even when another task runs then
+    torch.manual_seed(0)
+    model = Residual(D)
+    w = torch.randn(D, D)
+
+    async def steps(results: list[int]) -> None:
+        with record() as rec:
+            x = torch.randn(B, D, requires_grad=True)
+            for _ in range(3):
+                h = model(x)  # its skip's edge waits for a reader
+                await asyncio.sleep(0)
+                x = _project(h, w)
+                await asyncio.sleep(0)
+        results.append(rec.total.backward_flops)
+
+    async def both() -> list[int]:
+        results: list[int] = []
+        await asyncio.gather(steps(results), steps(results))
+        await steps(results)  # alone
+        return results
+
+    first, second, alone = asyncio.run(both())
+    assert first == second == alone

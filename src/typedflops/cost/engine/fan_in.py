@@ -189,15 +189,22 @@ class _Waiting:
     """An op's edges, counted once the op is known to reach backward; ``event``, where
     ``places`` keep it (a record's), taken off backward if it is known not to."""
 
-    __slots__ = ("event", "inputs", "left", "places")
+    __slots__ = ("context", "event", "inputs", "left", "places")
 
     def __init__(
-        self, inputs: list[_Input], left: int, event: Event | None, places: list[Place] | None
+        self,
+        inputs: list[_Input],
+        left: int,
+        event: Event | None,
+        places: list[Place] | None,
+        context: Any = None,
     ) -> None:
         self.inputs: list[_Input] | None = inputs
         self.left = left
         self.event = event
         self.places = places
+        # Where the op ran (a record's calls, in its thread or task): its sums go there.
+        self.context = context
 
 
 class _Output:
@@ -248,12 +255,25 @@ class GradientSums:
     saves for backward, a copy no op reads. (An op two steps off such a read, as in
     ``x.abs().sum() > 0``, still counts.)"""
 
-    __slots__ = ("_limit", "_pass", "detached", "gone", "shared", "sink", "uses", "waiting")
+    __slots__ = (
+        "_limit",
+        "_pass",
+        "detached",
+        "gone",
+        "place",
+        "realm",
+        "shared",
+        "sink",
+        "uses",
+        "waiting",
+        "where",
+    )
 
     def __init__(self, sink: Sink, shared: bool = False) -> None:
         self.sink = sink
         self.shared = shared
-        self.uses: dict[weakref.ref[torch.Tensor], tuple[int, int]] = {}
+        # Edges so far by tensor (its weak reference) and realm (a record's, see `realm`).
+        self.uses: dict[tuple[weakref.ref[torch.Tensor], Any], tuple[int, int]] = {}
         self.waiting: dict[int, _Output] = {}
         # Detached copies of waiting outputs, by the copy's id; outputs let go while a
         # copy lives.
@@ -261,16 +281,24 @@ class GradientSums:
         self.gone: list[_Output] = []
         self._limit = 4096
         self._pass = _PASSES[0]
+        # A record's: where an op runs (its thread's or task's records), and how a sum is
+        # handed to the records where the op that made the edge ran (asyncio tasks share a
+        # thread, and an edge may be counted while another task runs).
+        self.where: Callable[[], Any] | None = None
+        self.place: Callable[[Any, Event], None] | None = None
+        # A record's: the records a context counts for, kept apart (two tasks' records
+        # reading one model count their own sums).
+        self.realm: Callable[[Any], Any] | None = None
 
     def count(self, tensor: torch.Tensor) -> int:
         """The edges ``tensor`` has so far (a leaf's: in this top-level call)."""
-        return self._before(weakref.ref(tensor), tensor.grad_fn is None)
+        return self._before((weakref.ref(tensor), None), tensor.grad_fn is None)
 
     def use(self, tensor: torch.Tensor, edges: int = 1) -> None:
         """Add ``edges`` edges to ``tensor``: a sum for each past its first."""
         self._add(_input(tensor), edges)
 
-    def _before(self, ref: weakref.ref[torch.Tensor], leaf: bool) -> int:
+    def _before(self, ref: tuple[weakref.ref[torch.Tensor], Any], leaf: bool) -> int:
         # (tensors are known by their weak reference, one per tensor: a tensor let go
         # keeps its count while an edge to it waits, and a new one never shares it)
         found = self.uses.get(ref)
@@ -278,11 +306,12 @@ class GradientSums:
             return 0
         return found[0]
 
-    def _add(self, edge: _Input, edges: int) -> None:
+    def _add(self, edge: _Input, edges: int, context: Any = None) -> None:
         self._check_pass()
         ref, key, leaf, size, dtype = edge
-        before = self._before(ref, leaf)
-        self.uses[ref] = (before + edges, _scope.serial)
+        realm = self.realm(context) if self.realm is not None else None
+        before = self._before((ref, realm), leaf)
+        self.uses[ref, realm] = (before + edges, _scope.serial)
         adds = edges if before else edges - 1
         if adds > 0:
             if self.shared:  # (a record's: one event for every sum alike, as for ops)
@@ -293,7 +322,10 @@ class GradientSums:
                     event = _SUMS[size, dtype, adds] = gradient_sum(size, dtype, adds, 0, True)
             else:
                 event = gradient_sum(size, dtype, adds, key, False)
-            self.sink.add(event)
+            if context is not None and self.place is not None:
+                self.place(context, event)
+            else:
+                self.sink.add(event)
         if len(self.uses) > self._limit:
             self._prune()
 
@@ -334,7 +366,8 @@ class GradientSums:
                     self._read_off(tensor)
         if not chosen:
             return
-        waiting = _Waiting([_input(t) for t in chosen], len(outputs), event, places)
+        context = self.where() if self.where is not None else None
+        waiting = _Waiting([_input(t) for t in chosen], len(outputs), event, places, context)
         if any(output is tensor for output in outputs for tensor in chosen):
             self._count(waiting)  # (in place: its edges go to the history it ends, now)
             return
@@ -364,7 +397,8 @@ class GradientSums:
     def restart(self, tensors: Iterable[torch.Tensor]) -> None:
         """Tensors written in place: their next edges go to a new history."""
         for tensor in tensors:
-            self.uses.pop(weakref.ref(tensor), None)
+            realm = self.realm(self.where()) if self.realm and self.where else None
+            self.uses.pop((weakref.ref(tensor), realm), None)
 
     def _reached(self, tensor: torch.Tensor) -> None:
         found = self.waiting.pop(id(tensor), None)
@@ -433,7 +467,7 @@ class GradientSums:
     def _count(self, waiting: _Waiting) -> None:
         inputs, waiting.inputs = waiting.inputs, None
         for edge in inputs or ():
-            self._add(edge, 1)
+            self._add(edge, 1, waiting.context)
 
     def _check_pass(self) -> None:
         if self._pass != _PASSES[0]:
@@ -448,7 +482,9 @@ class GradientSums:
         outputs = (*self.waiting.values(), *self.gone)
         waits = {edge[0] for output in outputs for edge in output.waiting.inputs or ()}
         self.uses = {
-            ref: value for ref, value in self.uses.items() if ref() is not None or ref in waits
+            key: value
+            for key, value in self.uses.items()
+            if key[0]() is not None or key[0] in waits
         }
         self._limit = max(4096, 2 * len(self.uses))
 

@@ -98,6 +98,17 @@ def _place(calls: tuple[Any, ...], event: Event) -> None:
             call.session.fold()
 
 
+def _realm(calls: Any) -> Any:
+    """The outermost record of ``calls`` (its session), by which edges are counted."""
+    return id(calls[0].session) if type(calls) is tuple and calls else None
+
+
+def _place_in(calls: Any, event: Event) -> None:
+    """Hand an event to the records ``calls`` (a thread's or task's, taken earlier)."""
+    if type(calls) is tuple:
+        _place(calls, event)
+
+
 def add_event(event: Event) -> None:
     """Hand an event (a whole call counted by a rule, one without a rule) to the records
     open in this thread or task."""
@@ -124,6 +135,9 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
     def __init__(self) -> None:
         super().__init__(_Sink())
         self.sums.shared = True
+        self.sums.where = _frame.get
+        self.sums.place = _place_in
+        self.sums.realm = _realm
         self.naming = NamingMode(self)
         self.grouping = self.naming
         self.watch: Any = None
