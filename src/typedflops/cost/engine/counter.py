@@ -173,12 +173,11 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """What an op that ran adds to backward besides its own: the backward of each
         ``torch.autograd.Function`` it takes an output of, and the sums of gradients of the
         tensors it makes an edge to (see :mod:`.fan_in`)."""
-        if self.phase != "forward":  # (a backward's ops: their own graph is not costed)
-            if event.needs_grad:
-                self._custom_backwards(args, kwargs)
-            return
         if event.needs_grad:
             self._custom_backwards(args, kwargs)
+        if self.phase != "forward":  # (a backward's ops: their own graph is not costed)
+            return
+        if event.needs_grad:
             self.sums.op(
                 edges_of(event, self.keys, args, kwargs),
                 args,
