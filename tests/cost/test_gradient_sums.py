@@ -217,6 +217,123 @@ def test_a_branch_read_only_off_the_graph_sums_nothing(
         assert cost.backward_flops == ran.count
 
 
+class Discards(nn.Module):
+    """Values made and never used, as real code makes them: attention weights and a
+    recurrent layer's last state thrown away, a statistic computed and not returned."""
+
+    def __init__(self, d: int, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.attention = nn.MultiheadAttention(d, 2, batch_first=True)
+        self.rnn = nn.GRU(d, d, batch_first=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor
+        if self.kind == "attention-weights":
+            out, _ = self.attention(x, x, x)  # (the weights averaged over heads)
+        elif self.kind == "last-state":
+            out, _ = self.rnn(x)
+        else:
+            h = torch.tanh(x)
+            statistic = (h * 3.0).exp().mean()  # noqa: F841 (made, never read)
+            out = h * 2.0
+        return out
+
+
+@pytest.mark.parametrize("kind", ["attention-weights", "last-state", "unused-statistic"])
+def test_values_made_and_dropped_inside_a_call_cost_no_backward(kind: str) -> None:
+    # no gradient reaches a value no op reads: not its ops' backward, not the sums of the
+    # edges they made (`out, _ = attention(x, x, x)`: the weights' mean and the second
+    # read of the softmax); what runs is the estimate and a typed call's prediction
+    torch.manual_seed(0)
+    model = Discards(D, kind)
+
+    @typed_flops
+    def call(x: Float[Tensor, "b s d"]) -> Float[Tensor, "b s d"]:
+        out: Tensor = model(x)
+        return out
+
+    x = torch.randn(2, 5, D, requires_grad=True)
+    ran = _ran(lambda: call(x))
+    cost = call.estimate(b=2, s=5, d=D, grad=("x",))
+    assert ran.exact and cost.backward.exact and cost.backward_flops == ran.count
+    assert _predicted(lambda: call(x)).count == ran.count
+    assert _ran(lambda: model(x)).count == ran.count  # (the same ops ran)
+
+
+def _two_steps_off(x: Tensor) -> Tensor:
+    if bool(x.abs().sum() > 0):  # (|x| and its sum: read only by a comparison)
+        return x * 2.0
+    return x
+
+
+def test_a_branch_two_ops_from_an_off_graph_read_costs_no_backward() -> None:
+    call = typed_flops(_two_steps_off)
+    x = _x()
+    ran = _ran(lambda: call(x))
+    assert ran == Term(B * D, B * D, exact=True)
+    assert _predicted(lambda: call(x)).count == ran.count
+
+
+def _saved_copy(x: Tensor, w: Tensor) -> Tensor:
+    h = x * 2.0
+    h.mul_(w)  # autograd copies h first (its backward needs the old values): no edge
+    return h
+
+
+def test_the_copy_autograd_keeps_for_an_in_place_op_is_no_edge() -> None:
+    x, w = _x(), _x()
+    with record() as rec:
+        _saved_copy(x, w).sum().backward()
+    ran = rec.total.backward
+    assert ran == Term(3 * B * D, 3 * B * D, exact=True)  # x*2's, and the two products
+    cost = estimate(
+        _saved_copy, Float[Tensor, "b d"], Float[Tensor, "b d"], b=B, d=D, grad=("x", "w")
+    )
+    assert cost.backward_flops == ran.count
+    cell = nn.GRUCell(D, 2 * D)  # torch's GRU cell multiplies in place the same way
+    inputs = torch.randn(B, D)
+    ran = _ran(lambda: cell(inputs))
+    assert ran.exact and ran.count == _predicted(lambda: cell(inputs)).count
+
+
+def _written_after_a_read(x: Tensor) -> Tensor:
+    h = x * 2.0
+    a = h * 3.0  # an edge to h as it was
+    h.add_(1.0)  # h's next history starts
+    return a + h * 4.0
+
+
+def test_an_edge_counted_after_an_in_place_write_goes_to_the_history_it_read() -> None:
+    # h as made by `x * 2` has two edges (`h * 3` and the `add_`): one sum; h after the
+    # write has one. However late the first edge is counted, it goes to the first history.
+    x = _x()
+    ran = _ran(lambda: _written_after_a_read(x))
+    assert ran.exact and ran.count == _predicted(lambda: _written_after_a_read(x)).count
+    cost = estimate(_written_after_a_read, Float[Tensor, "b d"], b=B, d=D, grad=("x",))
+    assert cost.backward_flops == ran.count == 4 * B * D  # three products, one sum
+
+
+def test_a_calls_row_keeps_its_sums_when_a_backward_runs_in_the_record() -> None:
+    # the prediction of each call is decided before the pass that ran: the row's backward
+    # is its estimate's, the total the pass's
+    torch.manual_seed(0)
+    model = Residual(D)
+
+    @typed_flops
+    def block(x: Float[Tensor, "b d"]) -> Float[Tensor, "b d"]:
+        out: Tensor = model(x)
+        return out
+
+    x = _x()
+    with record() as rec:
+        block(x).sum().backward()
+    (row,) = rec.calls
+    cost = estimate(model, Float[Tensor, "b d"], b=B, d=D, grad=("x",))
+    assert row.cost().backward_flops == cost.backward_flops
+    assert rec.total.backward.exact
+
+
 def test_parameters_read_by_two_forwards_of_one_loss_sum_but_two_steps_do_not() -> None:
     torch.manual_seed(0)
     model = Residual(D)

@@ -19,8 +19,8 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .counter import counting
+from .edges import replay_with
 from .events import Event
-from .fan_in import replay_with
 from .frames import no_frame
 from .stand_ins import META_STAND_INS
 from .tensors import TensorMeta, is_float, map_meta

@@ -12,8 +12,8 @@ import torch
 
 from ...contract.function import CheckedFunction
 from .counter import suspended
+from .edges import Role, role_tensor, roles
 from .events import Event, Group, new_serial
-from .fan_in import Role, role_tensor, roles
 from .fit import Size, size_value
 from .frames import Frame, in_frame, owned_by
 from .kernels import TargetKernels

@@ -27,8 +27,9 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from ...contract.walk import tensors_in
 from .custom_ops import generated_for_custom_op
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
+from .edges import edges_of, written
 from .events import Event, Group, Sink, _group, named_event, new_serial
-from .fan_in import GradientSums, Place, edges_of, written
+from .fan_in import GradientSums, Place
 from .frames import current_frame, no_frame
 from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
 from .functions import inside_rule, watching

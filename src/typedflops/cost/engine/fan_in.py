@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -35,22 +36,17 @@ from typing import Any
 import torch
 
 from ...contract.walk import tensors_in
+from .edges import op_tensors
 from .events import Event, Group, Sink, current_group, named_event, new_group
 from .tensors import differentiable
 
 __all__ = [
     "GradientSums",
     "Place",
-    "Role",
     "backward_ran",
-    "edges_of",
     "gradient_sum",
     "new_call",
     "reads_unseen",
-    "replay_with",
-    "role_tensor",
-    "roles",
-    "written",
 ]
 
 _NAME = "gradient sum"
@@ -90,17 +86,13 @@ def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: 
 
 
 # A tensor an edge goes to, held weakly (an op's output may wait long for its reader):
-# the tensor, its id, whether it is a leaf, its size and its dtype.
-_Input = tuple["weakref.ref[torch.Tensor]", int, bool, int, torch.dtype]
+# the tensor, its id, whether it is a leaf, its size, its dtype, and its history (how many
+# times it was written in place before).
+_Input = tuple["weakref.ref[torch.Tensor]", int, bool, int, torch.dtype, int]
 
 
-def _input(tensor: torch.Tensor) -> _Input:
-    ref = weakref.ref(tensor)
-    hash(ref)  # (kept: a reference whose tensor is gone hashes as it did)
-    return (ref, id(tensor), tensor.grad_fn is None, tensor.numel(), tensor.dtype)
+_SERIALS = itertools.count()
 
-
-_UNSET: Any = object()
 #: A record's gradient sums, by size, dtype and number of adds.
 _SUMS: dict[tuple[int, torch.dtype, int], Event] = {}
 
@@ -128,68 +120,16 @@ def backward_ran() -> None:
     _PASSES[0] += 1
 
 
-def edges_of(
-    event: Event, keys: tuple[Any, Any], args: tuple[Any, ...], kwargs: Any
-) -> tuple[int, ...] | None:
-    """The inputs needing grad that ``event``'s op differentiates (their positions among
-    them; None: every one), kept on the event. Which inputs an op differentiates depends on
-    the op and on which of its inputs need grad, not on their sizes: one replay of its
-    backward per such pattern says. Asked inside ``__torch_dispatch__``, below autograd:
-    the replay runs with ``keys``, the dispatch keys outside the mode."""
-    found = event.__dict__.get("_edges", _UNSET)
-    if found is not _UNSET:
-        return found  # type: ignore[no-any-return]
-    if not _REPLAY:
-        return None
-    grads = tuple(t.requires_grad for t in _op_tensors(args, kwargs) if differentiable(t))
-    pattern = (event.func, grads)
-    found = _EDGES.get(pattern, _UNSET)
-    if found is _UNSET:
-        # (what the replay saves is its own: not the run's activations, nor a region's)
-        with torch._C._ForceDispatchKeyGuard(*keys), _own_saves():
-            found = _REPLAY[0](event).edges
-        if len(_EDGES) > 4096:
-            _EDGES.clear()
-        _EDGES[pattern] = found
-    event.__dict__["_edges"] = found
-    return found  # type: ignore[no-any-return]
-
-
-#: Edges by op and by which of its inputs need grad.
-_EDGES: dict[Any, tuple[int, ...] | None] = {}
-
-
-# The replay that finds an op's backward (see .backward, which counts with the counting
-# mode and so sets it here).
-_REPLAY: list[Callable[[Event], Any]] = []
-
-
-def replay_with(find: Callable[[Event], Any]) -> None:
-    """Find each op's edges with ``find`` (its backward: :func:`.backward.backward_of`)."""
-    _REPLAY[:] = [find]
-
-
-def _same(tensor: Any) -> Any:
-    return tensor
-
-
-def _own_saves() -> Any:
-    """Saved-tensor hooks that keep what they are given, over those of the run (a dry
-    run's, a checkpointed region's), where hooks may be pushed."""
-    if torch._C._autograd._top_saved_tensors_default_hooks(False) is None:
-        return contextlib.nullcontext()
-    return torch.autograd.graph.saved_tensors_hooks(_same, _same)
-
-
 # Where a record keeps an op's event: a call's items and its index there.
 Place = tuple[list[Any], int]
 
 
 class _Waiting:
     """An op's edges, counted once the op is known to reach backward; ``event``, where
-    ``places`` keep it (a record's), taken off backward if it is known not to."""
+    ``places`` keep it (a record's), taken off backward if it is known not to. ``left``:
+    its outputs not known dead; ``sources``: the waiting outputs it read."""
 
-    __slots__ = ("context", "event", "inputs", "left", "places")
+    __slots__ = ("context", "event", "inputs", "left", "places", "serial", "sources")
 
     def __init__(
         self,
@@ -205,21 +145,39 @@ class _Waiting:
         self.places = places
         # Where the op ran (a record's calls, in its thread or task): its sums go there.
         self.context = context
+        self.sources: list[_Output] = []
+        self.serial = next(_SERIALS)
 
 
 class _Output:
-    """An output of an op whose edges wait (``off``: an op that does not differentiate it
-    read it, or a detached copy of it; ``copies``: its detached copies alive; ``let_go``:
-    it is gone, its copies not; ``done``: decided)."""
+    """An output of an op whose edges wait (``off``: no backward starts from it: an op
+    read it, a detached copy of it was read, or it was let go inside the function costed;
+    ``readers``: the waiting ops that differentiate it;
+    ``copies``: its detached copies alive; ``let_go``: it is gone, its copies not;
+    ``rootless``: decided to start no backward, it waits for its readers; ``saved``: a
+    copy autograd saved; ``done``: decided)."""
 
-    __slots__ = ("copies", "done", "let_go", "off", "ref", "waiting")
+    __slots__ = (
+        "copies",
+        "done",
+        "let_go",
+        "off",
+        "readers",
+        "ref",
+        "rootless",
+        "saved",
+        "waiting",
+    )
 
     def __init__(self, ref: weakref.ref[torch.Tensor], waiting: _Waiting) -> None:
         self.ref = ref
         self.waiting = waiting
         self.off = False
+        self.readers = 0
         self.copies = 0
         self.let_go = False
+        self.rootless = False
+        self.saved = False
         self.done = False
 
 
@@ -244,22 +202,25 @@ class GradientSums:
     """How many edges each tensor has so far in one run or thread (tensors held weakly),
     and the sums that the edges past the first add, handed to ``sink``.
 
-    An op's edges count once it is known to reach backward: when an op that differentiates
-    its output reads it, or when its output is let go or is still held where a decorated
-    call begins or returns, or where the run or the record ends (:meth:`settle`: the sums
-    fall in the call that made the edges), with no op having read it off the graph. An op
-    whose output only ops that do not differentiate it read (``x.amax().detach()``,
-    ``full_like(x[0])``, ``x.max().item()``, ``x.abs() > t``) is not on the graph
-    backward walks: its edges never count, nor does its own backward. A
-    ``detach`` reads off the graph once its copy is read: autograd detaches each output it
-    saves for backward, a copy no op reads. (An op two steps off such a read, as in
-    ``x.abs().sum() > 0``, still counts.)"""
+    An op's edges count once it is known to reach backward: once an output of it is a
+    result a backward may start from (held where a decorated call begins or returns, or
+    where the run or the record ends: :meth:`settle`; let go by a record's own code,
+    outside its calls), or is read by an op that reaches backward. An op no such path
+    reaches costs no backward and makes no edge: its outputs read only by ops that do not
+    differentiate them (``x.amax().detach()``, ``x.abs().sum() > 0``, ``x.max().item()``)
+    or let go unread inside the function costed (``out, _ = attention(x, x, x)``). A
+    ``detach`` reads off the graph once its copy is read, and a ``clone`` right before an
+    in-place op on its input is autograd's saved copy: autograd detaches each output it
+    saves for backward, and copies what an in-place op overwrites, copies no op reads."""
 
     __slots__ = (
+        "_clone",
         "_limit",
         "_pass",
         "detached",
         "gone",
+        "histories",
+        "inside",
         "place",
         "realm",
         "shared",
@@ -273,7 +234,10 @@ class GradientSums:
         self.sink = sink
         self.shared = shared
         # Edges so far by tensor (its weak reference) and realm (a record's, see `realm`).
-        self.uses: dict[tuple[weakref.ref[torch.Tensor], Any], tuple[int, int]] = {}
+        self.uses: dict[tuple[weakref.ref[torch.Tensor], Any, int], tuple[int, int]] = {}
+        # Tensors written in place, and how many times: an edge to a tensor goes to the
+        # history it had when the op read it, even if counted after a write.
+        self.histories: dict[weakref.ref[torch.Tensor], int] = {}
         self.waiting: dict[int, _Output] = {}
         # Detached copies of waiting outputs, by the copy's id; outputs let go while a
         # copy lives.
@@ -281,6 +245,8 @@ class GradientSums:
         self.gone: list[_Output] = []
         self._limit = 4096
         self._pass = _PASSES[0]
+        # The last op, if a clone of a tensor needing grad: (its input, its output's key).
+        self._clone: tuple[torch.Tensor, int] | None = None
         # A record's: where an op runs (its thread's or task's records), and how a sum is
         # handed to the records where the op that made the edge ran (asyncio tasks share a
         # thread, and an edge may be counted while another task runs).
@@ -289,16 +255,30 @@ class GradientSums:
         # A record's: the records a context counts for, kept apart (two tasks' records
         # reading one model count their own sums).
         self.realm: Callable[[Any], Any] | None = None
+        # Whether a tensor let go now is let go inside the function being costed (a dry
+        # run's, a record's user call), where no backward starts from it; a record's
+        # own code, outside its calls, may start one from anything it held.
+        self.inside: Callable[[], bool] = _always
 
     def count(self, tensor: torch.Tensor) -> int:
         """The edges ``tensor`` has so far (a leaf's: in this top-level call)."""
-        return self._before((weakref.ref(tensor), None), tensor.grad_fn is None)
+        self._check_pass()
+        ref = weakref.ref(tensor)
+        return self._before((ref, None, self.histories.get(ref, 0)), tensor.grad_fn is None)
 
     def use(self, tensor: torch.Tensor, edges: int = 1) -> None:
         """Add ``edges`` edges to ``tensor``: a sum for each past its first."""
-        self._add(_input(tensor), edges)
+        self._check_pass()
+        self._add(self._input(tensor), edges)
 
-    def _before(self, ref: tuple[weakref.ref[torch.Tensor], Any], leaf: bool) -> int:
+    def _input(self, tensor: torch.Tensor) -> _Input:
+        ref = weakref.ref(tensor)
+        hash(ref)  # (kept: a reference whose tensor is gone hashes as it did)
+        history = self.histories.get(ref, 0) if self.histories else 0
+        leaf = tensor.grad_fn is None
+        return (ref, id(tensor), leaf, tensor.numel(), tensor.dtype, history)
+
+    def _before(self, ref: tuple[weakref.ref[torch.Tensor], Any, int], leaf: bool) -> int:
         # (tensors are known by their weak reference, one per tensor: a tensor let go
         # keeps its count while an edge to it waits, and a new one never shares it)
         found = self.uses.get(ref)
@@ -307,11 +287,11 @@ class GradientSums:
         return found[0]
 
     def _add(self, edge: _Input, edges: int, context: Any = None) -> None:
-        self._check_pass()
-        ref, key, leaf, size, dtype = edge
+        # (each way in checks the pass first: a decision never straddles two)
+        ref, key, leaf, size, dtype, history = edge
         realm = self.realm(context) if self.realm is not None else None
-        before = self._before((ref, realm), leaf)
-        self.uses[ref, realm] = (before + edges, _scope.serial)
+        before = self._before((ref, realm, history), leaf)
+        self.uses[ref, realm, history] = (before + edges, _scope.serial)
         adds = edges if before else edges - 1
         if adds > 0:
             if self.shared:  # (a record's: one event for every sum alike, as for ops)
@@ -349,16 +329,16 @@ class GradientSums:
             outputs = [t for t in tensors_in(out, depth=2) if differentiable(t)]
         if not outputs:  # (a value read out, `.item()`: no node, no edge)
             edges = ()
-        found = _op_tensors(args, kwargs)
+        found = op_tensors(args, kwargs)
         if self.detached:
             for tensor in found:
                 self._read_detached(tensor)
         inputs = [t for t in found if t.requires_grad and differentiable(t)]
+        clone, self._clone = self._clone, None
         chosen = []
         for index, tensor in enumerate(inputs):
             if edges is None or index in edges:
                 chosen.append(tensor)
-                self._reached(tensor)
             elif self.waiting:
                 if event is not None and event.op == "detach":
                     self._detached(tensor, outputs)
@@ -367,27 +347,61 @@ class GradientSums:
         if not chosen:
             return
         context = self.where() if self.where is not None else None
-        waiting = _Waiting([_input(t) for t in chosen], len(outputs), event, places, context)
+        waiting = _Waiting([self._input(t) for t in chosen], len(outputs), event, places, context)
+        if self.waiting:
+            inside = self.inside()
+            for tensor in chosen:
+                source = self.waiting.get(id(tensor))
+                if source is None or source.ref() is not tensor or source.done:
+                    continue
+                if inside:  # (it reaches backward if a reader does)
+                    source.readers += 1
+                    source.off = True
+                    waiting.sources.append(source)
+                else:  # (a record's own code: a reader is taken as reaching backward)
+                    source.done = True
+                    self._live(source.waiting)
         if any(output is tensor for output in outputs for tensor in chosen):
-            self._count(waiting)  # (in place: its edges go to the history it ends, now)
+            if clone is not None and any(clone[0] is output for output in outputs):
+                self._saved_copy(clone)
+            self._live(waiting)  # (in place: its edges go to the history it ends, now)
             return
+        if event is not None and event.func is _CLONE and len(chosen) == 1:
+            self._clone = (chosen[0], id(out))
         for output in outputs:
             key = id(output)
             ref = weakref.ref(output, functools.partial(self._let_go, key))
             self.waiting[key] = _Output(ref, waiting)
 
+    def _saved_copy(self, clone: tuple[torch.Tensor, int]) -> None:
+        # Autograd copies a tensor an in-place op writes when its backward needs the old
+        # values (`x.mul_(y)` with `y` needing grad): a `clone` right before the op, saved
+        # and read by no op of the forward. No gradient reaches the copy: unless an op
+        # differentiates it, it is off the graph.
+        found = self.waiting.get(clone[1])
+        if found is not None and (copy := found.ref()) is not None and copy is not clone[0]:
+            found.off = found.saved = True
+
     def read(self, args: tuple[Any, ...], kwargs: Any) -> None:
         """An op that needs no grad read its arguments: off the graph."""
-        for tensor in _op_tensors(args, kwargs):
+        self._check_pass()
+        self._clone = None
+        for tensor in op_tensors(args, kwargs):
             self._read_off(tensor)
             if self.detached:
                 self._read_detached(tensor)
 
-    def settle(self) -> None:
+    def settle(self, started: bool = False) -> None:
         """Count the edges of the ops whose output is still held (a result, a tensor the
-        user keeps) and no op read off the graph: each may reach backward."""
+        user keeps) and no op read: each may reach backward; and of the ops that made what
+        they read. Every waiting op is decided. ``started``: a backward started from
+        something held (the seed ``.backward()`` makes reads its root): all held is."""
+        if not started:
+            self._check_pass()
         for key, output in list(self.waiting.items()):
             self.waiting.pop(key, None)
+            if started and not (output.rootless or output.saved):
+                output.off = False
             self._decide(output)
         for output in self.gone:
             self._decide(output)
@@ -396,15 +410,10 @@ class GradientSums:
 
     def restart(self, tensors: Iterable[torch.Tensor]) -> None:
         """Tensors written in place: their next edges go to a new history."""
+        self._check_pass()
         for tensor in tensors:
-            realm = self.realm(self.where()) if self.realm and self.where else None
-            self.uses.pop((weakref.ref(tensor), realm), None)
-
-    def _reached(self, tensor: torch.Tensor) -> None:
-        found = self.waiting.pop(id(tensor), None)
-        if found is not None and found.ref() is tensor:
-            found.done = True
-            self._count(found.waiting)
+            ref = weakref.ref(tensor)
+            self.histories[ref] = self.histories.get(ref, 0) + 1
 
     def _detached(self, tensor: torch.Tensor, outputs: list[torch.Tensor]) -> None:
         # autograd detaches each output it saves for backward (a copy never read in the
@@ -427,6 +436,7 @@ class GradientSums:
                 self._decide(found[1])
 
     def _copy_gone(self, output: _Output, _: object = None) -> None:
+        self._check_pass()
         output.copies -= 1
         if output.let_go and output.copies <= 0:
             self._decide(output)
@@ -437,11 +447,15 @@ class GradientSums:
             found.off = True
 
     def _let_go(self, key: int, _: object = None) -> None:
-        # (an output let go, read by nothing off the graph: a result dropped, which a
-        # backward through it would have reached)
+        # (an output let go, read by no op: inside the function costed, a dead value, as
+        # `_` in `out, _ = attention(x, x, x)`; in a record's own code, a result dropped,
+        # which a backward through it would have reached)
+        self._check_pass()
         found = self.waiting.get(key)
         if found is not None and found.ref() is None:
             del self.waiting[key]
+            if self.inside():
+                found.off = True  # (dead: read by nothing, no backward starts from it)
             if found.copies > 0:  # (until a copy is read or gone)
                 found.let_go = True
                 self.gone.append(found)
@@ -451,31 +465,71 @@ class GradientSums:
                 self._decide(found)
 
     def _decide(self, output: _Output) -> None:
-        """An output no differentiated op read: let go, or held at the end."""
-        if output.done:
+        """An output let go, or held where a call begins or returns or the run ends: a
+        backward may start from it unless it is ``off``; then it reaches backward only if
+        an op that differentiates it does."""
+        if output.done or output.rootless:
             return
-        output.done = True
-        waiting = output.waiting
         if not output.off:
-            self._count(waiting)  # (what a backward through it would reach)
+            output.done = True
+            self._live(output.waiting)  # (what a backward through it would reach)
             return
-        waiting.left -= 1
-        if waiting.left <= 0 and waiting.inputs is not None:
+        output.rootless = True
+        if output.readers <= 0:
+            self._dead(output)
+        else:
+            self.gone.append(output)  # (its op's edges wait: see _prune)
+
+    def _live(self, waiting: _Waiting) -> None:
+        """An op reaches backward: count its edges, and so do the ops that made what it
+        read."""
+        stack, reached = [waiting], []
+        while stack:
+            found = stack.pop()
+            if found.inputs is None:
+                continue  # (decided)
+            reached.append((found, found.inputs))
+            found.inputs = None
+            for source in found.sources:
+                if not source.done:
+                    source.done = True
+                    stack.append(source.waiting)
+            found.sources = []
+        if len(reached) > 1:  # (in the order the ops ran: a sum falls to the later edge)
+            reached.sort(key=lambda pair: pair[0].serial)
+        for found, inputs in reached:
+            for edge in inputs:
+                self._add(edge, 1, found.context)
+
+    def _dead(self, output: _Output) -> None:
+        """No backward reaches ``output``: if no other output of its op is reached, the op
+        costs no backward, and the ops that made what it read lose a reader."""
+        stack = [output]
+        while stack:
+            found = stack.pop()
+            if found.done:
+                continue
+            found.done = True
+            waiting = found.waiting
+            waiting.left -= 1
+            if waiting.left > 0 or waiting.inputs is None:
+                continue
             waiting.inputs = None
             _off_graph(waiting)
-
-    def _count(self, waiting: _Waiting) -> None:
-        inputs, waiting.inputs = waiting.inputs, None
-        for edge in inputs or ():
-            self._add(edge, 1, waiting.context)
+            for source in waiting.sources:
+                source.readers -= 1
+                if source.readers <= 0 and source.rootless:
+                    stack.append(source)
+            waiting.sources = []
 
     def _check_pass(self) -> None:
         if self._pass != _PASSES[0]:
+            # a backward ran: what waits is decided first, as held (the graph it walked),
+            # then the next forward's edges count from zero
             self._pass = _PASSES[0]
+            self.settle(started=True)
             self.uses.clear()
-            self.waiting.clear()
-            self.detached.clear()
-            self.gone.clear()
+            self.histories.clear()
 
     def _prune(self) -> None:
         # (a tensor let go keeps its count while an edge to it waits)
@@ -486,7 +540,12 @@ class GradientSums:
             for key, value in self.uses.items()
             if key[0]() is not None or key[0] in waits
         }
+        self.histories = {ref: n for ref, n in self.histories.items() if ref() is not None}
         self._limit = max(4096, 2 * len(self.uses))
+
+
+def _always() -> bool:
+    return True
 
 
 def _off_graph(waiting: _Waiting) -> None:
@@ -507,64 +566,4 @@ def _off_graph(waiting: _Waiting) -> None:
 
 
 _Tensor = torch.Tensor
-
-
-def _op_tensors(args: tuple[Any, ...], kwargs: Any) -> list[torch.Tensor]:
-    """An op's tensor arguments in order (an op takes tensors and lists of them), as
-    :func:`~typedflops.contract.walk.tensors_in` finds them, in one pass."""
-    found: list[torch.Tensor] = []
-    for value in (*args, *kwargs.values()) if kwargs else args:
-        if isinstance(value, _Tensor):
-            found.append(value)
-        elif type(value) is list or type(value) is tuple:
-            found.extend(item for item in value if isinstance(item, _Tensor))
-    return found
-
-
-@functools.lru_cache(maxsize=1024)
-def _written_arguments(func: Any) -> tuple[tuple[int, str], ...]:
-    return tuple(
-        (index, argument.name)
-        for index, argument in enumerate(func._schema.arguments)
-        if argument.alias_info is not None and argument.alias_info.is_write
-    )
-
-
-def written(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
-    """The tensors an op writes in place (``add_``'s self, an ``out=``)."""
-    found: list[torch.Tensor] = []
-    for index, name in _written_arguments(func):
-        value = args[index] if index < len(args) else kwargs.get(name)
-        found.extend(tensors_in(value, depth=1))
-    return found
-
-
-# Where a tensor a block reaches came from: ("arg", i), ("module", i, name).
-Role = tuple[Any, ...]
-
-
-def roles(args: tuple[Any, ...], kwargs: Any) -> list[tuple[Role, torch.Tensor]]:
-    """The tensors needing grad that a call reaches from outside: its tensor arguments and
-    its modules' parameters and buffers, each with where it came from."""
-    found: list[tuple[Role, torch.Tensor]] = [
-        (("arg", index), tensor)
-        for index, tensor in enumerate(tensors_in((args, kwargs)))
-        if tensor.requires_grad
-    ]
-    for index, value in enumerate(args):
-        if isinstance(value, torch.nn.Module):
-            for name, tensor in (*value.named_parameters(), *value.named_buffers()):
-                if tensor.requires_grad:
-                    found.append((("module", index, name), tensor))
-    return found
-
-
-def role_tensor(role: Role, args: tuple[Any, ...], kwargs: Any) -> torch.Tensor | None:
-    """The tensor of ``role`` in another call's arguments (None if it has none)."""
-    try:
-        if role[0] == "arg":
-            return tensors_in((args, kwargs))[role[1]]
-        module = args[role[1]]
-        return dict((*module.named_parameters(), *module.named_buffers()))[role[2]]  # type: ignore[no-any-return]
-    except (IndexError, KeyError, AttributeError):
-        return None
+_CLONE = torch.ops.aten.clone.default

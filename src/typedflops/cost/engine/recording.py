@@ -89,24 +89,44 @@ def _place(calls: tuple[Any, ...], event: Event) -> None:
             label = find_site(call.code, call.sites)
         else:
             label = None
-        items = call.items
-        if label is not call.label:
-            call.label = label
-            items.append((label.name, label.pattern) if type(label) is _Group else label)
-        items.append(event)
-        if call.parent is None and len(items) > ROOT_LIMIT:
-            call.session.fold()
+        _append(call, label, event)
 
 
-def _realm(calls: Any) -> Any:
-    """The outermost record of ``calls`` (its session), by which edges are counted."""
-    return id(calls[0].session) if type(calls) is tuple and calls else None
+def _append(call: Any, label: Any, event: Event) -> None:
+    items = call.items
+    if label is not call.label:
+        call.label = label
+        items.append((label.name, label.pattern) if type(label) is _Group else label)
+    items.append(event)
+    if call.parent is None and len(items) > ROOT_LIMIT:
+        call.session.fold()
 
 
-def _place_in(calls: Any, event: Event) -> None:
-    """Hand an event to the records ``calls`` (a thread's or task's, taken earlier)."""
-    if type(calls) is tuple:
-        _place(calls, event)
+def _where() -> Any:
+    """Where an op just placed ran: the records' calls open here, each with the op's
+    label, so that what its edges add later falls in the same row."""
+    calls = _frame.get()
+    if type(calls) is not tuple:
+        return None
+    return calls, tuple(call.label for call in calls)
+
+
+def _realm(context: Any) -> Any:
+    """The outermost record of a context (its session), by which edges are counted."""
+    return id(context[0][0].session) if context is not None and context[0] else None
+
+
+def _in_user_call() -> bool:
+    """Whether a user call runs in this thread or task (a record's own code does not)."""
+    calls = _frame.get()
+    return type(calls) is tuple and bool(calls) and calls[0].parent is not None
+
+
+def _place_in(context: Any, event: Event) -> None:
+    """Hand an event to the records of a context taken earlier (see :func:`_where`)."""
+    if context is not None:
+        for call, label in zip(*context, strict=True):
+            _append(call, label, event)
 
 
 def add_event(event: Event) -> None:
@@ -135,9 +155,10 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
     def __init__(self) -> None:
         super().__init__(_Sink())
         self.sums.shared = True
-        self.sums.where = _frame.get
+        self.sums.where = _where
         self.sums.place = _place_in
         self.sums.realm = _realm
+        self.sums.inside = _in_user_call
         self.naming = NamingMode(self)
         self.grouping = self.naming
         self.watch: Any = None

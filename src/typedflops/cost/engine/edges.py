@@ -1,0 +1,139 @@
+"""Which inputs an op sends gradients to, which it writes in place, and where the tensors a
+block reaches come from: what :mod:`.fan_in` counts its edges with.
+
+An op's edges are the inputs needing grad its backward differentiates: one replay of its
+backward (:mod:`.backward` hands it here) per op and pattern of inputs needing grad says,
+kept on the op's event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ...contract.walk import tensors_in
+from .events import Event
+from .tensors import differentiable
+
+__all__ = ["Role", "edges_of", "op_tensors", "replay_with", "role_tensor", "roles", "written"]
+
+_UNSET: Any = object()
+_Tensor = torch.Tensor
+
+
+def edges_of(
+    event: Event, keys: tuple[Any, Any], args: tuple[Any, ...], kwargs: Any
+) -> tuple[int, ...] | None:
+    """The inputs needing grad that ``event``'s op differentiates (their positions among
+    them; None: every one), kept on the event. Which inputs an op differentiates depends on
+    the op and on which of its inputs need grad, not on their sizes: one replay of its
+    backward per such pattern says. Asked inside ``__torch_dispatch__``, below autograd:
+    the replay runs with ``keys``, the dispatch keys outside the mode."""
+    found = event.__dict__.get("_edges", _UNSET)
+    if found is not _UNSET:
+        return found  # type: ignore[no-any-return]
+    if not _REPLAY:
+        return None
+    grads = tuple(t.requires_grad for t in op_tensors(args, kwargs) if differentiable(t))
+    pattern = (event.func, grads)
+    found = _EDGES.get(pattern, _UNSET)
+    if found is _UNSET:
+        # (what the replay saves is its own: not the run's activations, nor a region's)
+        with torch._C._ForceDispatchKeyGuard(*keys), _own_saves():
+            found = _REPLAY[0](event).edges
+        if len(_EDGES) > 4096:
+            _EDGES.clear()
+        _EDGES[pattern] = found
+    event.__dict__["_edges"] = found
+    return found  # type: ignore[no-any-return]
+
+
+#: Edges by op and by which of its inputs need grad.
+_EDGES: dict[Any, tuple[int, ...] | None] = {}
+
+
+# The replay that finds an op's backward (see .backward, which counts with the counting
+# mode and so sets it here).
+_REPLAY: list[Callable[[Event], Any]] = []
+
+
+def replay_with(find: Callable[[Event], Any]) -> None:
+    """Find each op's edges with ``find`` (its backward: :func:`.backward.backward_of`)."""
+    _REPLAY[:] = [find]
+
+
+def _same(tensor: Any) -> Any:
+    return tensor
+
+
+def _own_saves() -> Any:
+    """Saved-tensor hooks that keep what they are given, over those of the run (a dry
+    run's, a checkpointed region's), where hooks may be pushed."""
+    if torch._C._autograd._top_saved_tensors_default_hooks(False) is None:
+        return contextlib.nullcontext()
+    return torch.autograd.graph.saved_tensors_hooks(_same, _same)
+
+
+def op_tensors(args: tuple[Any, ...], kwargs: Any) -> list[torch.Tensor]:
+    """An op's tensor arguments in order (an op takes tensors and lists of them), as
+    :func:`~typedflops.contract.walk.tensors_in` finds them, in one pass."""
+    found: list[torch.Tensor] = []
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, _Tensor):
+            found.append(value)
+        elif type(value) is list or type(value) is tuple:
+            found.extend(item for item in value if isinstance(item, _Tensor))
+    return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _written_arguments(func: Any) -> tuple[tuple[int, str], ...]:
+    return tuple(
+        (index, argument.name)
+        for index, argument in enumerate(func._schema.arguments)
+        if argument.alias_info is not None and argument.alias_info.is_write
+    )
+
+
+def written(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors an op writes in place (``add_``'s self, an ``out=``)."""
+    found: list[torch.Tensor] = []
+    for index, name in _written_arguments(func):
+        value = args[index] if index < len(args) else kwargs.get(name)
+        found.extend(tensors_in(value, depth=1))
+    return found
+
+
+# Where a tensor a block reaches came from: ("arg", i), ("module", i, name).
+Role = tuple[Any, ...]
+
+
+def roles(args: tuple[Any, ...], kwargs: Any) -> list[tuple[Role, torch.Tensor]]:
+    """The tensors needing grad that a call reaches from outside: its tensor arguments and
+    its modules' parameters and buffers, each with where it came from."""
+    found: list[tuple[Role, torch.Tensor]] = [
+        (("arg", index), tensor)
+        for index, tensor in enumerate(tensors_in((args, kwargs)))
+        if tensor.requires_grad
+    ]
+    for index, value in enumerate(args):
+        if isinstance(value, torch.nn.Module):
+            for name, tensor in (*value.named_parameters(), *value.named_buffers()):
+                if tensor.requires_grad:
+                    found.append((("module", index, name), tensor))
+    return found
+
+
+def role_tensor(role: Role, args: tuple[Any, ...], kwargs: Any) -> torch.Tensor | None:
+    """The tensor of ``role`` in another call's arguments (None if it has none)."""
+    try:
+        if role[0] == "arg":
+            return tensors_in((args, kwargs))[role[1]]
+        module = args[role[1]]
+        return dict((*module.named_parameters(), *module.named_buffers()))[role[2]]  # type: ignore[no-any-return]
+    except (IndexError, KeyError, AttributeError):
+        return None
