@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from ...contract.walk import tensors_in
 from .custom_ops import generated_for_custom_op
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
-from .edges import edges_of, written
+from .edges import edges_of, written, written_arguments
 from .events import Event, Group, Sink, _group, named_event, new_serial
 from .fan_in import GradientSums, Place
 from .frames import current_frame, no_frame
@@ -132,7 +132,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if in_sharding_propagation():
             return func(*args, **kwargs)  # DTensor's pass over global shapes: not this rank's
         if self.to_meta and _returns_tensor(func):  # (a query such as an SDPA choice: as is)
-            args, kwargs = self._on_meta(args, kwargs, _writes(func))
+            args, kwargs = self._on_meta(args, kwargs, bool(written_arguments(func)))
         if _JAGGED in types:
             # A jagged tensor runs each op on its dense values: count those. Its backward
             # runs on jagged tensors, which no replay builds: named, not predicted.
@@ -189,7 +189,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             )
         elif self.sums.waiting:
             self.sums.read(args, kwargs)
-        if _writes(func):
+        if bool(written_arguments(func)):
             self.sums.restart(written(func, args, kwargs))
 
     def places(self, event: Event) -> list[Place] | None:
@@ -246,11 +246,6 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 @functools.lru_cache(maxsize=4096)
 def _returns_tensor(func: Any) -> bool:
     return any("Tensor" in str(r.type) for r in func._schema.returns)
-
-
-@functools.lru_cache(maxsize=4096)
-def _writes(func: Any) -> bool:
-    return any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
 
 
 def custom_backward_event(

@@ -19,7 +19,16 @@ from ...contract.walk import tensors_in
 from .events import Event
 from .tensors import differentiable
 
-__all__ = ["Role", "edges_of", "op_tensors", "replay_with", "role_tensor", "roles", "written"]
+__all__ = [
+    "Role",
+    "edges_of",
+    "op_tensors",
+    "replay_with",
+    "role_tensor",
+    "roles",
+    "written",
+    "written_arguments",
+]
 
 _UNSET: Any = object()
 _Tensor = torch.Tensor
@@ -90,8 +99,10 @@ def op_tensors(args: tuple[Any, ...], kwargs: Any) -> list[torch.Tensor]:
     return found
 
 
-@functools.lru_cache(maxsize=1024)
-def _written_arguments(func: Any) -> tuple[tuple[int, str], ...]:
+@functools.lru_cache(maxsize=4096)
+def written_arguments(func: Any) -> tuple[tuple[int, str], ...]:
+    """The arguments an op writes in place (``add_``'s self, an ``out=``): their positions
+    and names; none for most ops."""
     return tuple(
         (index, argument.name)
         for index, argument in enumerate(func._schema.arguments)
@@ -102,7 +113,7 @@ def _written_arguments(func: Any) -> tuple[tuple[int, str], ...]:
 def written(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     """The tensors an op writes in place (``add_``'s self, an ``out=``)."""
     found: list[torch.Tensor] = []
-    for index, name in _written_arguments(func):
+    for index, name in written_arguments(func):
         value = args[index] if index < len(args) else kwargs.get(name)
         found.extend(tensors_in(value, depth=1))
     return found

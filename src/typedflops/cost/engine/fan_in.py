@@ -37,7 +37,8 @@ import torch
 
 from ...contract.walk import tensors_in
 from .edges import op_tensors
-from .events import Event, Group, Sink, current_group, named_event, new_group
+from .events import Event, Sink, named_event
+from .op_events import group_of
 from .tensors import differentiable
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
 
 _NAME = "gradient sum"
 _ADD = "add (gradient sum)"
-_SHARED = Group(_NAME, None, -1)
 
 
 def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: bool) -> Event:
@@ -60,7 +60,7 @@ def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: 
     :mod:`.calls`); ``shared``: a record's, in a group of its own (as shared op events are).
     """
     nbytes = size * dtype.itemsize
-    group = _SHARED if shared else (current_group() or new_group(_NAME))
+    group = group_of(_NAME, shared)
     add = Event(
         op=_ADD,
         func=None,

@@ -13,7 +13,7 @@ from .events import Event, Group, current_group, new_group
 from .rules import FREE, Free, OpCall, RuleEntry, is_torch_counted, is_view, op_name
 from .tensors import describe, differentiable, flat_tensors, is_float, nbytes_of
 
-__all__ = ["make_event", "requires_backward"]
+__all__ = ["group_of", "make_event", "requires_backward"]
 
 
 def make_event(
@@ -56,7 +56,7 @@ def make_event(
     return Event(
         op=name,
         func=func,
-        group=_group_of(name, shared),
+        group=group_of(name, shared),
         args=described_args,
         kwargs=described_kwargs,
         out=described_out,
@@ -79,8 +79,9 @@ def requires_backward(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return any(t.requires_grad and differentiable(t) for t in tensors_in((args, kwargs)))
 
 
-def _group_of(name: str, shared: bool) -> Group:
-    """The group of a new event: the current user call's, or the op's own."""
+def group_of(name: str, shared: bool) -> Group:
+    """The group of a new event: the current user call's, or the op's own; ``shared``: a
+    record's, one group per name (events shared by every call alike)."""
     if shared:
         found = _SHARED.get(name)
         if found is None:
@@ -101,7 +102,7 @@ def _free_event(
     return Event(
         op=name,
         func=func,
-        group=_group_of(name, shared),
+        group=group_of(name, shared),
         args=(),
         kwargs=(),
         out=None,

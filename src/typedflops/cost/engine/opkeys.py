@@ -22,6 +22,7 @@ import torch
 
 from . import rules
 from .counter import _METADATA, _PASS_ON
+from .edges import written_arguments
 from .events import Event
 from .op_events import make_event
 from .rules import FREE, Free, RuleEntry, find_rule, is_view
@@ -102,7 +103,7 @@ class Plan:
         # A view that needs no backward costs nothing, whatever its shapes: keyed by view_key
         self.view = found is FREE and is_view(func) and not self.outputs
         # An op that writes an argument in place (``add_``, ``out=``)
-        self.writes = any(a.alias_info is not None and a.alias_info.is_write for a in arguments)
+        self.writes = bool(written_arguments(func))
 
 
 #: Plans by the op's identity (ops live as long as the process; _KEEP makes sure).
