@@ -22,6 +22,9 @@ cost:
   float32 ``rstd``); on ``meta`` and on a CPU it is a decomposition that keeps float32
   copies. For a CUDA target the dry run calls a stand-in with the kernel's outputs and
   autograd (:mod:`.stand_ins`).
+- Torch's GRU and plain RNN layers multiply the whole sequence by the input weights at once
+  on a CPU, step by step on ``meta``: for a CPU the dry run runs the CPU's ops
+  (:mod:`.rnn_cpu`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from . import stand_ins  # noqa: F401  (defines torch.ops.typedflops._fused_rms_
 from .attention_choice import CUDNN, EFFICIENT, FLASH, MATH, AttentionCall, reduced_lengths
 from .attention_choice import gpu_choice as _gpu_choice
 from .frames import no_frame
+from .rnn_cpu import is_rnn, rnn_as_cpu
 
 __all__ = [
     "SDPA",
@@ -376,11 +380,13 @@ def _calls_target_kernels(func: Any) -> bool:
 
 def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``func(*args, **kwargs)`` on meta tensors as the ``target`` device would run it,
-    the attention and RMS norm it calls inside included."""
+    the attention and RMS norm it calls inside included (and a CPU's recurrent layers)."""
     if func is SDPA:
         return attention_on_meta(target, args, kwargs)
     if func is RMS_NORM:
         return rms_norm_on_meta(target, args, kwargs)
+    if target == "cpu" and is_rnn(func, args):
+        return rnn_as_cpu(func, args, kwargs)
     if composite(func):
         with TargetKernels(target):
             return func(*args, **kwargs)
