@@ -24,7 +24,7 @@ an expression or statement of a kind it does not know makes everything unknown f
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mypy import nodes
@@ -44,6 +44,14 @@ from mypy.nodes import (
 )
 
 from .scopes import iter_statements
+from .statement_syntax import (
+    declared_elsewhere,
+    expressions_of,
+    imported_names,
+    plain_context,
+    statement_names,
+    target_names,
+)
 
 __all__ = ["Assigned", "Binding", "Flow", "Parameter", "flow_of"]
 
@@ -65,7 +73,6 @@ class Assigned:
 
 
 Binding = Parameter | Assigned
-_DEFINITIONS = (nodes.FuncDef, nodes.Decorator, nodes.OverloadedFuncDef, nodes.ClassDef)
 State = dict[str, Binding | None]
 
 # Methods that change a tensor's shape in place: the name no longer has its dims.
@@ -82,10 +89,6 @@ RESHAPING_IN_PLACE = frozenset(
         "as_strided_",
         "set_",
     }
-)
-# Context managers whose block always runs to its end when nothing raises.
-PLAIN_CONTEXTS = frozenset(
-    {"no_grad", "enable_grad", "inference_mode", "set_grad_enabled", "autocast", "nullcontext"}
 )
 
 
@@ -123,7 +126,7 @@ class _Unit:
 class _Pass:
     def __init__(self, function: FuncItem) -> None:
         self.flow = Flow()
-        self.everywhere_unknown = _declared_elsewhere(function)
+        self.everywhere_unknown = declared_elsewhere(function)
 
     # -- expressions ---------------------------------------------------------------------
 
@@ -169,7 +172,7 @@ class _Pass:
         ):
             # The first iterable runs in the enclosing scope; the rest in the comprehension's.
             self.expr(unit, sequence, hidden if number == 0 else frozenset(local))
-            local |= set(_target_names(index))
+            local |= set(target_names(index))
             for condition in conditions:
                 self.expr(unit, condition, frozenset(local))
         for result in results:
@@ -235,13 +238,13 @@ class _Pass:
                     if isinstance(item, NameExpr):
                         state[item.name] = Assigned(statement, index)
                     else:
-                        for name in _target_names(item):
+                        for name in target_names(item):
                             state[name] = None
             elif isinstance(lvalue, MemberExpr) and lvalue.name == "data":
-                for name in _target_names(lvalue.expr):
+                for name in target_names(lvalue.expr):
                     state[name] = None  # x.data = y swaps x's storage, shape included
             else:
-                for name in _target_names(lvalue):
+                for name in target_names(lvalue):
                     state[name] = None
 
     def lvalue_reads(self, unit: _Unit, lvalue: Expression) -> None:
@@ -280,9 +283,9 @@ class _Pass:
         their syntax, by a walrus, or by an in-place method."""
         names: set[str] = set()
         for statement in iter_statements(statements):
-            names.update(_statement_names(statement))
+            names.update(statement_names(statement))
             scratch = _Unit({})
-            for expr in _expressions_of(statement):
+            for expr in expressions_of(statement):
                 self.expr(scratch, expr)
             names |= scratch.killed
         return names
@@ -319,9 +322,9 @@ class _Pass:
         for expr in statement.expr:
             self.unit(state, expr)
         for target in statement.target:
-            for name in _target_names(target) if target is not None else ():
+            for name in target_names(target) if target is not None else ():
                 state[name] = None
-        if all(_plain_context(expr) for expr in statement.expr):
+        if all(plain_context(expr) for expr in statement.expr):
             self.block(statement.body.body, state)
         else:
             self.nested(statement.body.body, state)
@@ -347,12 +350,12 @@ class _Pass:
             self.expr(unit, statement.rvalue)
             self.lvalue_reads(unit, statement.lvalue)
             self.finish(unit)
-            names: list[str] = list(_target_names(statement.lvalue))
+            names: list[str] = list(target_names(statement.lvalue))
         elif isinstance(statement, nodes.DelStmt):
             unit = _Unit(state)
             self.lvalue_reads(unit, statement.expr)
             self.finish(unit)
-            names = list(_target_names(statement.expr))
+            names = list(target_names(statement.expr))
         elif isinstance(statement, (nodes.AssertStmt, nodes.RaiseStmt)):
             first = statement.expr
             second = statement.msg if isinstance(statement, nodes.AssertStmt) else None
@@ -365,116 +368,16 @@ class _Pass:
         elif isinstance(statement, (nodes.GlobalDecl, nodes.NonlocalDecl)):
             names = list(statement.names)
         elif isinstance(statement, (nodes.FuncDef, nodes.Decorator, nodes.ClassDef)):
-            self.unit(state, *_expressions_of(statement))
+            self.unit(state, *expressions_of(statement))
             names = [statement.name]
         elif isinstance(statement, nodes.OverloadedFuncDef):
             names = [statement.name]
         elif isinstance(statement, nodes.ImportBase):
-            names = list(_imported_names(statement))
+            names = list(imported_names(statement))
         else:  # match, type aliases, anything newer: nothing after is certain
             raise _Poisoned(type(statement).__name__)
         for name in names:
             state[name] = None
-
-
-def _target_names(target: Expression) -> Iterator[str]:
-    """The names an assignment target binds (attributes and subscripts bind none)."""
-    if isinstance(target, NameExpr):
-        yield target.name
-    elif isinstance(target, (TupleExpr, nodes.ListExpr)):
-        for item in target.items:
-            yield from _target_names(item)
-    elif isinstance(target, nodes.StarExpr):
-        yield from _target_names(target.expr)
-
-
-def _imported_names(statement: nodes.ImportBase) -> Iterator[str]:
-    if isinstance(statement, nodes.Import):
-        for module, alias in statement.ids:
-            yield alias or module.split(".")[0]
-    elif isinstance(statement, nodes.ImportFrom):
-        for name, alias in statement.names:
-            yield alias or name
-
-
-def _plain_context(expr: Expression) -> bool:
-    callee = expr.callee if isinstance(expr, CallExpr) else expr
-    return isinstance(callee, (NameExpr, MemberExpr)) and callee.name in PLAIN_CONTEXTS
-
-
-def _statement_names(statement: Statement) -> Iterator[str]:
-    """The names one statement binds by its own syntax (not in its expressions)."""
-    if isinstance(statement, AssignmentStmt):
-        for lvalue in statement.lvalues:
-            yield from _target_names(lvalue)
-            if isinstance(lvalue, MemberExpr) and lvalue.name == "data":
-                yield from _target_names(lvalue.expr)
-    elif isinstance(statement, nodes.OperatorAssignmentStmt):
-        yield from _target_names(statement.lvalue)
-    elif isinstance(statement, nodes.ForStmt):
-        yield from _target_names(statement.index)
-    elif isinstance(statement, nodes.WithStmt):
-        for target in statement.target:
-            if target is not None:
-                yield from _target_names(target)
-    elif isinstance(statement, nodes.TryStmt):
-        yield from (var.name for var in statement.vars if var is not None)
-    elif isinstance(statement, nodes.DelStmt):
-        yield from _target_names(statement.expr)
-    elif isinstance(
-        statement, (nodes.FuncDef, nodes.Decorator, nodes.OverloadedFuncDef, nodes.ClassDef)
-    ):
-        yield statement.name
-    elif isinstance(statement, nodes.ImportBase):
-        yield from _imported_names(statement)
-    elif isinstance(statement, (nodes.GlobalDecl, nodes.NonlocalDecl)):
-        yield from statement.names
-
-
-def _expressions_of(statement: Statement) -> list[Expression | None]:
-    """The expressions one statement runs itself (its blocks' statements excluded)."""
-    if isinstance(statement, AssignmentStmt):
-        return [statement.rvalue, *statement.lvalues]
-    if isinstance(statement, nodes.OperatorAssignmentStmt):
-        return [statement.rvalue, statement.lvalue]
-    if isinstance(statement, (nodes.ExpressionStmt, ReturnStmt, nodes.DelStmt)):
-        return [statement.expr]
-    if isinstance(statement, nodes.IfStmt):
-        return list(statement.expr)
-    if isinstance(statement, nodes.WhileStmt):
-        return [statement.expr]
-    if isinstance(statement, nodes.ForStmt):
-        return [statement.expr]
-    if isinstance(statement, nodes.WithStmt):
-        return list(statement.expr)
-    if isinstance(statement, nodes.AssertStmt):
-        return [statement.expr, statement.msg]
-    if isinstance(statement, nodes.RaiseStmt):
-        return [statement.expr, statement.from_expr]
-    if isinstance(statement, nodes.TryStmt):
-        return list(statement.types)
-    if isinstance(statement, (nodes.FuncDef, nodes.Decorator)):
-        func = statement.func if isinstance(statement, nodes.Decorator) else statement
-        decorators = statement.decorators if isinstance(statement, nodes.Decorator) else []
-        return [*decorators, *(argument.initializer for argument in func.arguments)]
-    if isinstance(statement, nodes.ClassDef):
-        return [*statement.decorators, *statement.base_type_exprs]
-    return []
-
-
-def _declared_elsewhere(function: FuncItem) -> set[str]:
-    """Names a ``global``/``nonlocal`` statement here or in a nested function declares."""
-    names: set[str] = set()
-    pending: list[list[Statement]] = [function.body.body]
-    while pending:
-        for statement in iter_statements(pending.pop()):
-            if isinstance(statement, (nodes.GlobalDecl, nodes.NonlocalDecl)):
-                names.update(statement.names)
-            elif isinstance(statement, nodes.FuncDef):
-                pending.append(statement.body.body)
-            elif isinstance(statement, nodes.Decorator):
-                pending.append(statement.func.body.body)
-    return names
 
 
 # -- expression handlers (one per node type; an unknown type poisons the pass) -----------
