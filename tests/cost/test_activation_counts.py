@@ -122,3 +122,37 @@ def test_a_dry_run_leaves_no_tensor_alive() -> None:
         again = typedflops.estimate(blocks, spec, batch=4)
         assert again.activation_bytes == cost.activation_bytes > 0
     assert _meta_tensors() == before
+
+
+SCALED: list[tuple[str, Callable[[Tensor], Tensor], int]] = [
+    ("add", lambda x: torch.add(x, x), 1),
+    ("add, alpha 2", lambda x: torch.add(x, x, alpha=2), 2),
+    ("add, alpha 1.0", lambda x: torch.add(x, x, alpha=1.0), 1),
+    ("sub of a number, alpha 3", lambda x: torch.sub(x, 1, alpha=3), 2),
+    ("add_ in place, alpha 0.5", lambda x: x.clone().add_(x, alpha=0.5), 2),
+    ("rsub", lambda x: torch.rsub(x, x), 1),  # (not tagged pointwise by torch)
+    ("rsub, alpha 2", lambda x: torch.rsub(x, x, alpha=2), 2),
+]
+
+
+@pytest.mark.parametrize(("body", "per_value"), [c[1:] for c in SCALED], ids=[c[0] for c in SCALED])
+def test_an_add_that_scales_its_second_operand_counts_the_multiply(
+    body: Callable[[Tensor], Tensor], per_value: int
+) -> None:
+    x = torch.randn(4, 6)
+    with record() as rec:
+        body(x)
+    assert (rec.total.flops, rec.total.uncounted) == (per_value * 24, ())
+    cost = typedflops.estimate(body, Float[Tensor, "a b"], a=4, b=6)
+    dims = {symbol.name: symbol for symbol in cost.formula.free_symbols}
+    assert (cost.flops, cost.exact) == (per_value * 24, True)
+    assert cost.formula == per_value * dims["a"] * dims["b"]
+
+
+def test_a_complex_alpha_scales_in_complex_flops() -> None:
+    z = torch.ones(3, dtype=torch.complex64)
+    with record() as real_alpha:
+        torch.add(z, z, alpha=2)  # an add 2, a complex value by a real 2
+    with record() as complex_alpha:
+        torch.add(z, z, alpha=1j)  # an add 2, a complex product 6
+    assert (real_alpha.total.flops, complex_alpha.total.flops) == (3 * 4, 3 * 8)

@@ -23,6 +23,9 @@ __all__ = ["NOT_ARITHMETIC", "is_complex", "per_element", "pointwise", "reductio
 
 _POINTWISE_COST = {"addcmul": 2, "addcdiv": 2, "lerp": 3}
 
+#: Ops whose ``alpha`` scales their second operand first (``x + alpha * y``).
+_SCALED = frozenset({"add", "sub", "rsub"})
+
 _COMPLEX_POINTWISE_COST = {
     "mul": 6,
     "div": 11,
@@ -61,15 +64,19 @@ def _base(name: str) -> str:
 
 
 def pointwise(call: OpCall) -> Any:
-    """One FLOP per output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3); complex values
-    in real FLOPs (a multiply 6, an add 2)."""
+    """One FLOP per output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3, an add or
+    subtract that scales its second operand, ``alpha`` other than 1, 2); complex values in
+    real FLOPs (a multiply 6, an add 2)."""
     if not any(is_float(t) for t in call.inputs):
         return 0
     name = _base(call.name)
-    if is_complex(call.inputs):
-        cost = _COMPLEX_POINTWISE_COST.get(name, 2)
-    else:
-        cost = _POINTWISE_COST.get(name, 1)
+    complex_values = is_complex(call.inputs)
+    table, default = (_COMPLEX_POINTWISE_COST, 2) if complex_values else (_POINTWISE_COST, 1)
+    cost = table.get(name, default)
+    alpha = call.arg(2, "alpha", 1) if name in _SCALED else 1
+    if alpha != 1:
+        # the scaling's multiply: a complex value by a real 2, by a complex 6
+        cost += (6 if isinstance(alpha, complex) else 2) if complex_values else 1
     if not flat_tensors(call.out):  # (aten.equal answers a bool: it compares its inputs)
         return cost * max(numel(t) for t in call.inputs)
     return cost * numel(call.output)

@@ -16,10 +16,11 @@ Conventions (the only place they are written; the documentation quotes them):
   convolution's backward is 2·N for the input's and for the weight's gradient, N the
   grouped iteration space (FlopCounterMode takes the weight's as ungrouped).
 - What it leaves at 0 is counted here: an elementwise (pointwise) op costs one FLOP per
-  output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3); a reduction one per input element
-  (``mean`` adds a divide per output element, ``var``/``std`` 3 per input element and 1 per
-  output, vector norms 2 and 1); an activation's backward kernel one op per gradient value
-  (those torch does not tag pointwise too: ``leaky_relu_backward``, ``hardtanh_backward``);
+  output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3, ``add(x, y, alpha=a)`` 2); a
+  reduction one per input element (``mean`` adds a divide per output element,
+  ``var``/``std`` 3 per input element and 1 per output, vector norms 2 and 1); an
+  activation's backward kernel one op per gradient value (those torch does not tag
+  pointwise too: ``leaky_relu_backward``, ``hardtanh_backward``);
   ``mv``/``dot``/``addmv`` 2·m·n; ``addbmm`` 2·b·m·n·k; softmax and log-softmax 5
   per element (max, subtract, exp, sum, divide), their backward 4; layer, group and batch
   norm with batch statistics 5 per element, 2 more with an affine weight and bias, their
@@ -245,6 +246,7 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten.addbmm] = entry(batched_sum_of_products, matmul=True)
     for name in ACTIVATIONS:  # (activations torch does not tag pointwise)
         table[getattr(aten, name)] = entry(pointwise)
+    table[aten.rsub] = entry(pointwise)  # (``y - alpha * x``, not tagged pointwise either)
     for name in ("_softmax", "_log_softmax", "_safe_softmax"):
         table[getattr(aten, name)] = entry(per_element(5))
     for name in ("_softmax_backward_data", "_log_softmax_backward_data"):
