@@ -8,11 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float
 from kernel_counts import Counts, flop_counter_total, on_cpu, on_meta
 from torch import Tensor
+
+import typedflops
+from typedflops import record
 
 IMAGE = Float[Tensor, "n c h w"]
 VOLUME = Float[Tensor, "n c d h w"]
@@ -171,3 +175,19 @@ def test_cdist_through_a_matrix_product_counts_the_product_and_flop_counter_mode
     x1 = torch.randn(2, 30, 3, requires_grad=True)
     x2 = torch.randn(2, 26, 3, requires_grad=True)
     assert flop_counter_total(lambda: torch.cdist(x1, x2)) == products  # its backward's bmm's
+    # its matrix product is the matmul term's (the norms, the clamp and the root are not)
+    with record() as rec:
+        torch.cdist(x1, x2)
+    assert (rec.total.flops, rec.total.matmul_flops) == (forward, pairs * 2 * 5)
+    cost = typedflops.estimate(body, X1, X2, b=2, p=30, r=26, m=3)
+    b, p, r, m = sympy.symbols("b p r m")
+    assert (cost.matmul_flops, cost.matmul_formula) == (pairs * 2 * 5, 2 * b * p * r * (m + 2))
+    assert cost.matmul.holds_at(cost.dims)
+
+
+def test_cdist_pair_by_pair_runs_no_matrix_product() -> None:
+    x1, x2 = torch.randn(2, 5, 3), torch.randn(2, 6, 3)
+    for p in (1.0, 2.0, 3.0):
+        with record() as rec:
+            torch.cdist(x1, x2, p=p)
+        assert rec.total.flops > 0 and rec.total.matmul_flops == 0

@@ -217,7 +217,8 @@ class Cost:
     Each count travels with its formula as a :class:`Term`: ``forward`` (``flops``,
     ``formula``), ``backward`` for the tensors that require grad (``backward_flops``,
     ``backward_formula``), ``matmul`` the forward FLOPs of matrix-product kernels (matmuls,
-    convolutions, attention's two products: what papers' closed forms count), ``recompute``
+    convolutions, attention's two products: what papers' closed forms count) and of the
+    products inside fused kernels (an LSTM layer's gates, ``nn.Bilinear``'s), ``recompute``
     the forward FLOPs run again during backward (the ops of ``torch.utils.checkpoint``
     regions: a training step costs ``flops + backward_flops + recompute_flops``) and
     ``activation`` the bytes autograd saves for backward in a dry run, each storage once,

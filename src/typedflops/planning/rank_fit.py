@@ -191,7 +191,12 @@ def _fit_kind(
             for sizes in assignments
         ]
         keys = sorted(set().union(*runs))
-        fits.append({key: _fit(plan, [run.get(key, []) for run in runs]) for key in keys})
+        fits.append(
+            {
+                key: _fit(plan, [run.get(key, []) for run in runs], key == "matmul_flops")
+                for key in keys
+            }
+        )
     found: list[tuple[str, Fitted]] = []
     zero = (sympy.Integer(0), True)
     for key in sorted(set(fits[0]) | set(fits[1])):
@@ -226,9 +231,10 @@ def _run(
     )
 
 
-def _fit(plan: Plan, series: list[Series]) -> tuple[sympy.Expr, bool]:
+def _fit(plan: Plan, series: list[Series], matmul: bool = False) -> tuple[sympy.Expr, bool]:
     """A figure's formula: each count fitted where the runs did the same things in the same
-    order (its rule applied for an op), else the total fitted."""
+    order (its rule applied for an op, the rule of its matrix products for ``matmul``),
+    else the total fitted."""
     lengths = {len(one) for one in series}
     if len(lengths) != 1:
         return fit_count(plan, [sum(entry[1] for entry in one) for one in series])
@@ -237,7 +243,8 @@ def _fit(plan: Plan, series: list[Series]) -> tuple[sympy.Expr, bool]:
     for position in range(lengths.pop()):
         events = [one[position][2] for one in series]
         if all(event is not None for event in events):
-            formula, ok = fit_event(plan, [event for event in events if event is not None])
+            found = [event for event in events if event is not None]
+            formula, ok = fit_event(plan, found, matmul=matmul)
         else:
             formula, ok = fit_count(plan, [one[position][1] for one in series])
         total += formula

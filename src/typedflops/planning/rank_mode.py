@@ -127,8 +127,8 @@ class RankMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return
         again = recomputing()
         self.add("recompute_flops" if again else "flops", event.flops, event)
-        if not again and event.entry is not None and event.entry.matmul:
-            self.add("matmul_flops", event.flops, event)
+        if not again and event.matmul_flops:
+            self.add("matmul_flops", event.matmul_flops, event)
 
     def _track(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         if self._zeros is not None and fills_zeros(self._zeros, args, out):

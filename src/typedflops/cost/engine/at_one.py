@@ -127,7 +127,7 @@ def _multiplied(base: Run, run: Run) -> bool:
     the ops gone are matrix products (and views), the ops new are multiplies (and views)."""
     before, after = _ops(base), _ops(run)
     gone, new = before - after, after - before
-    products = {e.op for e in base.events if e.entry is not None and e.entry.matmul}
+    products = {e.op for e in base.events if e.matmul_flops}
     return bool(gone) and set(gone) <= products and set(new) <= _MULTIPLY
 
 

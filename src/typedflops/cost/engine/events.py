@@ -56,6 +56,9 @@ class Event:
     view: bool
     needs_grad: bool
     torch_counted: bool
+    # The part of ``flops`` that matrix products run (all of a matmul's, a fused kernel's
+    # own products): what the ``matmul`` term of a Cost sums.
+    matmul_flops: int = 0
     path: tuple[str, ...] = ()
     calls: tuple[int, ...] = ()
     backward: list[Event] = field(default_factory=list)

@@ -27,7 +27,7 @@ import sympy
 
 from ..types import tidy
 from .events import Event
-from .rules import OpCall
+from .opcall import OpCall, Rule
 from .tensors import TensorMeta, flat_tensors, map_meta
 
 __all__ = ["Fitted", "Plan", "fit", "fit_count", "fit_event"]
@@ -64,17 +64,20 @@ class Plan:
 
 @dataclass
 class Fitted:
-    """Per base event: its forward and backward formulas, and whether each was verified."""
+    """Per base event: its forward and backward formulas, the formula of its forward's
+    matrix products (:attr:`Event.matmul_flops`), and whether each was verified."""
 
     forward: list[sympy.Expr]
     backward: list[sympy.Expr]
     forward_exact: list[bool]
     backward_exact: list[bool]
+    matmul: list[sympy.Expr] = field(default_factory=list)
+    matmul_exact: list[bool] = field(default_factory=list)
 
     @property
     def exact(self) -> bool:
         """Whether every formula was verified."""
-        return all(self.forward_exact) and all(self.backward_exact)
+        return all(self.forward_exact) and all(self.backward_exact) and all(self.matmul_exact)
 
 
 def fit(plan: Plan) -> Fitted:
@@ -83,7 +86,8 @@ def fit(plan: Plan) -> Fitted:
     found = Fitted([], [], [], [])
     # Events copied from a repeated block's first call, in every run, are fitted as their
     # originals were (the next of 96 identical layers is not fitted again).
-    fitted: dict[tuple[int, ...], tuple[sympy.Expr, bool, sympy.Expr, bool]] = {}
+    fitted: dict[tuple[int, ...], tuple[sympy.Expr, bool, sympy.Expr, bool, sympy.Expr, bool]]
+    fitted = {}
     for position in range(len(base)):
         series = [run[position] for run in plan.runs]
         origins = tuple(id(event.origin) if event.origin is not None else 0 for event in series)
@@ -91,13 +95,19 @@ def fit(plan: Plan) -> Fitted:
         if known is None:
             expr, ok = fit_event(plan, series)
             back_expr, back_ok = _fit_backward(plan, series)
-            known = (expr, ok, back_expr, back_ok)
+            if all(event.matmul_flops == event.flops for event in series):
+                matmul, matmul_ok = expr, ok  # a matrix product's (or no product's)
+            else:  # a fused kernel's products, fitted by their own rule
+                matmul, matmul_ok = fit_event(plan, series, matmul=True)
+            known = (expr, ok, back_expr, back_ok, matmul, matmul_ok)
             keys = tuple(id(event.origin or event) for event in series)
             fitted[keys] = known
         found.forward.append(known[0])
         found.forward_exact.append(known[1])
         found.backward.append(known[2])
         found.backward_exact.append(known[3])
+        found.matmul.append(known[4])
+        found.matmul_exact.append(known[5])
     return found
 
 
@@ -123,15 +133,20 @@ def fit_events(plan: Plan, lists: Sequence[Sequence[Event]]) -> tuple[sympy.Expr
     return fit_count(plan, [sum(b.flops for b in ops) for ops in lists])
 
 
-def fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
+def fit_event(plan: Plan, series: list[Event], *, matmul: bool = False) -> tuple[sympy.Expr, bool]:
     """One op's FLOPs, seen once in each run, as a formula: its rule applied to its axis
-    sizes fitted across the runs, else its counts fitted (see :func:`fit_count`)."""
+    sizes fitted across the runs, else its counts fitted (see :func:`fit_count`).
+    ``matmul``: the FLOPs of its matrix products (:attr:`Event.matmul_flops`) instead, by
+    the rule of its products where its entry has one."""
     base = series[0]
-    counts = [event.flops for event in series]
+    counts = [event.matmul_flops if matmul else event.flops for event in series]
     if all(count == 0 for count in counts):
         return sympy.Integer(0), True
     entry = base.entry
-    if entry is not None and entry.symbolic:
+    rule = None if entry is None else entry.rule
+    if matmul and entry is not None and not entry.matmul:
+        rule = entry.matmul_part
+    if entry is not None and entry.symbolic and rule is not None:
         columns = [_slots(event) for event in series]
         if len({len(column) for column in columns}) == 1:
             fitted: list[sympy.Expr] = []
@@ -143,11 +158,11 @@ def fit_event(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
                 fitted.append(expr)
                 exact &= ok
             else:
-                formula = _apply_rule(plan, base, fitted)
+                formula = _apply_rule(plan, base, fitted, rule)
                 if (
                     formula is not None
-                    and _value(plan, formula, 0) == base.flops
-                    and (not plan.checked or _value(plan, formula, -1) == series[-1].flops)
+                    and _value(plan, formula, 0) == counts[0]
+                    and (not plan.checked or _value(plan, formula, -1) == counts[-1])
                 ):
                     return formula, exact
     return fit_count(plan, counts)
@@ -167,7 +182,7 @@ def _slots(event: Event) -> list[int]:
     return [size for meta in metas for size in meta.shape]
 
 
-def _apply_rule(plan: Plan, event: Event, sizes: list[sympy.Expr]) -> sympy.Expr | None:
+def _apply_rule(plan: Plan, event: Event, sizes: list[sympy.Expr], rule: Rule) -> sympy.Expr | None:
     remaining = iter(sizes)
 
     def symbolic(meta: TensorMeta) -> TensorMeta:
@@ -176,15 +191,14 @@ def _apply_rule(plan: Plan, event: Event, sizes: list[sympy.Expr]) -> sympy.Expr
     args = map_meta(event.args, symbolic)
     kwargs = tuple((key, map_meta(value, symbolic)) for key, value in event.kwargs)
     out = map_meta(event.out, symbolic)
-    key: Any = (event.func, args, kwargs, out)
+    key: Any = (event.func, args, kwargs, out, rule)
     try:
         if key in plan._rules:
             return plan._rules[key]
     except TypeError:
         key = None
-    assert event.entry is not None
     try:
-        value = event.entry.rule(OpCall(event.op, args, dict(kwargs), out))
+        value = rule(OpCall(event.op, args, dict(kwargs), out))
         formula: sympy.Expr | None = sympy.expand(sympy.sympify(value))
     except Exception:  # a rule that branches on sizes: fitted from its counts instead
         formula = None

@@ -49,7 +49,7 @@ class Frame:
         event.path = self.path
         event.calls = self.calls
         if self.declared or self.inside_declared():
-            event.flops = 0
+            event.flops = event.matmul_flops = 0
         self.events.append(event)
 
     def inside_declared(self) -> bool:

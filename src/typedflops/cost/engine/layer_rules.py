@@ -1,5 +1,20 @@
-"""The FLOP rules of normalisation, convolution-backward and pooling kernels, and of the
-gated linear unit (the conventions they follow are written in :mod:`.rules`)."""
+"""The FLOP rules of normalisation, convolution-backward and pooling kernels, of the
+gated linear unit and of ``nn.Bilinear``'s trilinear product (the conventions they follow
+are written in :mod:`.rules`).
+
+``_trilinear`` (``nn.Bilinear``, ``y = x1ᵀ·A·x2``, and each of its gradients, which autograd
+computes as ``_trilinear`` again) is counted as torch's kernel computes it: a loop over the
+unrolled axis (the output features) of two pairwise products, each a ``bmm`` (2·m·n·k)
+over the axes it sums where both sides have them, a multiply (1 per element of the
+broadcast product) where it sums none, a sum (1 per input element) over an axis only one
+side has; then an add of each step's result into the output. Forward, with x1 (N, I1),
+x2 (N, I2) and A (O, I1, I2): ``O·(2·N·I1·I2 + 2·N·I2 + N)``, where the trilinear form's
+multiply-adds alone are ``2·N·O·I1·I2``. The gradients: x1's ``O·(3·N·I1·I2 + N·I1)`` (the
+weight slice times the output gradient is a multiply of N·I1·I2), A's ``O·(2·N·I1·I2 +
+N·I1 + I1·I2)``, x2's ``O·(2·N·I1·I2 + 2·N·I2)``. Its matrix products' part (the ``matmul``
+term of a Cost, :func:`layer_matmul_parts`) is the ``bmm`` FLOPs alone. On complex values a
+product counts 4 times, a multiply 6 and an add 2 per element.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +35,7 @@ __all__ = [
     "batched_sum_of_products",
     "convolution_backward_flops",
     "is_activation",
+    "layer_matmul_parts",
     "layer_rules",
     "norm_backward",
 ]
@@ -216,6 +232,106 @@ def _adaptive_pool_backward(call: OpCall) -> Any:
     return numel(grad) if is_float(grad) else 0
 
 
+def _trilinear(call: OpCall) -> Any:
+    multiplies, adds, products = _trilinear_work(call)
+    if is_complex(call.inputs):
+        return 6 * multiplies + 2 * adds + 4 * products
+    return multiplies + adds + products
+
+
+def _trilinear_products(call: OpCall) -> Any:
+    products = _trilinear_work(call)[2]
+    return 4 * products if is_complex(call.inputs) else products
+
+
+def _trilinear_work(call: OpCall) -> tuple[Any, Any, Any]:
+    """``_trilinear``'s multiplies, adds (sums too) and ``bmm`` FLOPs, as its kernel runs
+    them: ``i1``, ``i2``, ``i3`` unsqueezed at their ``expand`` axes, then for each index
+    k of ``unroll_dim``: ``pair(pair(i1[k], i2[k], sums_12), i3[k], sums_23)`` added to the
+    output, ``sums_12`` the summed axes (but the unrolled one) ``i3`` lacks, ``sums_23`` those
+    it has."""
+    tensors = call.inputs[:3]
+    if not is_float(tensors[0]):
+        return 0, 0, 0
+    total = len(tensors[0].shape) + len(call.arg(3, "expand1"))
+    expands = [
+        {int(d) % total for d in call.arg(3 + j, name)}
+        for j, name in enumerate(("expand1", "expand2", "expand3"))
+    ]
+    summed = {int(d) % total for d in call.arg(6, "sumdim")}
+    unroll = int(call.arg(7, "unroll_dim", 1))
+    shapes = [_unsqueezed(t.shape, e, total) for t, e in zip(tensors, expands, strict=True)]
+    if any(size == 0 for shape in shapes for size in shape):
+        return 0, 0, 0  # (an empty input: the output is its zeros)
+    # the size of each axis: the last input's that has it (0 where none has it)
+    sizes = [0] * total
+    for shape, expand in zip(shapes, expands, strict=True):
+        for axis in range(total):
+            if axis not in expand:
+                sizes[axis] = shape[axis]
+    sums_12 = {a for a in summed if a != unroll and a in expands[2]}
+    sums_23 = {a for a in summed if a != unroll and a not in expands[2]}
+    sliced = [[1 if a == unroll else size for a, size in enumerate(s)] for s in shapes]
+    first = _sum_of_products(sliced[0], sliced[1], sums_12)
+    second = _sum_of_products(first[3], sliced[2], sums_23)
+    added = math.prod(1 if a in summed or a == unroll else sizes[a] for a in range(total))
+    steps = sizes[unroll]
+    return (
+        steps * (first[0] + second[0]),
+        steps * (first[1] + second[1] + added),
+        steps * (first[2] + second[2]),
+    )
+
+
+def _unsqueezed(shape: Sequence[Any], expand: set[int], total: int) -> list[Any]:
+    found = list(shape)
+    for axis in range(total):
+        if axis in expand:
+            found.insert(axis, 1)
+    return found
+
+
+def _sum_of_products(
+    left: list[Any], right: list[Any], sums: set[int]
+) -> tuple[Any, Any, Any, list[Any]]:
+    """Torch's ``sumproduct_pair`` of two shapes of as many axes: its multiplies, adds,
+    ``bmm`` FLOPs and the result's shape (summed axes kept at 1)."""
+    if not sums:  # a broadcast multiply
+        out = [lhs if lhs != 1 else rhs for lhs, rhs in zip(left, right, strict=True)]
+        return math.prod(out), 0, 0, out
+    left, right = list(left), list(right)
+    adds: Any = 0
+    batch = rows = columns = inner = 1
+    for axis in range(len(left)):
+        on_left, on_right = left[axis] != 1, right[axis] != 1
+        if axis in sums:
+            if on_left and on_right:
+                inner *= left[axis]
+            elif on_left:  # summed right away, one add per value
+                adds += math.prod(left)
+                left[axis] = 1
+            elif on_right:
+                adds += math.prod(right)
+                right[axis] = 1
+        elif on_left and on_right:
+            batch *= left[axis]
+        elif on_left:
+            rows *= left[axis]
+        else:
+            columns *= right[axis]
+    out = [
+        1 if axis in sums else (left[axis] if left[axis] != 1 else right[axis])
+        for axis in range(len(left))
+    ]
+    return 0, adds, 2 * batch * rows * inner * columns, out
+
+
+def layer_matmul_parts() -> dict[Any, Rule]:
+    """The matrix products' part of the rules of this module, by the op it counts (the
+    others have none)."""
+    return {aten._trilinear: _trilinear_products}
+
+
 def layer_rules() -> dict[Any, Rule]:
     """The rules of this module, by the op each counts."""
     rules: dict[Any, Rule] = {}
@@ -242,6 +358,7 @@ def layer_rules() -> dict[Any, Rule]:
     rules[aten.convolution_backward] = _convolution_backward
     rules[aten.glu] = _glu
     rules[aten.glu_backward] = _glu_backward
+    rules[aten._trilinear] = _trilinear
     for name in (
         "max_pool1d",
         "max_pool2d",

@@ -36,15 +36,17 @@ def make_event(
     inputs = flat_tensors((described_args, described_kwargs))
     outputs = flat_tensors(described_out)
     entry = found if isinstance(found, RuleEntry) else None
-    flops = 0
+    flops = matmul = 0
     counted = found is not None
     if entry is not None:
         call = OpCall(name, described_args, dict(described_kwargs), described_out)
         try:
             flops = entry.count(call, args, kwargs, out)
+            matmul = entry.matmul_count(call, flops)
         except Exception:
             if entry.source == "user":
                 raise  # (the user's rule says what is wrong)
+            flops = matmul = 0
             counted = False  # an op our rule does not know in this form: named, not zero
     elif found is None and not any(is_float(t) for t in (*inputs, *outputs)):
         counted = True  # no floating-point values: 0 FLOPs by convention, nothing missed
@@ -68,6 +70,7 @@ def make_event(
         view=view,
         needs_grad=needs_grad,
         torch_counted=is_torch_counted(func._overloadpacket),
+        matmul_flops=matmul,
     )
 
 

@@ -78,8 +78,7 @@ class Counts:
         self.forward += flops
         self.read += event.bytes_read * times
         self.written += event.bytes_written * times
-        if event.entry is not None and event.entry.matmul:
-            self.matmul += flops
+        self.matmul += event.matmul_flops * times
         if event.recomputed:
             self.recompute += flops
         if event.torch_counted:

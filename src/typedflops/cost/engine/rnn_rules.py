@@ -16,6 +16,11 @@ H)`` per step, the input's ``8H·I`` where the input requires grad, the hidden s
 ``8H²`` per step after the first (and at the first where the initial state requires grad),
 and 11H elementwise per step (less H at the first step, where the initial cell state needs
 no gradient), 8H more for the two biases' gradients.
+
+Of these counts, the matrix products' part (:func:`rnn_matmul_parts`, the ``matmul`` term
+of a Cost) is what the step-by-step path runs as ``addmm``/``mm``: the gates' products
+``8H·(I + H)`` per step forward; backward, the weights' gradients, the input's and the
+hidden state's through ``w_hh``, without the elementwise ops and the biases' sums.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import torch
 from .opcall import OpCall, Rule
 from .tensors import is_float
 
-__all__ = ["rnn_rules"]
+__all__ = ["rnn_matmul_parts", "rnn_rules"]
 
 aten = torch.ops.aten
 
@@ -45,34 +50,57 @@ def _lstm_layer(call: OpCall) -> Any:
     #                     hidden_size, ...)
     if not is_float(x):
         return 0
+    return _lstm_layer_products(call) + _steps(call) * 13 * call.arg(10, "hidden_size")
+
+
+def _lstm_layer_products(call: OpCall) -> Any:
+    """The forward's gates' two products: ``8H·(I + H)`` per step."""
+    x = call.inputs[0]
+    if not is_float(x):
+        return 0
     _lstm_only(call.arg(9, "mode"))
     hidden, features = call.arg(10, "hidden_size"), x.shape[-1]
-    steps = math.prod(x.shape[:-1])  # sequence x batch
-    return steps * (8 * hidden * (features + hidden) + 13 * hidden)
+    return _steps(call) * 8 * hidden * (features + hidden)
+
+
+def _steps(call: OpCall) -> Any:
+    return math.prod(call.inputs[0].shape[:-1])  # sequence x batch
 
 
 def _lstm_layer_backward(call: OpCall) -> Any:
-    x, w_ih, w_hh, b_ih, b_hh = call.args[:5]
-    hx, cx = call.args[5], call.args[6]
+    x, b_ih, b_hh, cx = call.args[0], call.args[3], call.args[4], call.args[6]
+    if not is_float(x):
+        return 0
+    count = _lstm_layer_backward_products(call)
+    hidden = call.arg(15, "hidden_size")
+    batch = math.prod(x.shape[1:-1])  # (sequence, batch, features)
+    steps = math.prod(x.shape[:-1])
+    if bool(call.arg(17, "has_biases")):
+        count += steps * 4 * hidden * (b_ih.requires_grad + b_hh.requires_grad)
+    # the cell's gradient at every step but the first
+    count += steps * 11 * hidden - batch * hidden
+    if cx.requires_grad:
+        count += batch * hidden
+    return count
+
+
+def _lstm_layer_backward_products(call: OpCall) -> Any:
+    """The backward's products: the weights' gradients, the input's, and the hidden
+    state's through ``w_hh`` at every step but the first (and the first's where the
+    initial state requires grad)."""
+    x, w_ih, w_hh, hx = call.args[0], call.args[1], call.args[2], call.args[5]
     if not is_float(x):
         return 0
     _lstm_only(call.arg(14, "mode"))
     hidden, features = call.arg(15, "hidden_size"), x.shape[-1]
-    has_biases = bool(call.arg(17, "has_biases"))
     batch = math.prod(x.shape[1:-1])  # (sequence, batch, features)
     steps = math.prod(x.shape[:-1])
-    count = 0
-    count += steps * 8 * hidden * (features * w_ih.requires_grad + hidden * w_hh.requires_grad)
-    if has_biases:
-        count += steps * 4 * hidden * (b_ih.requires_grad + b_hh.requires_grad)
+    count = steps * 8 * hidden * (features * w_ih.requires_grad + hidden * w_hh.requires_grad)
     if x.requires_grad:
         count += steps * 8 * hidden * features
-    # the hidden state's gradient through w_hh, and the cell's, at every step but the first
-    count += (steps - batch) * 8 * hidden * hidden + steps * 11 * hidden - batch * hidden
+    count += (steps - batch) * 8 * hidden * hidden
     if hx.requires_grad:
         count += batch * 8 * hidden * hidden
-    if cx.requires_grad:
-        count += batch * hidden
     return count
 
 
@@ -81,4 +109,12 @@ def rnn_rules() -> dict[Any, Rule]:
     return {
         aten.mkldnn_rnn_layer: _lstm_layer,
         aten.mkldnn_rnn_layer_backward: _lstm_layer_backward,
+    }
+
+
+def rnn_matmul_parts() -> dict[Any, Rule]:
+    """The matrix products' part of each rule of this module, by the op it counts."""
+    return {
+        aten.mkldnn_rnn_layer: _lstm_layer_products,
+        aten.mkldnn_rnn_layer_backward: _lstm_layer_backward_products,
     }

@@ -37,7 +37,14 @@ Conventions (the only place they are written; the documentation quotes them):
   sums of taps, ``grid_sample`` and ``cdist`` (:mod:`.sampling_rules`); dense linear algebra
   by LAPACK Working Note 41's counts (:mod:`.linalg_rules`; eigen and singular value
   decompositions, which iterate, are uncounted); ``nn.LSTM``'s fused CPU kernel as the
-  step-by-step LSTM cell torch runs elsewhere (:mod:`.rnn_rules`).
+  step-by-step LSTM cell torch runs elsewhere (:mod:`.rnn_rules`); ``nn.Bilinear``'s
+  ``_trilinear`` as the products, multiplies and adds its kernel runs (:mod:`.layer_rules`).
+- Matrix products (a Cost's ``matmul`` term, each event's ``matmul_flops``): all of a
+  matrix-product kernel's count (:attr:`RuleEntry.matmul`: the matmul family, ``mv``,
+  ``dot``, ``addbmm``, convolutions, attention), and of a fused kernel, the part its products
+  run (:attr:`RuleEntry.matmul_part`, registered by the module of its rule: the LSTM layer's
+  gates' products, ``_trilinear``'s ``bmm``s, ``_euclidean_dist``'s product); nothing of
+  other ops.
 - Complex values in real FLOPs (:mod:`.pointwise_rules`): an add 2, a multiply 6, a divide
   11, other functions 2 per element; a complex matrix product 4 times FlopCounterMode's
   count (a multiply-add is 8).
@@ -65,6 +72,7 @@ Conventions (the only place they are written; the documentation quotes them):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -95,6 +103,7 @@ from .layer_rules import (
     batched_sum_of_products,
     convolution_backward_flops,
     is_activation,
+    layer_matmul_parts,
     layer_rules,
     norm_backward,
 )
@@ -102,8 +111,8 @@ from .linalg_rules import linalg_rules
 from .loss_rules import loss_rules
 from .opcall import OpCall, Rule
 from .pointwise_rules import NOT_ARITHMETIC, is_complex, per_element, pointwise, reduction
-from .rnn_rules import rnn_rules
-from .sampling_rules import READ_NUMBERS, sampling_rules
+from .rnn_rules import rnn_matmul_parts, rnn_rules
+from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
 from .tensors import TensorMeta, map_meta, numel
 
 __all__ = [
@@ -140,6 +149,9 @@ class RuleEntry:
     raw: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     matmul: bool = False  # a matrix-product kernel (matmuls, convolutions, attention)
+    # A fused kernel's matrix products, part of its count (``mkldnn_rnn_layer``'s gates'
+    # products): a rule on the same call, symbolic as ``rule`` is.
+    matmul_part: Rule | None = None
 
     def count(
         self, call: OpCall, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
@@ -152,6 +164,16 @@ class RuleEntry:
         else:
             value = self.rule(call)
         return _as_count(value, self.extra.get("name", call.name))
+
+    def matmul_count(self, call: OpCall, flops: int) -> int:
+        """The part of ``flops``, this entry's count of ``call``, that matrix products
+        run (the FLOPs an MFU counts): all of it for a matrix-product kernel, the fused
+        kernel's own part, else 0."""
+        if self.matmul:
+            return flops
+        if self.matmul_part is None:
+            return 0
+        return _as_count(self.matmul_part(call), self.extra.get("name", call.name))
 
 
 def _as_count(value: Any, name: str) -> int:
@@ -269,6 +291,9 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for rules in (loss_rules(), sampling_rules(), linalg_rules(), rnn_rules()):
         for target, rule in rules.items():
             table[target] = entry(rule)
+    for parts in (layer_matmul_parts(), sampling_matmul_parts(), rnn_matmul_parts()):
+        for target, part in parts.items():  # (fused kernels, part matrix products)
+            table[target] = dataclasses.replace(table[target], matmul_part=part)
     for target, names in READ_NUMBERS.items():  # (keyed by these numbers' values)
         table[target].extra["values"] = names
     table[aten._fused_rms_norm] = entry(_rms_norm)

@@ -90,7 +90,7 @@ class Run:
         return {
             "forward": sum(e.flops for e in events),
             "backward": sum(b.flops for e in events for b in e.backward),
-            "matmul": sum(e.flops for e in events if e.entry is not None and e.entry.matmul),
+            "matmul": sum(e.matmul_flops for e in events),
             "recompute": sum(e.flops for e in events if e.recomputed)
             + sum(r.flops for e in events for r in e.rerun),
             "activation": sum(e.flops for e in self.saved),

@@ -33,6 +33,13 @@ multiply, add), p = 2 4 (subtract, multiply, divide by the distance, add), p = �
 computes through a matrix product (``_euclidean_dist``): the squared norms (2 per value),
 ``-2·x1`` (1 per value of x1), the product over M + 2 columns and a clamp and a square root
 per pair; its backward is composed of other ops, counted as they run.
+
+Matrix products (the ``matmul`` term of a Cost, :func:`sampling_matmul_parts`):
+``_euclidean_dist``'s product over M + 2 columns, ``2·(M + 2)`` per pair, is a matrix
+product inside the kernel (``x1_ @ x2_.mT``); its norms, clamp and root are not, and its
+backward's products run as ``bmm`` ops of their own. ``_cdist_forward`` and
+``_cdist_backward`` compute each pair directly, with no matrix product: none of them.
+Interpolation and ``grid_sample`` are weighted sums, not matrix products.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import torch
 from .opcall import OpCall, Rule
 from .tensors import is_float, numel
 
-__all__ = ["READ_NUMBERS", "sampling_rules"]
+__all__ = ["READ_NUMBERS", "sampling_matmul_parts", "sampling_rules"]
 
 aten = torch.ops.aten
 
@@ -163,8 +170,15 @@ def _euclidean_dist(call: OpCall) -> Any:
     if not is_float(x1):
         return 0
     pairs = numel(call.output)
-    length = x1.shape[-1]
-    return 3 * numel(x1) + 2 * numel(x2) + pairs * (2 * (length + 2) + 2)
+    return 3 * numel(x1) + 2 * numel(x2) + _euclidean_product(call) + 2 * pairs
+
+
+def _euclidean_product(call: OpCall) -> Any:
+    """``_euclidean_dist``'s matrix product: ``[-2·x1, |x1|², 1] @ [x2, 1, |x2|²]ᵀ``."""
+    x1 = call.inputs[0]
+    if not is_float(x1):
+        return 0
+    return 2 * numel(call.output) * (x1.shape[-1] + 2)
 
 
 #: The numbers (not tensors, not sizes) a rule reads, by op: its count depends on them.
@@ -194,3 +208,9 @@ def sampling_rules() -> dict[Any, Rule]:
         aten._euclidean_dist: _euclidean_dist,
     }
     return rules
+
+
+def sampling_matmul_parts() -> dict[Any, Rule]:
+    """The matrix products' part of the rules of this module, by the op it counts (the
+    others have none)."""
+    return {aten._euclidean_dist: _euclidean_product}

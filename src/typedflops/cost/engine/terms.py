@@ -28,23 +28,18 @@ def fitted_terms(
     that does not give its count there is replaced by the count, not exact)."""
     events = plan.runs[0]
 
-    def summed(chosen: Sequence[bool], backward: bool = False) -> Term:
-        formulas = fitted.backward if backward else fitted.forward
-        verified = fitted.backward_exact if backward else fitted.forward_exact
-        count = sum(
-            (sum(b.flops for b in e.backward) if backward else e.flops)
-            for e, keep in zip(events, chosen, strict=True)
-            if keep
-        )
-        parts = [f if keep else sympy.Integer(0) for f, keep in zip(formulas, chosen, strict=True)]
-        exact = all(ok for ok, keep in zip(verified, chosen, strict=True) if keep)
-        return Term(count, with_repeats(events, parts, repeat), exact).checked_at(values)
+    def summed(
+        counts: Sequence[int], formulas: Sequence[sympy.Expr], exact: Sequence[bool]
+    ) -> Term:
+        formula = with_repeats(events, formulas, repeat)
+        return Term(sum(counts), formula, all(exact)).checked_at(values)
 
-    every = [True] * len(events)
+    backward = [sum(b.flops for b in e.backward) for e in events]
     return {
-        "forward": summed(every),
-        "backward": summed(every, backward=True),
-        "matmul": summed([e.entry is not None and e.entry.matmul for e in events]),
+        "forward": summed([e.flops for e in events], fitted.forward, fitted.forward_exact),
+        "backward": summed(backward, fitted.backward, fitted.backward_exact),
+        # (each op's matrix products: a matmul's FLOPs, a fused kernel's products' part)
+        "matmul": summed([e.matmul_flops for e in events], fitted.matmul, fitted.matmul_exact),
         "recompute": _recompute(plan, fitted, repeat, values),
         "activation": _activation(plan, saved, repeat, values),
     }

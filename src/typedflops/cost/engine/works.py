@@ -297,7 +297,7 @@ class RecordSession:
         if found is None:
             found = object.__new__(Event)
             found.__dict__.update(event.__dict__)
-            found.flops = 0
+            found.flops = found.matmul_flops = 0
             found.origin = event
             self.zeroed[event] = found
         return found
