@@ -162,3 +162,21 @@ def test_the_stand_in_runs_the_cpus_ops_forward_and_backward(
     assert our_ops == torch_ops
     for ours, theirs in zip(our_values, torch_values, strict=True):
         torch.testing.assert_close(ours, theirs)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_a_record_on_meta_runs_the_targets_layer_as_an_estimate_does(
+    kind: str, target: str
+) -> None:
+    with torch.device("meta"):
+        rnn = layer(kind, 8, 16)
+    x = torch.empty(5, 2, 8, device="meta", requires_grad=True)
+    with kernels_of(target):
+        with record() as rec:
+            rnn(x)
+        cost = estimate(rnn, Float[Tensor, "s b d"], s=5, b=2, d=8, grad=("input",))
+    total = rec.total
+    assert (total.flops, total.backward_flops) == (cost.flops, cost.backward_flops)
+    on_meta = estimate(rnn, Float[Tensor, "s b d"], s=5, b=2, d=8, grad=("input",))
+    assert cost.backward_flops < on_meta.backward_flops  # (no sums over the steps)

@@ -19,6 +19,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .counter import counting
+from .cudnn_rnn import with_weight_buffer
 from .edges import replay_with
 from .events import Event
 from .frames import no_frame
@@ -111,7 +112,7 @@ def _replay(event: Event) -> BackwardResult:
                         tensor = tensor.clone()
                 return tensor
 
-            args = map_meta(event.args, build)
+            args = with_weight_buffer(func, map_meta(event.args, build))
             kwargs = {key: map_meta(value, build) for key, value in event.kwargs}
             with torch.enable_grad():
                 out = func(*_lists(func, args), **kwargs)

@@ -22,9 +22,10 @@ cost:
   float32 ``rstd``); on ``meta`` and on a CPU it is a decomposition that keeps float32
   copies. For a CUDA target the dry run calls a stand-in with the kernel's outputs and
   autograd (:mod:`.stand_ins`).
-- Torch's GRU and plain RNN layers multiply the whole sequence by the input weights at once
-  on a CPU, step by step on ``meta``: for a CPU the dry run runs the CPU's ops
-  (:mod:`.rnn_cpu`).
+- Torch's recurrent layers run otherwise on a CPU (a GRU's and RNN's input products for
+  the whole sequence at once, an LSTM's oneDNN kernel, :mod:`.rnn_cpu`) and on a GPU (one
+  cuDNN kernel, :mod:`.cudnn_rnn`) than step by step on ``meta``: the dry run runs the
+  target's.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ...devices import DeviceSpec, resolve
 from . import stand_ins  # noqa: F401  (defines torch.ops.typedflops._fused_rms_norm)
 from .attention_choice import CUDNN, EFFICIENT, FLASH, MATH, AttentionCall, reduced_lengths
 from .attention_choice import gpu_choice as _gpu_choice
+from .cudnn_rnn import is_cudnn_target, rnn_as_cudnn
 from .frames import no_frame
 from .rnn_cpu import is_rnn, rnn_as_cpu
 
@@ -385,8 +387,11 @@ def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
         return attention_on_meta(target, args, kwargs)
     if func is RMS_NORM:
         return rms_norm_on_meta(target, args, kwargs)
-    if target == "cpu" and is_rnn(func, args):
-        return rnn_as_cpu(func, args, kwargs)
+    if is_rnn(func, args):
+        if target == "cpu":
+            return rnn_as_cpu(func, args, kwargs)
+        if target == "cuda" and is_cudnn_target(args):
+            return rnn_as_cudnn(func, args, kwargs)
     if composite(func):
         with TargetKernels(target):
             return func(*args, **kwargs)

@@ -40,6 +40,7 @@ from .functions import inside_rule
 from .kernels import RMS_NORM, SDPA, composite, meta_target
 from .kernels import _meta_target as _target
 from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
+from .rnn_cpu import is_rnn
 from .rules import function_rules
 from .run_again import region_frame
 from .sites import find_site
@@ -271,7 +272,8 @@ class NamingMode(GroupingMode):
     """Names each top-level torch call the user made outside decorated calls (``matmul``,
     ``softmax``): the ops it runs form one row of a breakdown. On ``meta`` tensors inside
     :func:`~.kernels.kernels_of`, attention and RMS norm run the kernels that device would
-    pick, as in a dry run, so that a record on meta and an estimate count alike."""
+    pick, as in a dry run, and so do recurrent layers, so that a record on meta and an
+    estimate count alike."""
 
     counter: RecordingMode
 
@@ -282,7 +284,7 @@ class NamingMode(GroupingMode):
         return super().name(func)
 
     def target(self, func: Any, args: tuple[Any, ...], name: str | None) -> str | None:
-        reaches = func is SDPA or func is RMS_NORM or composite(func)
+        reaches = func is SDPA or func is RMS_NORM or composite(func) or is_rnn(func, args)
         if reaches and type(_frame.get()) is tuple:
             first = args[0] if args else None
             if isinstance(first, _Tensor) and first.is_meta:

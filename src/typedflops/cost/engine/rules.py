@@ -86,6 +86,7 @@ from torch.utils import flop_counter
 
 from ...errors import SpecError
 from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
+from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
 from .index_rules import (
     accumulate,
     bincount,
@@ -288,10 +289,12 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         table[getattr(aten, name)] = entry(_attention_backward, matmul=True)
     for target, rule in layer_rules().items():
         table[target] = entry(rule, matmul=target is aten.convolution_backward)
-    for rules in (loss_rules(), sampling_rules(), linalg_rules(), rnn_rules()):
+    rulesets = (loss_rules(), sampling_rules(), linalg_rules(), rnn_rules(), cudnn_rnn_rules())
+    for rules in rulesets:
         for target, rule in rules.items():
             table[target] = entry(rule)
-    for parts in (layer_matmul_parts(), sampling_matmul_parts(), rnn_matmul_parts()):
+    matmul_parts = (layer_matmul_parts(), sampling_matmul_parts(), rnn_matmul_parts())
+    for parts in (*matmul_parts, cudnn_rnn_matmul_parts()):
         for target, part in parts.items():  # (fused kernels, part matrix products)
             table[target] = dataclasses.replace(table[target], matmul_part=part)
     for target, names in READ_NUMBERS.items():  # (keyed by these numbers' values)
