@@ -69,6 +69,7 @@ CASES = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
 @pytest.mark.parametrize(("kind", "options"), CASES, ids=[f"{k}-{o}" for k, o in CASES])
 @pytest.mark.parametrize("features", [8, 16])
 def test_estimate_of_a_module_holding_a_recurrent_layer_equals_the_cpu_run(
