@@ -13,6 +13,7 @@ from jaxtyping import Float
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import typedflops
 from typedflops import register_rule, typed_flops
 from typedflops.cost.engine import kernels
 from typedflops.cost.engine.attention_choice import AttentionCall, gpu_choice
@@ -387,3 +388,24 @@ def test_heads_that_step_over_their_last_dim_run_math_attention(target: str) -> 
         assert rec.total.flops == cost.flops
         contiguous = torch.zeros(2, 2, 16, 16)
         assert torch._fused_sdp_choice(contiguous, contiguous, contiguous) == kernels._FLASH
+
+
+def test_dropout_for_a_gpu_is_the_fused_kernel_with_a_boolean_mask() -> None:
+    """``F.dropout`` while training: a GPU runs ``native_dropout`` (it keeps a boolean mask),
+    a CPU and meta draw a mask, scale it and multiply (a float32 mask kept); both 2 FLOPs a
+    value forward (the mask's multiply and the scale's) and 1 backward."""
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.1))
+    costs = {}
+    for target in ("cpu", "cuda"):
+        with kernels_of(target):
+            costs[target] = typedflops.estimate(model, Float[Tensor, "b d"], b=4, d=8)
+    cpu, gpu = costs["cpu"], costs["cuda"]
+    linear = 4 * 16 * (2 * 8)  # (addmm: its bias not counted)
+    assert cpu.flops == gpu.flops == linear + 2 * 4 * 16
+    assert cpu.backward_flops == gpu.backward_flops
+    assert cpu.activation_bytes - gpu.activation_bytes == 4 * 16 * (4 - 1)  # float vs bool
+    x = torch.randn(4, 16, requires_grad=True)
+    with typedflops.record() as rec:
+        torch.native_dropout(x, 0.1, True)
+    assert (rec.total.flops, rec.total.backward_flops) == (2 * 64, 64)

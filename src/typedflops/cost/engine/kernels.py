@@ -22,6 +22,9 @@ cost:
   float32 ``rstd``); on ``meta`` and on a CPU it is a decomposition that keeps float32
   copies. For a CUDA target the dry run calls a stand-in with the kernel's outputs and
   autograd (:mod:`.stand_ins`).
+- ``F.dropout`` on CUDA, training, is one fused kernel (``native_dropout``: it keeps a
+  boolean mask); on ``meta`` and on a CPU it draws a mask, scales it and multiplies (a float
+  mask kept). For a CUDA target the dry run calls the fused kernel.
 - Torch's recurrent layers run otherwise on a CPU (a GRU's and RNN's input products for
   the whole sequence at once, an LSTM's oneDNN kernel, :mod:`.rnn_cpu`) and on a GPU (one
   cuDNN kernel, :mod:`.cudnn_rnn`) than step by step on ``meta``: the dry run runs the
@@ -52,6 +55,7 @@ from .frames import no_frame
 from .rnn_cpu import is_rnn, rnn_as_cpu
 
 __all__ = [
+    "DROPOUT",
     "SDPA",
     "TargetKernels",
     "attention_on_meta",
@@ -64,6 +68,7 @@ __all__ = [
 
 SDPA = F.scaled_dot_product_attention
 RMS_NORM = F.rms_norm
+DROPOUT = F.dropout
 
 aten = torch.ops.aten
 
@@ -357,10 +362,25 @@ def rms_norm_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any])
     return RMS_NORM(*args, **kwargs)
 
 
+def dropout_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``F.dropout(*args, **kwargs)`` on meta tensors as ``target`` runs it: CUDA's fused
+    kernel (``native_dropout``, a boolean mask kept for backward) where torch takes it, out
+    of place while training with ``0 < p < 1``; elsewhere the mask is drawn, scaled and
+    multiplied op by op (a float mask kept)."""
+    names = ("input", "p", "training", "inplace")
+    call = {"p": 0.5, "training": True, "inplace": False, **dict(zip(names, args, strict=False))}
+    call.update(kwargs)
+    x, p = call["input"], float(call["p"])
+    fused = target == "cuda" and call["training"] and not call["inplace"] and 0 < p < 1
+    if fused and x.numel() > 0:
+        return torch.native_dropout(x, p, True)[0]
+    return DROPOUT(*args, **kwargs)
+
+
 def composite(func: Any) -> bool:
-    """Whether ``func`` is a torch function written in Python that calls attention or RMS
-    norm inside (``F.multi_head_attention_forward``, which ``nn.MultiheadAttention`` and
-    ``nn.TransformerEncoderLayer`` call): torch-function modes do not see the calls a call
+    """Whether ``func`` is a torch function written in Python that calls attention, RMS
+    norm or dropout inside (``F.multi_head_attention_forward``, which
+    ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` call): torch-function modes do not see the calls a call
     they handle makes, so such a call runs under :class:`TargetKernels`.
 
     >>> composite(F.multi_head_attention_forward), composite(F.layer_norm), composite(SDPA)
@@ -374,10 +394,10 @@ def composite(func: Any) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def _calls_target_kernels(func: Any) -> bool:
-    if not inspect.isfunction(func) or func is SDPA or func is RMS_NORM:
+    if not inspect.isfunction(func) or func in (SDPA, RMS_NORM, DROPOUT):
         return False
     names = set(func.__code__.co_names)
-    return bool(names & {SDPA.__name__, RMS_NORM.__name__})
+    return bool(names & {SDPA.__name__, RMS_NORM.__name__, DROPOUT.__name__})
 
 
 def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -387,6 +407,8 @@ def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
         return attention_on_meta(target, args, kwargs)
     if func is RMS_NORM:
         return rms_norm_on_meta(target, args, kwargs)
+    if func is DROPOUT:
+        return dropout_on_meta(target, args, kwargs)
     if is_rnn(func, args):
         if target == "cpu":
             return rnn_as_cpu(func, args, kwargs)

@@ -37,7 +37,7 @@ from .events import Event, Group
 from .events import _group as _current_group
 from .fan_in import Place
 from .functions import inside_rule
-from .kernels import RMS_NORM, SDPA, composite, meta_target
+from .kernels import DROPOUT, RMS_NORM, SDPA, composite, meta_target
 from .kernels import _meta_target as _target
 from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
 from .rnn_cpu import is_rnn
@@ -284,7 +284,8 @@ class NamingMode(GroupingMode):
         return super().name(func)
 
     def target(self, func: Any, args: tuple[Any, ...], name: str | None) -> str | None:
-        reaches = func is SDPA or func is RMS_NORM or composite(func) or is_rnn(func, args)
+        reaches = func is SDPA or func is RMS_NORM or func is DROPOUT or composite(func)
+        reaches = reaches or is_rnn(func, args)
         if reaches and type(_frame.get()) is tuple:
             first = args[0] if args else None
             if isinstance(first, _Tensor) and first.is_meta:

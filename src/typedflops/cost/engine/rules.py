@@ -270,6 +270,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for name in ACTIVATIONS:  # (activations torch does not tag pointwise)
         table[getattr(aten, name)] = entry(pointwise)
     table[aten.rsub] = entry(pointwise)  # (``y - alpha * x``, not tagged pointwise either)
+    # a GPU's fused dropout: the mask's multiply and the scale's, as a CPU's ``div_`` and ``mul``
+    table[aten.native_dropout] = entry(per_element(2))
     for name in ("_softmax", "_log_softmax", "_safe_softmax"):
         table[getattr(aten, name)] = entry(per_element(5))
     for name in ("_softmax_backward_data", "_log_softmax_backward_data"):
