@@ -136,12 +136,16 @@ def describe_kernels(device_type: str | None, capability: tuple[int, int] | None
     >>> describe_kernels("cuda", (9, 0))  # doctest: +NORMALIZE_WHITESPACE
     "a GPU's, sm90 (attention as torch picks it there: cuDNN first on sm90 and sm100, for
     16-bit inputs with head sizes multiples of 8 up to 256, then flash, memory-efficient,
-    math; CUDA's fused RMS norm)"
+    math; CUDA's fused RMS norm and dropout, cuDNN's recurrent layers)"
     """
     if device_type == "cuda":
-        return f"a GPU's{_gpu_words(capability)}; CUDA's fused RMS norm)"
+        fused = "CUDA's fused RMS norm and dropout, cuDNN's recurrent layers"
+        return f"a GPU's{_gpu_words(capability)}; {fused})"
     if device_type == "cpu":
-        return "a CPU's (attention as torch picks it there: its fused flash kernel)"
+        return (
+            "a CPU's (attention as torch picks it there: its fused flash kernel; recurrent "
+            "layers as a CPU runs them)"
+        )
     return "meta's own (math attention, which keeps the s x s scores)"
 
 
@@ -380,8 +384,9 @@ def dropout_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 def composite(func: Any) -> bool:
     """Whether ``func`` is a torch function written in Python that calls attention, RMS
     norm or dropout inside (``F.multi_head_attention_forward``, which
-    ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` call): torch-function modes do not see the calls a call
-    they handle makes, so such a call runs under :class:`TargetKernels`.
+    ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` call): torch-function
+    modes do not see the calls a call they handle makes, so such a call runs under
+    :class:`TargetKernels`.
 
     >>> composite(F.multi_head_attention_forward), composite(F.layer_norm), composite(SDPA)
     (True, False, False)
