@@ -407,7 +407,7 @@ def _calls_target_kernels(func: Any) -> bool:
 
 def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``func(*args, **kwargs)`` on meta tensors as the ``target`` device would run it,
-    the attention and RMS norm it calls inside included (and a CPU's recurrent layers)."""
+    the attention, RMS norm and dropout it calls inside included, and recurrent layers."""
     if func is SDPA:
         return attention_on_meta(target, args, kwargs)
     if func is RMS_NORM:
