@@ -28,7 +28,8 @@ cost:
 - Torch's recurrent layers run otherwise on a CPU (a GRU's and RNN's input products for
   the whole sequence at once, an LSTM's oneDNN kernel, :mod:`.rnn_cpu`) and on a GPU (one
   cuDNN kernel, :mod:`.cudnn_rnn`) than step by step on ``meta``: the dry run runs the
-  target's.
+  target's. So do LSTM and GRU cells on CUDA (two products, then a fused cell kernel:
+  :mod:`.cuda_cells`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from ...devices import DeviceSpec, resolve
 from . import stand_ins  # noqa: F401  (defines torch.ops.typedflops._fused_rms_norm)
 from .attention_choice import CUDNN, EFFICIENT, FLASH, MATH, AttentionCall, reduced_lengths
 from .attention_choice import gpu_choice as _gpu_choice
+from .cuda_cells import cell_as_cuda, is_cell
 from .cudnn_rnn import is_cudnn_target, rnn_as_cudnn
 from .frames import no_frame
 from .rnn_cpu import is_rnn, rnn_as_cpu
@@ -419,6 +421,8 @@ def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
             return rnn_as_cpu(func, args, kwargs)
         if target == "cuda" and is_cudnn_target(args):
             return rnn_as_cudnn(func, args, kwargs)
+    if target == "cuda" and is_cell(func, args):
+        return cell_as_cuda(func, args, kwargs)
     if composite(func):
         with TargetKernels(target):
             return func(*args, **kwargs)

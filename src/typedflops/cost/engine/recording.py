@@ -33,6 +33,7 @@ import torch
 from ...contract.function import counting_frame
 from .backward_ran import ran_in_backward
 from .counter import CountingMode, GroupingMode
+from .cuda_cells import is_cell
 from .events import Event, Group
 from .events import _group as _current_group
 from .fan_in import Place
@@ -285,7 +286,7 @@ class NamingMode(GroupingMode):
 
     def target(self, func: Any, args: tuple[Any, ...], name: str | None) -> str | None:
         reaches = func is SDPA or func is RMS_NORM or func is DROPOUT or composite(func)
-        reaches = reaches or is_rnn(func, args)
+        reaches = reaches or is_rnn(func, args) or is_cell(func, args)
         if reaches and type(_frame.get()) is tuple:
             first = args[0] if args else None
             if isinstance(first, _Tensor) and first.is_meta:

@@ -86,6 +86,7 @@ from torch.utils import flop_counter
 
 from ...errors import SpecError
 from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
+from .cuda_cells import cuda_cell_rules
 from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
 from .index_rules import (
     accumulate,
@@ -291,7 +292,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         table[getattr(aten, name)] = entry(_attention_backward, matmul=True)
     for target, rule in layer_rules().items():
         table[target] = entry(rule, matmul=target is aten.convolution_backward)
-    rulesets = (loss_rules(), sampling_rules(), linalg_rules(), rnn_rules(), cudnn_rnn_rules())
+    rulesets = [loss_rules(), sampling_rules(), linalg_rules(), rnn_rules()]
+    rulesets += [cudnn_rnn_rules(), cuda_cell_rules()]
     for rules in rulesets:
         for target, rule in rules.items():
             table[target] = entry(rule)
