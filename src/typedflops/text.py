@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Collection, Sequence
 
 __all__ = [
+    "INEXACT_NOTE",
     "TERMINAL_WIDTH",
     "dtype_name",
     "fit_table",
@@ -23,6 +24,12 @@ __all__ = [
     "text_table",
     "wrap_lines",
 ]
+
+#: The note under a table with a formula marked ``~`` (not exact).
+INEXACT_NOTE = (
+    "~ formula true at these sizes, not shown at others "
+    "(a run there gave another count, or none ran)"
+)
 
 #: The width every table and line of the command-line output fits in, unless ``--wide``.
 TERMINAL_WIDTH = 100

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..text import text_table
+from ..text import INEXACT_NOTE, text_table
 
 if TYPE_CHECKING:
     from ..contract.function import CheckedFunction
@@ -439,7 +439,7 @@ def rows(records: list[Record]) -> tuple[list[list[str]], list[str]]:
         ops = ", ".join(dict.fromkeys(uncounted))
         notes.append(f"uncounted ops (ran, no FLOP rule): {ops}")
     if inexact:
-        notes.append("~ formula holds at these sizes only (not checked at other sizes)")
+        notes.append(INEXACT_NOTE)
     if partial:
         notes.append("as run (k of n): FLOPs over the n calls taken at the mean of the k counted")
     return table_rows, notes

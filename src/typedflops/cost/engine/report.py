@@ -13,7 +13,7 @@ import sympy
 import torch
 
 from ...contract.function import counting_frame
-from ...text import format_count, text_table
+from ...text import INEXACT_NOTE, format_count, text_table
 from ..types import Cost
 from .backward_ran import with_backward_ran
 from .ranks import AcrossRanks, across_ranks
@@ -130,7 +130,7 @@ class Recorder:
         if total.uncounted:
             lines.append(f"uncounted ops (ran, no FLOP rule): {', '.join(total.uncounted)}")
         if inexact:
-            lines.append("~ formula holds at these sizes only (not checked at other sizes)")
+            lines.append(INEXACT_NOTE)
         return "\n".join(lines)
 
     def to_json(self) -> str:
