@@ -189,7 +189,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             )
         elif self.sums.waiting:
             self.sums.read(args, kwargs)
-        if bool(written_arguments(func)):
+        if written_arguments(func):
             self.sums.restart(written(func, args, kwargs))
 
     def places(self, event: Event) -> list[Place] | None:

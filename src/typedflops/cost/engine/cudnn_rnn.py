@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .opcall import OpCall, Rule
+from .rnn_cpu import rnn_arguments
 from .tensors import is_float
 
 __all__ = [
@@ -190,22 +191,16 @@ def rnn_as_cudnn(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     runs it: one ``_cudnn_rnn`` over every layer and direction, its weights in one buffer.
     ``(output, h_n)``, an LSTM's ``(output, h_n, c_n)``."""
     name = func.__name__
-    names = ("input", "hx", "params", "has_biases", "num_layers", "dropout", "train")
-    call = {**dict(zip((*names, "bidirectional", "batch_first"), args, strict=False)), **kwargs}
+    call = rnn_arguments(name, args, kwargs)
     x: torch.Tensor = call["input"]
+    hx, cx = call["hx"] if name == "lstm" else (call["hx"], None)
     weights: list[torch.Tensor] = list(call["params"])
-    if name == "lstm":
-        hx, cx = call["hx"]
-    else:
-        hx, cx = call["hx"], None
-    stride = (4 if call["has_biases"] else 2) + (
-        name == "lstm" and hx.shape[-1] != cx.shape[-1]  # (projections: cuDNN refuses)
-    )
+    w_hh, w_hr = call["weights"][0][1], call["weights"][0][4]
     buffer = torch.empty(sum(w.numel() for w in weights), dtype=x.dtype, device=x.device)
     mode = _MODES[name]
     out = torch._cudnn_rnn(
-        x, weights, stride, buffer, hx, cx, mode, weights[1].shape[0] // _GATES[mode],
-        weights[4].shape[0] if stride == 5 else 0, int(call["num_layers"]),
+        x, weights, call["stride"], buffer, hx, cx, mode, w_hh.shape[0] // _GATES[mode],
+        0 if w_hr is None else w_hr.shape[0], int(call["num_layers"]),
         bool(call["batch_first"]), float(call["dropout"]), bool(call["train"]),
         bool(call["bidirectional"]), [], None,
     )  # fmt: skip

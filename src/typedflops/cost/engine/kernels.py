@@ -57,7 +57,6 @@ from .frames import no_frame
 from .rnn_cpu import is_rnn, rnn_as_cpu
 
 __all__ = [
-    "DROPOUT",
     "SDPA",
     "TargetKernels",
     "attention_on_meta",
@@ -66,6 +65,7 @@ __all__ = [
     "meta_capability",
     "meta_target",
     "on_target",
+    "runs_otherwise",
 ]
 
 SDPA = F.scaled_dot_product_attention
@@ -381,6 +381,34 @@ def dropout_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     if fused and x.numel() > 0:
         return torch.native_dropout(x, p, True)[0]
     return DROPOUT(*args, **kwargs)
+
+
+#: torch's recurrent layers and cells, which a CPU and a GPU run otherwise than meta
+_RECURRENT = frozenset({"gru", "rnn_tanh", "rnn_relu", "lstm", "gru_cell", "lstm_cell"})
+
+
+def runs_otherwise(func: Any) -> bool:
+    """Whether a device may run ``func`` otherwise than meta (:func:`on_target` knows how):
+    attention, RMS norm, dropout, a recurrent layer or cell, or a torch function calling one
+    of the first three (:func:`composite`).
+
+    >>> runs_otherwise(torch.gru), runs_otherwise(F.dropout), runs_otherwise(torch.add)
+    (True, True, False)
+    """
+    try:
+        return _runs_otherwise(func)
+    except TypeError:  # an unhashable callable
+        return False
+
+
+@functools.lru_cache(maxsize=1024)
+def _runs_otherwise(func: Any) -> bool:
+    if func is SDPA or func is RMS_NORM or func is DROPOUT:
+        return True
+    name = getattr(func, "__name__", None)
+    if name in _RECURRENT and func == getattr(torch._C._VariableFunctions, name):
+        return True
+    return _calls_target_kernels(func)
 
 
 def composite(func: Any) -> bool:

@@ -33,15 +33,13 @@ import torch
 from ...contract.function import counting_frame
 from .backward_ran import ran_in_backward
 from .counter import CountingMode, GroupingMode
-from .cuda_cells import is_cell
 from .events import Event, Group
 from .events import _group as _current_group
 from .fan_in import Place
 from .functions import inside_rule
-from .kernels import DROPOUT, RMS_NORM, SDPA, composite, meta_target
 from .kernels import _meta_target as _target
+from .kernels import meta_target, runs_otherwise
 from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
-from .rnn_cpu import is_rnn
 from .rules import function_rules
 from .run_again import region_frame
 from .sites import find_site
@@ -285,9 +283,7 @@ class NamingMode(GroupingMode):
         return super().name(func)
 
     def target(self, func: Any, args: tuple[Any, ...], name: str | None) -> str | None:
-        reaches = func is SDPA or func is RMS_NORM or func is DROPOUT or composite(func)
-        reaches = reaches or is_rnn(func, args) or is_cell(func, args)
-        if reaches and type(_frame.get()) is tuple:
+        if runs_otherwise(func) and type(_frame.get()) is tuple:
             first = args[0] if args else None
             if isinstance(first, _Tensor) and first.is_meta:
                 return meta_target()

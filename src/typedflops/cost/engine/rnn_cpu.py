@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["is_rnn", "rnn_as_cpu"]
+__all__ = ["is_rnn", "rnn_arguments", "rnn_as_cpu"]
 
 _NAMES = frozenset({"gru", "rnn_tanh", "rnn_relu", "lstm"})
 _LSTM_MODE = 2  # (oneDNN's and cuDNN's enum: RNN_RELU, RNN_TANH, LSTM, GRU)
@@ -124,7 +124,10 @@ def _direction(
     return torch.stack(outputs, 0), state
 
 
-def _arguments(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def rnn_arguments(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of torch's ``name`` layer (``"gru"``, ``"lstm"``...) by name, with each
+    layer and direction's ``weights`` (w_ih, w_hh, b_ih, b_hh, w_hr: None where absent),
+    whether an LSTM has ``projected`` states, and the ``stride`` of its flat weights."""
     names: tuple[str, ...] = ("input", "hx", "params", "has_biases", "num_layers", "dropout")
     names += ("train", "bidirectional", "batch_first")
     call = {**dict(zip(names, args, strict=False)), **kwargs}
@@ -136,8 +139,7 @@ def _arguments(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict
         w_ih, w_hh, *rest = flat[at : at + per]
         b_ih, b_hh = rest[:2] if call["has_biases"] else (None, None)
         groups.append([w_ih, w_hh, b_ih, b_hh, rest[-1] if projected else None])
-    call["weights"] = groups
-    call["projected"] = projected
+    call.update(weights=groups, projected=projected, stride=per)
     return call
 
 
@@ -146,7 +148,7 @@ def rnn_as_cpu(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     (an LSTM's ``(output, h_n, c_n)``), output (seq, batch, directions * hidden) (batch
     first where asked), ``h_n`` (layers * directions, batch, hidden)."""
     name = func.__name__
-    call = _arguments(name, args, kwargs)
+    call = rnn_arguments(name, args, kwargs)
     if name == "lstm" and _fused_lstm(call):
         return _lstm_fused(call)
     x: Tensor = call["input"]
