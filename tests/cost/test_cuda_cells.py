@@ -30,6 +30,8 @@ CASES: list[tuple[str, Callable[..., nn.Module], bool, int, int]] = [
     # GRU: 10H a row forward; backward 10H a row and two sums of 3H
     ("gru", nn.GRUCell, True, 10 * B * H, 10 * B * H + 2 * 3 * B * H),
     ("gru-no-bias", nn.GRUCell, False, 10 * B * H, 10 * B * H),
+    # without biases, the fused cell too (torch's meta kernel refuses it: run as a GPU's)
+    ("lstm-no-bias", nn.LSTMCell, False, 13 * B * H, 11 * B * H),
 ]
 
 
@@ -56,12 +58,14 @@ def test_a_cell_for_a_gpu_is_two_products_and_the_fused_cell(
     assert (rec.total.flops, rec.total.backward_flops) == expected
 
 
-def test_an_lstm_cell_without_biases_runs_metas_own_ops() -> None:
-    """torch's meta kernel of the fused LSTM cell refuses a cell without biases: a dry run
-    for a GPU runs the cell op by op, as on meta (10H a row backward, no biases' sums)."""
-    with torch.device("meta"):
-        cell = nn.LSTMCell(FEATURES, H, bias=False)
-    with kernels_of("cuda"):
-        cost = estimate(cell, Float[Tensor, "b d"], b=B, d=FEATURES, grad=("input",))
-    forward, backward = products(4)
-    assert (cost.flops, cost.backward_flops) == (forward + 13 * B * H, backward + 10 * B * H)
+def test_a_bias_less_lstm_cell_replayed_for_its_backward() -> None:
+    """A record's backward of the fused cell without biases, replayed on meta (as a GPU's
+    record replays it): 11H a row, no biases' sum; its three inputs get gradients."""
+    gates = torch.empty(B, 4 * H, device="meta", requires_grad=True)
+    hidden = torch.empty(B, 4 * H, device="meta", requires_grad=True)
+    cx = torch.empty(B, H, device="meta", requires_grad=True)
+    with record() as rec:
+        hy, cy, _ = torch.ops.aten._thnn_fused_lstm_cell(gates, hidden, cx)
+    assert (hy.shape, cy.shape) == ((B, H), (B, H))
+    assert (rec.total.flops, rec.total.backward_flops) == (13 * B * H, 11 * B * H)
+    assert rec.total.uncounted == ()

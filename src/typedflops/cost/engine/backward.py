@@ -12,6 +12,7 @@ its output (see :func:`.counter.custom_backward_event`).
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .counter import counting
+from .cuda_cells import RUNS, RunsAsDevice
 from .cudnn_rnn import with_weight_buffer
 from .edges import replay_with
 from .events import Event
@@ -114,7 +116,8 @@ def _replay(event: Event) -> BackwardResult:
 
             args = with_weight_buffer(func, map_meta(event.args, build))
             kwargs = {key: map_meta(value, build) for key, value in event.kwargs}
-            with torch.enable_grad():
+            device = RunsAsDevice() if func in RUNS else contextlib.nullcontext()
+            with torch.enable_grad(), device:
                 out = func(*_lists(func, args), **kwargs)
             skip = _DIFFERENTIATED.get(func._overloadpacket, 0)
             target = _first_differentiable(out[skip:] if skip else out)

@@ -15,11 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .opcall import OpCall, Rule
 from .tensors import is_float
 
-__all__ = ["cell_as_cuda", "cuda_cell_rules", "is_cell"]
+__all__ = ["RUNS", "RunsAsDevice", "cell_as_cuda", "cuda_cell_rules", "is_cell"]
 
 aten = torch.ops.aten
 
@@ -101,6 +102,54 @@ for _name, _kernel in (
         _LIBRARY.impl(_name, _kernel, "Meta")  # type: ignore[no-untyped-call]
 
 
+# -- an LSTM cell without biases on meta ---------------------------------------------------
+
+
+def _fused_lstm_cell(
+    input_gates: torch.Tensor,
+    hidden_gates: torch.Tensor,
+    cx: torch.Tensor,
+    input_bias: torch.Tensor | None = None,
+    hidden_bias: torch.Tensor | None = None,
+) -> Any:
+    """``_thnn_fused_lstm_cell``, on meta tensors without biases too: torch's meta kernel
+    reads each bias's device, where a GPU's kernel takes none (a bias-less ``nn.LSTMCell``).
+    ``(hy, cy, workspace)``; the autograd node made above it hands its backward no biases."""
+    if input_bias is None and input_gates.is_meta:
+        contiguous = torch.contiguous_format
+        return (
+            torch.empty_like(cx, memory_format=contiguous),
+            torch.empty_like(cx, memory_format=contiguous),
+            torch.empty_like(input_gates, memory_format=contiguous),
+        )
+    return aten._thnn_fused_lstm_cell.default(
+        input_gates, hidden_gates, cx, input_bias, hidden_bias
+    )
+
+
+#: What runs an op in place of calling it, where torch's meta kernel refuses arguments the
+#: device's kernel takes (the counting modes call it; a backward's replay through
+#: :class:`RunsAsDevice`).
+RUNS: dict[Any, Any] = {aten._thnn_fused_lstm_cell.default: _fused_lstm_cell}
+
+
+class RunsAsDevice(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Runs the ops of :data:`RUNS` as it says, below autograd (which records their nodes
+    first): a replay's call of one, outside any counting mode."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        return RUNS.get(func, func)(*args, **(kwargs or {}))
+
+
 # -- the call a dry run for a GPU makes ----------------------------------------------------
 
 
@@ -117,14 +166,11 @@ def is_cell(func: Any, args: tuple[Any, ...]) -> bool:
 def cell_as_cuda(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``torch.lstm_cell`` / ``torch.gru_cell`` on meta tensors as a GPU runs it: the input's
     and the state's products (``matmul``), then the fused cell. An LSTM's ``(h, c)``, a GRU's
-    ``h``. An LSTM cell without biases runs meta's own ops (torch's meta kernel of the fused
-    cell refuses it)."""
+    ``h``."""
     names = ("input", "hx", "w_ih", "w_hh", "b_ih", "b_hh")
     call = {"b_ih": None, "b_hh": None, **dict(zip(names, args, strict=False)), **kwargs}
     x, w_ih, w_hh = call["input"], call["w_ih"], call["w_hh"]
     if func.__name__ == "lstm_cell":
-        if call["b_ih"] is None:  # (torch's meta kernel of the fused cell needs its biases)
-            return func(*args, **kwargs)
         h, c = call["hx"]
         input_gates = torch.matmul(x, w_ih.t())
         hidden_gates = torch.matmul(h, w_hh.t())

@@ -22,6 +22,7 @@ import torch
 
 from . import rules
 from .counter import _METADATA, _PASS_ON
+from .cuda_cells import RUNS
 from .edges import written_arguments
 from .events import Event
 from .op_events import make_event
@@ -72,7 +73,10 @@ class Plan:
         self.metadata = func in _METADATA
         overload = isinstance(func, torch._ops.OpOverload)
         # What calling the op does (OpOverload.__call__ is one more Python frame).
-        self.run: Callable[..., Any] = getattr(func, "_op", func) if overload else func
+        # (an op torch's meta kernel refuses in a way the device does not: see RUNS)
+        self.run: Callable[..., Any] = RUNS.get(func) or (
+            getattr(func, "_op", func) if overload else func
+        )
         found = find_rule(func) if overload and not self.metadata else None
         self.found: RuleEntry | Free | None = found
         user = isinstance(found, RuleEntry) and found.source == "user"
