@@ -6,7 +6,9 @@ so that machine noise hits every variant alike:
 - ``call``: a decorated two-matmul function (8x16 @ 16x16 @ 16x4), checked vs checked
   inside ``record()`` (the ratio ``benchmarks/soak.py`` also prints) vs checked under a
   dispatch mode that does nothing (the floor of any counting mode that sees each op in
-  Python: a recorded call's body runs under the counting mode alone), and the same body
+  Python: a recorded call's body runs under the counting mode alone) vs checked under a mode
+  that only keys each op by its tensors' facts and appends its event (the least a counting
+  mode that shares an op's count between like calls does), and the same body
   undecorated under a do-nothing dispatch + function mode pair (what counting and naming
   the user's calls outside decorated ones pays at least) and under FlopCounterMode;
 - ``shapes``: 20,000 calls of it over 1,000 distinct batch sizes, checked vs inside one
@@ -62,6 +64,29 @@ class _PassDispatch(TorchDispatchMode):
 class _PassFunction(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         return func(*args, **(kwargs or {}))
+
+
+class _LeastKeyed(TorchDispatchMode):
+    """The least a counting mode that keys ops by their tensors can do per op: run it, key
+    it by the op, the grad mode and each tensor's shape, dtype, ``requires_grad`` and
+    layout, find its event by the key and append it (no call sites, no backward edges, no
+    records or tasks, tensors given positionally only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: dict[Any, object] = {}
+        self.items: list[object] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        key: tuple[Any, ...] = (func, torch.is_grad_enabled())
+        for a in args:
+            key += (a.shape, a.dtype, a.requires_grad, a.layout)
+        event = self.events.get(key)
+        if event is None:
+            event = self.events[key] = object()
+        self.items.append(event)
+        return out
 
 
 @contextmanager
@@ -152,7 +177,13 @@ def bench_call(rounds: int, calls: int) -> None:
             plain_two_layers(x, w1, w2)
 
     variants = {
-        **_each(checked, checked=nullcontext, recorded=record, checked_floor=_dispatch_floor),
+        **_each(
+            checked,
+            checked=nullcontext,
+            recorded=record,
+            checked_floor=_dispatch_floor,
+            least_keyed=_LeastKeyed,
+        ),
         **_each(plain, plain=nullcontext, floor=_floor, FlopCounterMode=_counter, record=record),
     }
     per = {name: value / calls * 1e6 for name, value in _medians(variants, rounds).items()}
@@ -163,6 +194,10 @@ def bench_call(rounds: int, calls: int) -> None:
     print(
         f"  checked floor (a pass-through dispatch mode) / checked: "
         f"{per['checked floor'] / per['checked']:.2f}"
+    )
+    print(
+        f"  least keyed (a mode that only keys and appends each op) / checked: "
+        f"{per['least keyed'] / per['checked']:.2f}"
     )
     print(f"  floor (pass-through modes) / plain:     {per['floor'] / per['plain']:.2f}")
     print(f"  record / FlopCounterMode (plain body):  {per['record'] / per['FlopCounterMode']:.2f}")
