@@ -14,9 +14,10 @@ import pytest
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 import typedflops.nn as tnn
-from typedflops import SpecError, record, typed_flops
+from typedflops import SpecError, estimate, record, typed_flops
 
 B, D, H = 8, 16, 32
 MLP_FLOPS = 2 * B * D * H + B * H + 2 * B * H * D  # two linears (bias not counted), a relu
@@ -250,6 +251,34 @@ def test_a_body_that_depends_on_values_is_one_line_naming_the_op_and_the_line(
     with record() as rec:
         function(torch.ones(dims["n"], dims["d"]) if "d" in dims else torch.ones(5).long())
     assert rec.total.uncounted == ()
+
+
+class _MaskedUnlessAllKept(nn.Module):
+    """Written as transformers writes its masks: a value read skipped on fake tensors
+    (tracing), where the mask is applied whatever its values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        keep = x.new_ones(x.shape[:2], dtype=torch.bool)
+        if isinstance(keep, FakeTensor) or not bool(keep.all()):
+            x = x * keep.unsqueeze(-1)
+        out: Tensor = self.proj(x)
+        return out
+
+
+def test_a_body_that_read_a_value_on_meta_and_went_on_when_fake_is_not_exact() -> None:
+    """The dry run on meta stops at the value read; under FakeTensorMode the body takes
+    the path it takes on fake tensors (the mask's multiply), which an eager run skips: the
+    count is that path's (2 * 6 * 8 * 8 + 48), and not marked exact."""
+    model = _MaskedUnlessAllKept()
+    cost = estimate(model, Float[Tensor, "b s 8"], b=2, s=3)
+    assert (cost.flops, cost.exact) == (2 * 6 * 8 * 8 + 2 * 3 * 8, False)
+    with record() as rec:
+        model(torch.ones(2, 3, 8))
+    assert rec.total.flops == 2 * 6 * 8 * 8
 
 
 # -- sizes --------------------------------------------------------------------------------------

@@ -156,6 +156,8 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         cost = checked_at_one(
             probe, runner, base, start, checked, cost, lambda p: measure(p, shifted=True)
         )
+    if runner.branched:  # (counted on the path the body takes on fake tensors)
+        cost = _inexact(cost)
     return cost
 
 

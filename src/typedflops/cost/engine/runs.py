@@ -155,6 +155,10 @@ class Runner:
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
         self.fake = False
+        #: Whether the base run on meta read a tensor's value (``bool(x.all())``) and the
+        #: run under FakeTensorMode went on: the body took a path on fake tensors (code that
+        #: checks for them, as transformers' masks do) that an eager run may not take.
+        self.branched = False
         self._runs: dict[tuple[tuple[str, Size], ...], Run | None] = {}
 
     def base(self, assignment: Mapping[str, Size]) -> Run:
@@ -167,6 +171,7 @@ class Runner:
             if _too_large(exc):
                 raise dry_run_error(self.probe, exc) from None
             self.fake = True  # a tensor the body reaches that meta cannot stand in for
+            self.branched = _reads_value(exc)
             try:
                 run = run_once(self.probe, assignment, fake=True)
             except (ContractError, SpecError):
@@ -237,6 +242,21 @@ _VALUE_OPS = {
 
 def _too_large(exc: BaseException) -> bool:
     return "overflow" in str(exc).lower() and "size" in str(exc).lower()
+
+
+def _reads_value(exc: BaseException) -> bool:
+    """Whether a run on meta stopped at reading a tensor's value (``.item()``, ``bool()``,
+    ``.tolist()``) or at an op whose output shape depends on values (``nonzero``)."""
+    text = str(exc)
+    return any(part in text for part in _VALUE_READS)
+
+
+_VALUE_READS = (
+    "item() cannot be called on meta tensors",
+    "Cannot copy out of meta tensor",
+    "meta device type tensor to numpy",
+    "data-independent implementation is impossible",
+)
 
 
 def _explained(exc: BaseException) -> bool:
