@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 import typedflops
 from typedflops import record
+from typedflops.cost.engine.kernels import kernels_of
 
 
 class SelfAttention(nn.Module):
@@ -59,3 +60,18 @@ def test_estimate_and_record_agree_on_attention(
         cost = typedflops.estimate(model, Float[Tensor, "b s d"], b=batch, s=seq, d=8)
         flops, _ = _recorded(model, torch.randn(batch, seq, 8))
     assert flops == cost.flops
+
+
+def test_a_model_on_meta_costed_for_a_cpu_runs_the_cpu_kernel_inside_multihead_attention() -> None:
+    """``nn.MultiheadAttention`` built on meta, inside ``kernels_of("cpu")``: its
+    estimate and a record on meta count the CPU's attention kernel, as a real CPU run's
+    record does (the record on meta handed the torch function to itself without end)."""
+    with torch.device("meta"):
+        on_meta = SelfAttention(8, 2)
+    with kernels_of("cpu"):
+        cost = typedflops.estimate(on_meta, Float[Tensor, "batch seq d"], batch=2, seq=5, d=8)
+        with record() as rec:
+            on_meta(torch.empty(2, 5, 8, device="meta"))
+    assert cost.flops == 6960  # meta's math attention gave 7,620
+    assert (rec.total.flops, rec.total.backward_flops) == (cost.flops, cost.backward_flops)
+    assert _recorded(SelfAttention(8, 2), torch.randn(2, 5, 8)) == (cost.flops, cost.backward_flops)

@@ -38,6 +38,7 @@ import contextlib
 import functools
 import inspect
 import re
+import types
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -453,8 +454,42 @@ def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
         return cell_as_cuda(func, args, kwargs)
     if composite(func):
         with TargetKernels(target):
-            return func(*args, **kwargs)
+            return _body(func)(*args, **kwargs)
     return func(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=64)
+def _body(func: Any) -> Any:
+    """``func`` (a torch function written in Python) without its hand-over to the modes
+    around: its ``if has_torch_function(...): return handle_torch_function(...)`` finds
+    none. A mode handling ``func`` runs it with that mode off the stack, so the calls inside
+    would not see it; this runs it with :class:`TargetKernels` on the stack, handing each
+    call inside to it, not ``func`` itself again (which would hand itself over forever)."""
+    names = _ModuleNames(func.__globals__)
+    for name in ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic"):
+        names[name] = _no_torch_function
+    names["__builtins__"] = func.__globals__.get("__builtins__", __builtins__)
+    body = types.FunctionType(
+        func.__code__, names, func.__name__, func.__defaults__, func.__closure__
+    )
+    body.__kwdefaults__ = func.__kwdefaults__
+    return body
+
+
+class _ModuleNames(dict[str, Any]):
+    """A function's globals with some names of its own: the rest read from its module's
+    (as they are when read)."""
+
+    def __init__(self, module: dict[str, Any]) -> None:
+        super().__init__()
+        self.module = module
+
+    def __missing__(self, name: str) -> Any:
+        return self.module[name]
+
+
+def _no_torch_function(*_: Any) -> bool:
+    return False
 
 
 class TargetKernels(TorchFunctionMode):
