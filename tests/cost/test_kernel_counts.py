@@ -21,7 +21,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from typedflops import SpecError, record, typed_flops
+from typedflops import SpecError, estimate, record, typed_flops
 from typedflops.cost.engine import rules
 from typedflops.cost.engine.recorder import torch_counts
 from typedflops.cost.engine.rules import FREE, RuleEntry, find_rule
@@ -284,6 +284,21 @@ def test_batch_norm_in_a_dry_run_counts_as_in_a_real_run() -> None:
     cost = apply.estimate(b=10)
     assert cost.flops == _recorded(lambda: norm(torch.randn(10, 6)))[0] == 4 * 60
     assert str(cost.formula) == "24*b"
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_batch_norm_in_eval_mode_writes_what_a_device_writes(grad: bool) -> None:
+    """Meta's kernel gives a mean and an inverse deviation per channel that a CPU's (and
+    a GPU's) leaves empty in eval mode: a dry run writes the output alone, 4 x 60 bytes,
+    as the real run does; its backward scales the gradient, as there."""
+    norm = nn.BatchNorm1d(6).eval()
+    cost = estimate(norm, Float[Tensor, "b 6"], b=10, grad=("input",) if grad else ())
+    x = torch.randn(10, 6, requires_grad=grad)
+    with record() as rec:
+        norm(x)
+    assert cost.bytes_written == rec.total.bytes_written == 4 * 60
+    assert cost.bytes_read == rec.total.bytes_read
+    assert cost.backward_flops == rec.total.backward_flops == (2 * 60 if grad else 0) + 3 * 60
 
 
 @pytest.mark.parametrize(

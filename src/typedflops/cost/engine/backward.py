@@ -20,8 +20,8 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .counter import counting
-from .cuda_cells import RUNS, RunsAsDevice
 from .cudnn_rnn import with_weight_buffer
+from .device_runs import RUNS, RunsAsDevice
 from .edges import replay_with
 from .events import Event
 from .frames import no_frame

@@ -25,8 +25,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ...contract.walk import tensors_in
-from .cuda_cells import RUNS
 from .custom_ops import generated_for_custom_op
+from .device_runs import RUNS
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .edges import edges_of, written, written_arguments
 from .events import Event, Group, Sink, _group, named_event, new_serial

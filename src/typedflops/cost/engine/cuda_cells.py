@@ -15,12 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .opcall import OpCall, Rule
 from .tensors import is_float
 
-__all__ = ["RUNS", "RunsAsDevice", "cell_as_cuda", "cuda_cell_rules", "is_cell"]
+__all__ = ["cell_as_cuda", "cuda_cell_rules", "fused_lstm_cell", "is_cell"]
 
 aten = torch.ops.aten
 
@@ -105,7 +104,7 @@ for _name, _kernel in (
 # -- an LSTM cell without biases on meta ---------------------------------------------------
 
 
-def _fused_lstm_cell(
+def fused_lstm_cell(
     input_gates: torch.Tensor,
     hidden_gates: torch.Tensor,
     cx: torch.Tensor,
@@ -125,29 +124,6 @@ def _fused_lstm_cell(
     return aten._thnn_fused_lstm_cell.default(
         input_gates, hidden_gates, cx, input_bias, hidden_bias
     )
-
-
-#: What runs an op in place of calling it, where torch's meta kernel refuses arguments the
-#: device's kernel takes (the counting modes call it; a backward's replay through
-#: :class:`RunsAsDevice`).
-RUNS: dict[Any, Any] = {aten._thnn_fused_lstm_cell.default: _fused_lstm_cell}
-
-
-class RunsAsDevice(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Runs the ops of :data:`RUNS` as it says, below autograd (which records their nodes
-    first): a replay's call of one, outside any counting mode."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-
-    def __torch_dispatch__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        return RUNS.get(func, func)(*args, **(kwargs or {}))
 
 
 # -- the call a dry run for a GPU makes ----------------------------------------------------

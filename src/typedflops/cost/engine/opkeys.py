@@ -22,7 +22,7 @@ import torch
 
 from . import rules
 from .counter import _METADATA, _PASS_ON
-from .cuda_cells import RUNS
+from .device_runs import RUNS
 from .edges import written_arguments
 from .events import Event
 from .op_events import make_event

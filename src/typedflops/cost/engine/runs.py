@@ -255,7 +255,7 @@ _VALUE_READS = (
     "item() cannot be called on meta tensors",
     "Cannot copy out of meta tensor",
     "meta device type tensor to numpy",
-    "data-independent implementation is impossible",
+    "a correct data-independent implementation does not exist",
 )
 
 
