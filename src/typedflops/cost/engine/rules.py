@@ -253,6 +253,13 @@ def _attention_backward(call: OpCall) -> Any:
     )
 
 
+def _flash_attention_into(out: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> Any:
+    """``_flash_attention_forward_no_dropout_inplace`` (``varlen_attn_out``'s kernel): the
+    flash forward, writing its output into ``out``, counted as FlopCounterMode counts it."""
+    forward = flop_counter.flop_registry[aten._flash_attention_forward]
+    return forward(*args, out_val=out_val, **kwargs)
+
+
 def _rms_norm(call: OpCall) -> Any:
     x = call.inputs[0]
     weight = call.arg(2, "weight")
@@ -273,6 +280,7 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten.rsub] = entry(pointwise)  # (``y - alpha * x``, not tagged pointwise either)
     # a GPU's fused dropout: the mask's multiply and the scale's, as a CPU's ``div_`` and ``mul``
     table[aten.native_dropout] = entry(per_element(2))
+    table[aten._fused_dropout] = entry(per_element(2))  # (its older form)
     for name in ("_softmax", "_log_softmax", "_safe_softmax"):
         table[getattr(aten, name)] = entry(per_element(5))
     for name in ("_softmax_backward_data", "_log_softmax_backward_data"):
@@ -303,6 +311,9 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
             table[target] = dataclasses.replace(table[target], matmul_part=part)
     for target, names in READ_NUMBERS.items():  # (keyed by these numbers' values)
         table[target].extra["values"] = names
+    table[aten._flash_attention_forward_no_dropout_inplace] = RuleEntry(
+        _flash_attention_into, symbolic=False, source="torch", raw=True, matmul=True
+    )
     table[aten._fused_rms_norm] = entry(_rms_norm)
     table[aten._fused_rms_norm_backward] = entry(norm_backward)
     # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.
@@ -410,15 +421,17 @@ def find_rule(func: torch._ops.OpOverload) -> RuleEntry | Free | None:
     inplace = name.endswith("_") and not name.startswith("_") and name != "_"
     base = name[:-1] if inplace else name
     tags = set(func.tags)
+    outplace = getattr(aten, base, None) if inplace and base not in NOT_ARITHMETIC else None
+    if outplace is not None:
+        entry = _RULES.get(outplace)  # (``rrelu_with_noise_`` as ``rrelu_with_noise``)
+        if entry is not None:
+            return entry
+    if packet in _SEEDED_KERNELS:
+        return None  # (a kernel with random numbers inside, no rule: named, not 0)
     if base in _FREE_OPS or name in _FREE_OPS or is_view(func) or tags & _FREE_TAGS:
         return FREE
-    if inplace:
-        outplace = getattr(aten, base, None)
-        if outplace is not None and base not in NOT_ARITHMETIC:
-            entry = _RULES.get(outplace)
-            if entry is not None:
-                return entry
-            tags |= {tag for overload in _overloads(outplace) for tag in overload.tags}
+    if outplace is not None:
+        tags |= {tag for overload in _overloads(outplace) for tag in overload.tags}
     if torch.Tag.pointwise in tags:
         if base in NOT_ARITHMETIC:
             return FREE
@@ -435,6 +448,9 @@ def find_rule(func: torch._ops.OpOverload) -> RuleEntry | Free | None:
 _FREE_TAGS = frozenset(
     {torch.Tag.nondeterministic_seeded, torch.Tag.view_copy, torch.Tag.inplace_view}
 )
+# Kernels tagged as seeded (random numbers inside: dropout) that compute more than random
+# values, with no rule here: listed uncounted rather than 0 (an AMD GPU's recurrent layer).
+_SEEDED_KERNELS = frozenset({aten.miopen_rnn})
 
 
 def _overloads(packet: Any) -> list[Any]:

@@ -1,0 +1,86 @@
+"""Kernels torch tags as seeded (random numbers inside) that compute more than random
+values: counted as what they compute, or listed uncounted, never 0; and an op's in-place
+form counts as its out-of-place one whatever its tags."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from typedflops import record
+from typedflops.cost.engine.rules import FREE, find_rule
+
+aten = torch.ops.aten
+
+
+def _forward(run: Callable[[], object]) -> tuple[int, tuple[str, ...]]:
+    with record() as rec:
+        run()
+    return rec.total.flops, rec.total.uncounted
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_rrelu_in_place_counts_as_rrelu(training: bool) -> None:
+    """``nn.RReLU(inplace=True)`` runs ``rrelu_with_noise_``, tagged seeded: it counted 0
+    where ``rrelu_with_noise`` counts a compare a value."""
+    x = torch.randn(4, 8)
+    out_of_place = _forward(lambda: F.rrelu(x, training=training))
+    in_place = _forward(lambda: nn.RReLU(inplace=True).train(training)(x.clone()))
+    assert out_of_place == in_place == (32, ())
+
+
+def test_the_older_fused_dropout_counts_as_native_dropout() -> None:
+    """``_fused_dropout``: the mask's multiply and the scale's, 2 a value, as
+    ``native_dropout`` (it counted 0)."""
+    x = torch.empty(4, 8, device="meta")
+    assert _forward(lambda: aten._fused_dropout(x, 0.5)) == (64, ())
+    assert _forward(lambda: aten.native_dropout(x, 0.5, True)) == (64, ())
+
+
+def test_flash_attention_into_an_output_counts_as_flash_attention() -> None:
+    """``varlen_attn_out``'s kernel writes the flash forward into a given tensor: counted as
+    the flash forward, 4·s²·d a head a sequence (two sequences of 16, 4 heads, d 8)."""
+    heads, seq, d = 4, 16, 8
+    q, k, v = (torch.empty(2 * seq, heads, d, device="meta") for _ in range(3))
+    starts = torch.tensor([0, seq, 2 * seq], dtype=torch.int32, device="meta")
+    into = _forward(
+        lambda: aten._flash_attention_forward_no_dropout_inplace(
+            torch.empty_like(q), q, k, v, starts, starts, seq, seq, 0.0, False, False
+        )
+    )
+    flash = _forward(
+        lambda: aten._flash_attention_forward(q, k, v, starts, starts, seq, seq, 0.0, False, False)
+    )
+    assert into == flash == (2 * heads * 4 * seq * seq * d, ())
+
+
+def test_an_amd_gpus_recurrent_kernel_is_named_not_zero() -> None:
+    assert find_rule(aten.miopen_rnn.default) is None
+    assert find_rule(aten.bernoulli.default) is FREE  # (random values alone: 0)
+
+
+def test_every_seeded_op_of_torch_is_counted_named_or_random_values_alone() -> None:
+    """Each ``aten`` op tagged seeded is one of: an op with a rule, an op listed uncounted,
+    or one that makes random values (or is a composite torch splits before any mode sees
+    it): a new seeded kernel in torch shows up here."""
+    making = {"bernoulli", "cauchy", "exponential", "geometric", "log_normal", "normal"}
+    making |= {"poisson", "rand", "randint", "randn", "randperm", "uniform", "multinomial"}
+    making |= {"_standard_gamma", "normal_functional", "rand_like", "randint_like"}
+    making |= {"randn_like", "bernoulli_", "cauchy_", "exponential_", "geometric_"}
+    making |= {"log_normal_", "normal_", "uniform_"}
+    composite = {"dropout", "alpha_dropout", "gru", "lstm", "rnn_relu", "rnn_tanh"}
+    composite |= {"rrelu_with_noise_functional"}  # (functionalization's form, not eager's)
+    free: list[str] = []
+    for name in dir(aten):
+        packet = getattr(aten, name)
+        overloads = [getattr(packet, o) for o in getattr(packet, "overloads", list)()]
+        for op in overloads:
+            if torch.Tag.nondeterministic_seeded not in op.tags:
+                continue
+            if find_rule(op) is FREE and name not in making | composite:
+                free.append(f"{name}.{op._overloadname}")
+    assert free == []
