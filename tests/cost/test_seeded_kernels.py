@@ -64,23 +64,28 @@ def test_an_amd_gpus_recurrent_kernel_is_named_not_zero() -> None:
 
 
 def test_every_seeded_op_of_torch_is_counted_named_or_random_values_alone() -> None:
-    """Each ``aten`` op tagged seeded is one of: an op with a rule, an op listed uncounted,
-    or one that makes random values (or is a composite torch splits before any mode sees
-    it): a new seeded kernel in torch shows up here."""
+    """Each ``aten`` op tagged seeded that a dispatch mode can see (not a composite torch
+    splits before any mode sees it) has a rule, is listed uncounted, or makes random values
+    alone: a new seeded kernel in torch shows up here."""
     making = {"bernoulli", "cauchy", "exponential", "geometric", "log_normal", "normal"}
     making |= {"poisson", "rand", "randint", "randn", "randperm", "uniform", "multinomial"}
     making |= {"_standard_gamma", "normal_functional", "rand_like", "randint_like"}
     making |= {"randn_like", "bernoulli_", "cauchy_", "exponential_", "geometric_"}
-    making |= {"log_normal_", "normal_", "uniform_"}
-    composite = {"dropout", "alpha_dropout", "gru", "lstm", "rnn_relu", "rnn_tanh"}
-    composite |= {"rrelu_with_noise_functional"}  # (functionalization's form, not eager's)
+    making |= {"log_normal_", "normal_", "uniform_", "random", "random_", "binomial"}
+    making |= {"_sample_dirichlet", "_fill_mem_eff_dropout_mask_", "_cudnn_init_dropout_state"}
+    making |= {"_fused_sdp_choice"}  # (which kernel to run: a number)
     free: list[str] = []
-    for name in dir(aten):
-        packet = getattr(aten, name)
-        overloads = [getattr(packet, o) for o in getattr(packet, "overloads", list)()]
-        for op in overloads:
-            if torch.Tag.nondeterministic_seeded not in op.tags:
-                continue
-            if find_rule(op) is FREE and name not in making | composite:
-                free.append(f"{name}.{op._overloadname}")
+    for full in torch._C._dispatch_get_all_op_names():
+        namespace, _, rest = full.partition("::")
+        name, _, overload = rest.partition(".")
+        if namespace != "aten" or name in making:
+            continue
+        op = getattr(getattr(aten, name), overload or "default")
+        if torch.Tag.nondeterministic_seeded not in op.tags:
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd"):
+            continue
+        if find_rule(op) is FREE:
+            free.append(full)
     assert free == []
+    assert find_rule(aten._lstm_mps.default) is None

@@ -277,6 +277,7 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten.addbmm] = entry(batched_sum_of_products, matmul=True)
     for name in ACTIVATIONS:  # (activations torch does not tag pointwise)
         table[getattr(aten, name)] = entry(pointwise)
+    table[aten.rrelu_with_noise_functional] = entry(pointwise)  # (its functional form)
     table[aten.rsub] = entry(pointwise)  # (``y - alpha * x``, not tagged pointwise either)
     # a GPU's fused dropout: the mask's multiply and the scale's, as a CPU's ``div_`` and ``mul``
     table[aten.native_dropout] = entry(per_element(2))
@@ -449,8 +450,19 @@ _FREE_TAGS = frozenset(
     {torch.Tag.nondeterministic_seeded, torch.Tag.view_copy, torch.Tag.inplace_view}
 )
 # Kernels tagged as seeded (random numbers inside: dropout) that compute more than random
-# values, with no rule here: listed uncounted rather than 0 (an AMD GPU's recurrent layer).
-_SEEDED_KERNELS = frozenset({aten.miopen_rnn})
+# values, with no rule here: listed uncounted rather than 0 (an AMD GPU's and a Mac's
+# recurrent layers, cuDNN's and Triton's attention kernels called directly, a nested
+# tensor's softmax).
+_SEEDED_KERNELS = frozenset(
+    {
+        aten.miopen_rnn,
+        aten._lstm_mps,
+        aten._cudnn_attention_forward,
+        aten._cudnn_attention_backward,
+        aten._triton_scaled_dot_attention,
+        aten._nested_tensor_softmax_with_shape,
+    }
+)
 
 
 def _overloads(packet: Any) -> list[Any]:
