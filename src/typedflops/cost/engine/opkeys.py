@@ -9,7 +9,9 @@ runs); others do not change a count, except those a rule reads (``cdist``'s ``p`
 by their values. An op whose output shape depends on values
 (``x[x > 0]``, ``nonzero``), a factory op and an op outside ``aten`` are keyed by their
 outputs too. A tensor that is not strided (sparse: its count depends on its values) gives
-no key: its op is counted afresh every time.
+no key: its op is counted afresh every time, and so does a jagged batch's attention kernel
+given its sequences' offsets (FlopCounterMode's rule reads their lengths: batches of one
+shape and one longest sequence may differ).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ _grad_enabled = torch._C.is_grad_enabled
 _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 # What a key holds of a tensor, read in one call; the layout last (checked, not kept).
 _facts = operator.attrgetter("shape", "dtype", "requires_grad", "layout")
+# The arguments whose values a rule of FlopCounterMode's reads: the offsets of a jagged
+# batch's sequences, given to the attention kernels (each sequence is counted at its length).
+_OFFSETS = frozenset({"cum_seq_q", "cum_seq_k", "cu_seqlens_q", "cu_seqlens_k"})
 
 
 class Plan:
@@ -62,6 +67,7 @@ class Plan:
         "metadata",
         "number_names",
         "numbers",
+        "offsets",
         "outputs",
         "run",
         "tensors",
@@ -98,6 +104,13 @@ class Plan:
                     numbers.append(index)
         self.numbers = frozenset(numbers)
         self.number_names = frozenset(names)
+        # Arguments whose values the rule reads (position, name): a call given one is not kept.
+        raw = isinstance(found, RuleEntry) and found.raw
+        self.offsets = tuple(
+            (index, argument.name)
+            for index, argument in enumerate(arguments)
+            if raw and argument.name in _OFFSETS
+        )
         namespace = getattr(func, "namespace", "aten")
         self.outputs = namespace != "aten" or _DYNAMIC in getattr(func, "tags", ())
         # Every positional argument a tensor (``mm``, ``relu``, ``add.Tensor``): called
@@ -230,6 +243,8 @@ def op_key(
     plan: Plan, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any
 ) -> tuple[Any, ...] | None:
     """What an op's event depends on, as a hashable key (None: not to be kept)."""
+    if plan.offsets and _given_offsets(plan, args, kwargs):
+        return None
     grad = _grad_enabled()
     key: tuple[Any, ...] = (plan, grad)
     seen: list[Any] = []
@@ -265,3 +280,12 @@ def op_key(
     except RuntimeError:  # a strided nested tensor has no shape
         return None
     return key
+
+
+def _given_offsets(plan: Plan, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    """Whether a call is given the offsets of a jagged batch, whose values its rule reads."""
+    for index, name in plan.offsets:
+        value = args[index] if index < len(args) else (kwargs or {}).get(name)
+        if value is not None:
+            return True
+    return False

@@ -1,0 +1,57 @@
+"""``record()`` keeps an op's event by what decides its count; calls alike in every part of
+the key but one their rule reads are counted each as it ran, as FlopCounterMode counts them.
+
+A jagged batch's flash attention kernel (CUDA's, run here on ``meta`` tensors with the
+offsets on the CPU, as a device gives them to it): FlopCounterMode's rule counts each
+sequence at its length, ``4·h·s²·d`` for one of length ``s`` with ``h`` heads of width
+``d``. With h = 2, d = 8: 64·s², so lengths 4, 4, 1 cost 64·33 = 2,112 and 4, 3, 2 (the same
+9 tokens, the same longest sequence) 64·29 = 1,856.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.flop_counter import FlopCounterMode
+
+from typedflops import record
+
+HEADS, WIDTH = 2, 8
+
+
+def _jagged_attention(lengths: list[int]) -> None:
+    tokens = sum(lengths)
+    query = torch.empty(tokens, HEADS, WIDTH, device="meta", dtype=torch.float16)
+    offsets = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+    longest = max(lengths)
+    torch.ops.aten._flash_attention_forward(
+        query, query, query, offsets, offsets, longest, longest, 0.0, False, False
+    )
+
+
+def _hand(lengths: list[int]) -> int:
+    return sum(4 * HEADS * s * s * WIDTH for s in lengths)
+
+
+def test_jagged_attention_of_one_shape_counts_each_batch_as_it_ran() -> None:
+    with record() as rec:
+        _jagged_attention([4, 4, 1])
+        _jagged_attention([4, 3, 2])
+    assert (_hand([4, 4, 1]), _hand([4, 3, 2])) == (2112, 1856)
+    assert rec.total.flops == 2112 + 1856
+    with record() as later:  # (a later record keeps no count of an earlier one's batches)
+        _jagged_attention([4, 3, 2])
+    assert later.total.flops == 1856
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=4), min_size=1, max_size=4))
+def test_jagged_attention_total_is_the_sum_of_its_batches(batches: list[list[int]]) -> None:
+    with FlopCounterMode(display=False) as counter, record() as rec:
+        for lengths in batches:
+            _jagged_attention(lengths)
+    expected = sum(_hand(lengths) for lengths in batches)
+    assert rec.total.flops == counter.get_total_flops() == expected
