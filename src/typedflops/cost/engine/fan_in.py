@@ -408,6 +408,23 @@ class GradientSums:
         self.gone.clear()
         self.detached.clear()
 
+    def places_in(self, items: list[Any]) -> list[tuple[int, list[Place], int]]:
+        """The events in ``items`` (a record's call's) of the ops whose edges still wait:
+        each as its index there, and the list of places holding it with its position in
+        that list (to move it when the items move)."""
+        found: list[tuple[int, list[Place], int]] = []
+        seen: set[int] = set()
+        for output in (*self.waiting.values(), *self.gone):
+            waiting = output.waiting
+            places = waiting.places
+            if waiting.inputs is None or not places or id(waiting) in seen:
+                continue  # (decided, a dry run's own, or seen through another output)
+            seen.add(id(waiting))
+            for position, (where, index) in enumerate(places):
+                if where is items:
+                    found.append((index, places, position))
+        return found
+
     def restart(self, tensors: Iterable[torch.Tensor]) -> None:
         """Tensors written in place: their next edges go to a new history."""
         self._check_pass()

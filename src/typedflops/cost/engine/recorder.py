@@ -477,7 +477,7 @@ def merged_total(rows: list[Row], session: RecordSession) -> Cost:
     for row in rows:
         counts.add(counts_of(row.work), row.calls)
         ops.extend(_op_costs(row.work, (row.function,), row.calls))
-    for group, times in session.loose.items():
+    for group, times in session.loose_groups().items():
         ops.append(_op_cost(group, (), times))
     counts.add(loose_counts(session))
     distinct: set[tuple[Any, ...]] = set()
@@ -569,7 +569,7 @@ def _summed(costs: list[tuple[Row, Cost]], counts: Counts) -> int:
 def loose_counts(session: RecordSession) -> Counts:
     """What a record's ops outside any decorated call ran (making the inputs, a loss)."""
     counts = Counts()
-    for group, times in session.loose.items():
+    for group, times in session.loose_groups().items():
         for event in group[2]:
             counts.add_event(event, times)
     return counts

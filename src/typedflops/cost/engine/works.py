@@ -224,6 +224,9 @@ class RecordSession:
         # The root's folded items: top-level works and loose op groups, with their counts.
         self.top: dict[Work, int] = {}
         self.loose: dict[tuple[str, str | None, tuple[Event, ...]], int] = {}
+        # The root's ops, past a fold, whose edges still wait (whether they reach backward
+        # is decided later, in place here): folded when the record closes.
+        self.held: list[Any] = []
         self.zeroed: dict[Event, Event] = {}
         self.declared: dict[tuple[str, int], Event] = {}
         self.bodies: dict[CheckedFunction[..., Any], _Body] = {}
@@ -335,13 +338,67 @@ class RecordSession:
                 keep = len(items)  # ops named each by itself, or a call's work: all done
             else:
                 keep -= 1  # from the marker of the last user call's ops
-        done, rest = items[:keep], items[keep:]
+        sums = self.mode.sums if self.mode is not None else None
+        waiting = sums.places_in(items) if sums is not None and keep else []
+        done = self._hold(items, keep, waiting) if waiting else items[:keep]
+        if final and self.held:
+            done, self.held = [*self.held, *done], []
         for item in _grouped(done):
             if type(item) is Work:
                 self.top[item] = self.top.get(item, 0) + 1
             else:
                 self.loose[item] = self.loose.get(item, 0) + 1
-        items[:] = rest
+        items[:] = items[keep:]
+
+    def _hold(self, items: list[Any], keep: int, waiting: list[tuple[int, Any, int]]) -> list[Any]:
+        """The first ``keep`` root items to fold now: the op groups holding an op whose
+        edges still wait go to ``held`` instead (an op found later to reach no backward
+        is taken off backward where it is kept), and the places of those past ``keep``
+        move with them."""
+        first: dict[int, int] = {}  # the start of each waiting event's group
+        start, label = 0, None
+        waits = {index for index, _, _ in waiting}
+        for index in range(keep):
+            entry = items[index]
+            if type(entry) is not Event:
+                start, label = index, (None if type(entry) is Work else entry)
+            elif index in waits:
+                first[index] = start if label is not None else index
+        moved: dict[int, int] = {}
+        spans = sorted(set(first.values()))
+        taken: set[int] = set()
+        for begin in spans:
+            if type(items[begin]) is Event:
+                self.held.append(None)  # (an op named by itself)
+                moved[begin] = len(self.held)
+                self.held.append(items[begin])
+                taken.add(begin)
+                continue
+            end = begin + 1
+            while end < keep and type(items[end]) is Event:
+                end += 1
+            for index in range(begin, end):
+                moved[index] = len(self.held)
+                self.held.append(items[index])
+                taken.add(index)
+        for index, places, position in waiting:
+            where = moved.get(index)
+            if where is not None:
+                places[position] = (self.held, where)
+            elif index >= keep:
+                places[position] = (items, index - keep)
+        return [item for index, item in enumerate(items[:keep]) if index not in taken]
+
+    def loose_groups(self) -> dict[tuple[str, str | None, tuple[Event, ...]], int]:
+        """The op groups run outside any decorated call, with their counts (the held ones
+        as they stand)."""
+        if not self.held:
+            return self.loose
+        found = dict(self.loose)
+        for group in _grouped(self.held):
+            if type(group) is tuple:
+                found[group] = found.get(group, 0) + 1
+        return found
 
     def close(self, frame: Any = None) -> None:
         """The block ended: fold everything; later arrivals are not this record's. A block
