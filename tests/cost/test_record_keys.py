@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -55,3 +56,32 @@ def test_jagged_attention_total_is_the_sum_of_its_batches(batches: list[list[int
             _jagged_attention(lengths)
     expected = sum(_hand(lengths) for lengths in batches)
     assert rec.total.flops == counter.get_total_flops() == expected
+
+
+# An integer tensor of 1,000 values (8,000 bytes) times a Python number: 2 keeps integers
+# (8,000 bytes written), 2.0 makes float32 (4,000); a bool tensor (1,000 bytes) times True
+# stays bool (1,000), times 1 is int64 (8,000). Equal numbers of other types are other ops.
+_INTEGERS = torch.arange(1000)
+_BOOLS = torch.ones(1000, dtype=torch.bool)
+
+
+@pytest.mark.parametrize(
+    ("tensor", "first", "second", "written"),
+    [
+        (_INTEGERS, 2, 2.0, 8000 + 4000),
+        (_INTEGERS, 2.0, 2, 4000 + 8000),
+        (_BOOLS, True, 1, 1000 + 8000),
+        (_INTEGERS, 1, 1.0, 8000 + 4000),
+    ],
+)
+def test_equal_numbers_of_other_types_are_keyed_apart(
+    tensor: torch.Tensor, first: float, second: float, written: int
+) -> None:
+    with record() as rec:
+        tensor * first
+        tensor.pow(first)
+    with record() as again:  # (events kept from the record before are not this one's)
+        tensor * second
+        tensor.pow(second)
+    assert rec.total.bytes_written + again.total.bytes_written == 2 * written
+    assert again.total.bytes_read == 2 * tensor.numel() * tensor.element_size()

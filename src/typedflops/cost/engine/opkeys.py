@@ -6,7 +6,8 @@ op, its tensors' shapes, dtypes and ``requires_grad``, which arguments are one t
 other arguments and the grad and checkpoint modes. Numbers in the schema's scalar slots (a
 learning rate, a scale) are part of the key only as 0, 1 or -1 (which change what autograd
 runs); others do not change a count, except those a rule reads (``cdist``'s ``p``), keyed
-by their values. An op whose output shape depends on values
+by their values. A number is keyed with its type (``x * 2`` on an integer tensor makes
+integers, ``x * 2.0`` floats). An op whose output shape depends on values
 (``x[x > 0]``, ``nonzero``), a factory op and an op outside ``aten`` are keyed by their
 outputs too. A tensor that is not strided (sparse: its count depends on its values) gives
 no key: its op is counted afresh every time, and so does a jagged batch's attention kernel
@@ -210,12 +211,13 @@ def _strided(value: Any) -> bool:
 
 
 def _number(value: Any) -> Any:
-    if value is None or type(value) is bool:
+    kind = type(value)
+    if value is None or kind is bool:
         return value
     try:
-        return value if value in (0, 1, -1) else type(value)
+        return (kind, value) if value in (0, 1, -1) else kind
     except Exception:
-        return type(value)
+        return kind
 
 
 def _value_key(value: Any, seen: list[Any], number: bool = False) -> tuple[Any, ...] | None:
@@ -236,7 +238,8 @@ def _value_key(value: Any, seen: list[Any], number: bool = False) -> tuple[Any, 
                 return None
             key += part
         return key
-    return (_number(value),) if number else (value,)
+    # (with its type: 2 and 2.0 are equal keys, but an integer tensor times 2.0 is a float)
+    return (_number(value),) if number else (type(value), value)
 
 
 def op_key(
