@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .cpu_table import CoreRates, CpuIdentity, core_rates
 
@@ -170,17 +171,21 @@ def measured_bandwidth(threads: int) -> tuple[float, int]:
     """Bytes/s of ``dst.copy_(src)`` (read + write) at ``threads`` torch threads, and the
     buffer size: twice the last-level cache, 32-256 MiB, the best of 10 copies."""
     nbytes = min(max(2 * last_level_cache_bytes(), 32 * _MIB), 256 * _MIB)
-    source = torch.ones(nbytes // 4)
-    target = torch.empty_like(source)
     before = torch.get_num_threads()
+    # on the CPU whatever the default device, and seen by no dispatch mode around (a
+    # record, a FlopCounterMode): a measurement, not the user's work
+    with _disable_current_modes():
+        source = torch.ones(nbytes // 4, device="cpu")
+        target = torch.empty_like(source)
     torch.set_num_threads(threads)
     try:
-        target.copy_(source)  # first touch: page faults
-        best = float("inf")
-        for _ in range(10):
-            start = time.perf_counter()
-            target.copy_(source)
-            best = min(best, time.perf_counter() - start)
+        with _disable_current_modes():
+            target.copy_(source)  # first touch: page faults
+            best = float("inf")
+            for _ in range(10):
+                start = time.perf_counter()
+                target.copy_(source)
+                best = min(best, time.perf_counter() - start)
     finally:
         torch.set_num_threads(before)
     return 2 * nbytes / best, nbytes

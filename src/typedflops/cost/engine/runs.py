@@ -31,6 +31,7 @@ from ...errors import ContractError, DryRunError, SpecError
 from .backward import backward_of
 from .events import Event
 from .fit import Size
+from .frames import no_frame
 from .kernels import meta_target
 from .rebuild import Rebuild
 from .saved import SavedTensors
@@ -130,7 +131,8 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
     mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     saved = SavedTensors()
     session.saved = saved
-    with mode, torch.device(device), disabled(False), _quiet_fake_tensors():
+    # (no record open here counts the dry run's own work: building its inputs and modules)
+    with mode, torch.device(device), disabled(False), _quiet_fake_tensors(), no_frame():
         thunk = probe.build(assignment, device)
         with (
             session.active(),

@@ -47,7 +47,7 @@ class TensorMeta:
     @property
     def itemsize(self) -> int:
         """Bytes per element at this dtype."""
-        return torch.empty((), dtype=self.dtype, device="meta").element_size()
+        return self.dtype.itemsize
 
     def with_shape(self, shape: tuple[Any, ...]) -> TensorMeta:
         """The same description with other (e.g. symbolic) sizes."""
