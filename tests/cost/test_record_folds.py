@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jaxtyping import Float
+from torch import Tensor
 
-from typedflops import record
+from typedflops import record, typed_flops
 from typedflops.cost.engine.recording import ROOT_LIMIT
 
 
@@ -48,3 +52,45 @@ def test_reading_an_open_records_total_changes_nothing_it_counts() -> None:
         del y
     assert (rec.total.flops, rec.total.backward_flops) == (8, 0)
     assert [op.op for op in rec.total.ops] == ["exp", "gt"]
+
+
+@typed_flops
+def _scaled(x: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
+    return torch.exp(x) * x
+
+
+_Step = tuple[int, int, int]
+
+
+def _replay(steps: list[_Step], peek: bool) -> tuple[int, int, int, int]:
+    """Run ``steps`` (an action, two picks among the tensors made so far) in a record;
+    ``peek``: read its rows and total where an action says so (a fold, then)."""
+    pool: list[torch.Tensor] = []
+    with record() as rec:
+        for action, first, second in steps:
+            a = pool[first % len(pool)] if pool else None
+            b = pool[second % len(pool)] if pool else None
+            if a is None or b is None or action == 0:
+                pool.append(torch.ones(4, requires_grad=first % 5 != 0))
+            elif action == 1:
+                pool.append(torch.exp(a))
+            elif action == 2:
+                pool.append(a * b)
+            elif action == 3:
+                _ = a > 1  # (an off-graph read)
+            elif action == 4:
+                pool.pop(first % len(pool))
+            elif action == 5:
+                pool.append(_scaled(a))
+            elif action == 6:
+                pool.append(a.detach())
+            elif peek:
+                _ = rec.total, rec.calls
+    total = rec.total
+    return total.flops, total.backward_flops, total.bytes_read, total.bytes_written
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 99), st.integers(0, 99)), max_size=40))
+def test_reading_an_open_record_never_changes_its_total(steps: list[_Step]) -> None:
+    assert _replay(steps, peek=True) == _replay(steps, peek=False)
