@@ -469,3 +469,75 @@ def test_a_width_given_equal_to_a_defaulted_one_is_not_changed_with_it(
             continue  # a size the formula holds as a number
         for name, term in cost.terms.items():
             assert term.at(sizes) == again.terms[name].count, (name, term, changes)
+
+
+class ScaledByTable(nn.Module):
+    """A module whose ``seq`` builds no weight: ``forward`` makes a table of that length
+    (``seq`` multiplies, ``seq`` adds and a divide for its mean) and scales by it."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__()
+        self.seq = seq
+
+    def forward(self, x: Tensor) -> Tensor:
+        table = torch.arange(self.seq, dtype=torch.float32) * 2.0
+        out: Tensor = x * table.mean()
+        return out
+
+
+@pytest.mark.parametrize(("table", "seq"), [(16, 16), (16, 4), (5, 5)], ids=str)
+def test_a_module_size_named_as_a_dim_is_held_where_the_dim_changes_alone(
+    table: int, seq: int
+) -> None:
+    # The input's seq and the module's seq share a name and, in two cases, a value; the
+    # input's changes alone, so the module's is a number: 2*table + 1, not 2*seq + 1.
+    spec = Float[Tensor, "batch seq d"]
+    cost = estimate(ScaledByTable(table), spec, batch=2, seq=seq, d=3)
+    b, s, d = sympy.symbols("batch seq d")
+    assert cost.exact
+    assert sympy.expand(cost.formula - (b * s * d + 2 * table + 1)) == 0
+    for other in (1, 2, 7, table):
+        again = estimate(ScaledByTable(table), spec, batch=2, seq=other, d=3)
+        assert again.flops == 2 * other * 3 + 2 * table + 1
+        assert cost.terms["forward"].at({"batch": 2, "seq": other, "d": 3}) == again.flops
+
+
+class PositionTable(nn.Module):
+    """A fixed-length encoder: a learned position table added whole, so that the input's
+    ``seq`` is the table's ``seq_len`` and its ``d`` the ``d_model``."""
+
+    def __init__(self, seq_len: int, d_model: int) -> None:
+        super().__init__()
+        self.seq_len, self.d_model = seq_len, d_model
+        self.pos = nn.Parameter(torch.zeros(1, seq_len, d_model))
+        self.fc = nn.Linear(d_model, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.fc(x + self.pos).softmax(-1)
+        return out
+
+
+@given(st.sampled_from([(8, 8), (4, 8), (8, 4), (6, 6)]), st.integers(2, 3))
+@SLOW
+def test_two_pairs_of_stuck_sizes_at_one_value_are_two_ties(
+    base: tuple[int, int], batch: int
+) -> None:
+    # seq = seq_len and d = d_model are fixed by the table and the weights; where all four
+    # are equal, tying all of them makes one symbol of seq and d (2*b*seq**2*(seq + 3)).
+    seq_len, d_model = base
+    spec = Float[Tensor, "batch seq d"]
+
+    def cost_at(seq: int, d: int) -> Cost:
+        return estimate(PositionTable(seq, d), spec, batch=batch, seq=seq, d=d)
+
+    cost = cost_at(seq_len, d_model)
+    b, s, d = sympy.symbols("batch seq d")
+    # the add, the product (2*d a value; addmm's bias not counted) and the softmax (5)
+    assert cost.exact
+    assert sympy.expand(cost.formula - 2 * b * s * d * (d + 3)) == 0
+    for seq, width in ((3, d_model), (seq_len, 5), (7, 2)):
+        again = cost_at(seq, width)
+        assert again.flops == 2 * batch * seq * width * (width + 3)
+        for name, term in cost.terms.items():
+            values = {"batch": batch, "seq": seq, "d": width}
+            assert term.at(values) == again.terms[name].count, (name, term, seq, width)

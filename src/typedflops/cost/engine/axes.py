@@ -17,9 +17,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .fit import Size
+from .rebuild import OWN
 from .runs import Probe, Run, Runner
 
-__all__ = ["Axis", "Study", "axes_of", "candidates", "named_by_call", "study", "third", "tied"]
+__all__ = [
+    "Axis",
+    "Study",
+    "axes_of",
+    "candidates",
+    "named_alike",
+    "named_by_call",
+    "study",
+    "third",
+    "tied",
+]
 
 
 @dataclass(frozen=True)
@@ -71,10 +82,9 @@ def axes_of(probe: Probe, bound: Mapping[str, Size]) -> list[Axis]:
         if name in probe.repeats:
             continue
         key = rebuild.key(name)
-        if name in by_name:  # an argument named as a dim of the call: one size, if equal
-            axis = axes[by_name[name]]
+        if name in by_name:  # an argument named as a dim of the call: see named_alike
             if probe.dims[name] == size:
-                axes[by_name[name]] = Axis(name, (*axis.keys, key), axis.far)
+                axes.append(Axis(key, (key,), False))
         elif name in probe.dims:  # a dim the module holds, by its argument's name
             if probe.dims[name] == size:
                 axes.append(Axis(name, (name, key), False))
@@ -116,10 +126,36 @@ def study(runner: Runner, at: Mapping[str, Size], base: Run, axis: Axis) -> Stud
     return found
 
 
+def named_alike(
+    runner: Runner, at: Mapping[str, Size], base: Run, studies: list[Study]
+) -> list[Study]:
+    """A module's size named as a dim of the call, at its size (its axis named by its key,
+    ``self.seq_len``), is one size with that dim where the dim cannot change alone, studied
+    together; else it is held, a number: the name is the dim's, and the dim follows the
+    module's size no more than any other (the input's ``seq_len`` below the ``seq_len``
+    of a rotary table that ``forward`` builds at its full length)."""
+    calls = {s.axis.name: s for s in studies if s.axis.far}
+    result: list[Study] = []
+    for found in studies:
+        axis = found.axis
+        if not axis.name.startswith(OWN):
+            result.append(found)
+            continue
+        call = calls.get(axis.name.removeprefix(OWN))
+        if call is None or not call.stuck:
+            continue
+        joint = Axis(call.axis.name, (*call.axis.keys, *axis.keys), call.axis.far)
+        result = [s for s in result if s is not call]
+        result.append(study(runner, at, base, joint))
+        calls[call.axis.name] = result[-1]
+    return result
+
+
 def tied(runner: Runner, at: Mapping[str, Size], base: Run, studies: list[Study]) -> list[Study]:
-    """Stuck axes of one value, a module's own size among them, changed together: each of
-    the module's with the call's, else all at once (a call whose contract makes two of
-    the module's sizes equal). The axis they make is named after the call's dim."""
+    """Stuck axes of one value, a module's own size among them, changed together: the
+    fewest that run (a call's dim with one of the module's sizes), else more of them (a
+    call whose contract makes two of the module's sizes equal), again with those left.
+    The axis they make is named after the call's dim."""
     groups: dict[int, list[Study]] = {}
     for found in studies:
         value = at[found.axis.keys[0]]
@@ -129,19 +165,42 @@ def tied(runner: Runner, at: Mapping[str, Size], base: Run, studies: list[Study]
     for members in groups.values():
         calls = [s.axis for s in members if s.axis.far]
         owns = [s.axis for s in members if not s.axis.far]
-        if not owns or len(members) < 2:
-            continue
-        for together in (*([*calls, own] for own in owns), [*calls, *owns]):
-            if len(together) < 2:
-                continue
-            keys = tuple(key for axis in together for key in axis.keys)
-            joint = study(runner, at, base, Axis(together[0].name, keys, together[0].far))
-            if joint.stuck or _also_moved_by(runner, at, together, studies):
-                continue
-            result = [s for s in result if s.axis not in together]
+        # The fewest sizes first, and again with those left: a call's ``seq`` and ``d`` at
+        # the ``seq_len`` and ``d_model`` of a position table are two ties, not one.
+        while owns and len(calls) + len(owns) >= 2:
+            joint = _tie(runner, at, base, calls, owns, studies)
+            if joint is None:
+                break
+            result = [s for s in result if s.axis.keys[0] not in joint.axis.keys]
             result.append(joint)
-            break
+            calls = [a for a in calls if a.keys[0] not in joint.axis.keys]
+            owns = [a for a in owns if a.keys[0] not in joint.axis.keys]
     return result
+
+
+def _tie(
+    runner: Runner,
+    at: Mapping[str, Size],
+    base: Run,
+    calls: list[Axis],
+    owns: list[Axis],
+    studies: list[Study],
+) -> Study | None:
+    """The first group of stuck axes that runs changed together, fewest first: a call's
+    dim with one of the module's sizes, all the call's with one, one call's with all of
+    the module's, then all of them."""
+    groups = [
+        *([call, own] for own in owns for call in calls),
+        *([*calls, own] for own in owns if len(calls) > 1),
+        *([call, *owns] for call in calls if len(owns) > 1),
+        [*calls, *owns],
+    ]
+    for together in dict.fromkeys(tuple(group) for group in groups if len(group) >= 2):
+        keys = tuple(key for axis in together for key in axis.keys)
+        joint = study(runner, at, base, Axis(together[0].name, keys, together[0].far))
+        if not joint.stuck and not _also_moved_by(runner, at, list(together), studies):
+            return joint
+    return None
 
 
 def _also_moved_by(

@@ -34,7 +34,7 @@ import sympy
 
 from ..types import Cost, Term
 from .at_one import checked_at_one, with_part_at_one
-from .axes import Axis, axes_of, named_by_call, study, third, tied
+from .axes import Axis, axes_of, named_alike, named_by_call, study, third, tied
 from .events import Event
 from .fit import Fitted, Plan, Size, fit, size_value
 from .orders import order_checked
@@ -91,6 +91,7 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     bound = {**base.bound, **probe.dims}
     axes = [a for a in axes_of(probe, bound) if not probe.pinned.keys() & set(a.keys)]
     studies = [study(runner, start, base, axis) for axis in axes]
+    studies = named_alike(runner, start, base, studies)
     studies = named_by_call(tied(runner, start, base, studies), start, base)
     at_one = [
         s.axis
