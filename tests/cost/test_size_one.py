@@ -84,6 +84,28 @@ def test_a_sum_torch_lowers_at_one_keeps_the_formula_as_written() -> None:
     assert at_one.formula == 2 * b * i * o - b * o * is_one(i)
 
 
+@typed_flops
+def mixing(x: Float[Tensor, "b n d"], w: Float[Tensor, "d d"]) -> Float[Tensor, "b n d"]:
+    y = x @ w
+    if x.shape[1] > 1:  # a second product where there is a sequence to mix
+        y = y @ w
+    return y
+
+
+@given(st.integers(2, 4), st.integers(2, 6), st.integers(2, 9))
+@settings(max_examples=4, deadline=None)
+def test_a_product_left_out_at_one_is_no_product_run_as_a_multiply(
+    batch: int, seq: int, width: int
+) -> None:
+    # At n = 1 a product is gone and none became a multiply: the formula has a part there
+    # (2*b*d**2 less), where taking it for torch's own lowering kept 4*b*d**2*n, exact.
+    cost = mixing.estimate(b=batch, n=seq, d=width)
+    assert cost.exact
+    assert cost.formula == 4 * b * d**2 * n - 2 * b * d**2 * is_one(n)
+    for sizes in ({"b": batch, "n": 1, "d": width}, {"b": 1, "n": 1, "d": width}):
+        assert _at(cost, sizes) == _estimate(mixing, sizes).flops == 2 * sizes["b"] * width**2
+
+
 def test_record_rows_are_true_at_their_sizes() -> None:
     with record() as rec:
         early(torch.randn(2, 1))

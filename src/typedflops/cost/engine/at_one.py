@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import sympy
 
 from ..types import Cost, Term, above_one, is_one, tidy
 from .axes import Axis
+from .events import Event
 from .fit import Size
 from .runs import Probe, Run, Runner
 
@@ -124,19 +124,21 @@ def _with_parts(
 def _multiplied(base: Run, run: Run) -> bool:
     """Whether ``run`` (dims at 1) differs from ``base`` only where torch ran a matrix
     product over a summed dim of 1 as a multiply (``einsum``'s ``bmm`` becomes a ``mul``):
-    the ops gone are matrix products (and views), the ops new are multiplies (and views)."""
+    op for op (views aside), each op that differs is a matrix product become a multiply. A
+    product the body leaves out at 1 (``if n > 1: y = y @ w``) is no such change."""
     before, after = _ops(base), _ops(run)
-    gone, new = before - after, after - before
-    products = {e.op for e in base.events if e.matmul_flops}
-    return bool(gone) and set(gone) <= products and set(new) <= _MULTIPLY
+    if len(before) != len(after):
+        return False
+    changed = [(b, a) for b, a in zip(before, after, strict=True) if b.op != a.op]
+    return bool(changed) and all(b.matmul_flops and a.op in _MULTIPLY for b, a in changed)
 
 
 _MULTIPLY = frozenset({"mul"})
 
 
-def _ops(run: Run) -> Counter[str]:
-    """The ops of a run other than views, counted."""
-    return Counter(event.op for event in run.events if not event.view)
+def _ops(run: Run) -> list[Event]:
+    """The ops of a run other than views, in order."""
+    return [event for event in run.events if not event.view]
 
 
 def _at_least_two(size: Size) -> bool:
