@@ -106,6 +106,26 @@ def test_a_product_left_out_at_one_is_no_product_run_as_a_multiply(
         assert _at(cost, sizes) == _estimate(mixing, sizes).flops == 2 * sizes["b"] * width**2
 
 
+@typed_flops
+def with_context(x: Float[Tensor, "b d"], ctx: Float[Tensor, "m d"]) -> Float[Tensor, "b d"]:
+    y = x * 2.0
+    if ctx.shape[0] == 1:  # one context row: added to every row
+        y = y + ctx[0]
+    return y
+
+
+def test_a_branch_on_a_dim_no_formula_names_being_one_is_fitted() -> None:
+    # m names no formula (b*d at m >= 2), so it was never run at 1: b*d, exact, was 32 at
+    # m = 1 where the add ran too (64).
+    m = sympy.Symbol("m")
+    cost = with_context.estimate(b=4, m=3, d=8)
+    assert cost.exact
+    assert cost.formula == b * d + b * d * is_one(m)
+    for sizes in ({"b": 4, "m": 1, "d": 8}, {"b": 1, "m": 1, "d": 3}, {"b": 2, "m": 5, "d": 3}):
+        expected = sizes["b"] * sizes["d"] * (2 if sizes["m"] == 1 else 1)
+        assert _at(cost, sizes) == _estimate(with_context, sizes).flops == expected
+
+
 def test_record_rows_are_true_at_their_sizes() -> None:
     with record() as rec:
         early(torch.randn(2, 1))

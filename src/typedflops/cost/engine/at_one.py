@@ -3,9 +3,10 @@
 The fits change each size from its value, never to 1, and size 1 is where code changes
 course: bodies branch on it (``if x.shape[1] == 1: return x``), torch picks other kernels
 for it (attention at one query), and a reshape of a size-1 dim is a view where it was a
-copy (so autograd saves other storages: batch 1). So each call dim a formula names is
-checked by a dry run at 1. Where a term differs there, what differs is fitted in the other
-dims with that dim held at 1, and added where it is 1: ``5*d*n - 5*n*KroneckerDelta(1, d)``.
+copy (so autograd saves other storages: batch 1). So each call dim is checked by a dry
+run at 1, one that no formula names too (``if ctx.shape[0] == 1: y = y + ctx``). Where a
+term differs there, what differs is fitted in the other dims with that dim held at 1, and
+added where it is 1: ``5*d*n - 5*n*KroneckerDelta(1, d)``.
 Pairs of dims at 1 are checked and fitted the same way (``KroneckerDelta(1, i)*
 KroneckerDelta(1, j)``); three or more dims at 1 at once are not checked. A term whose part
 at 1 no fit finds is inexact. A module's own size is checked alone the same way, the module
@@ -64,18 +65,18 @@ def checked_at_one(
     a run refutes gains its part there, fitted by ``measure`` with those dims held at 1,
     or is inexact where no fit finds one (a product run as a multiply excepted)."""
     terms = dict(cost.terms)
-    named = [
+    checked = [
         axis
         for axis in axes
         if axis.far
         and _at_least_two(at[axis.keys[0]])
-        and any(_names(term, (axis,)) for term in terms.values())
+        and any(term.exact for term in terms.values())
     ]
     parted: list[Axis] = []
-    for axis in named:
+    for axis in checked:
         if _with_parts(probe, runner, base, at, (axis,), cost.dims, terms, measure):
             parted.append(axis)
-    pairs = named if len(named) <= _PAIRS else parted[:_PAIRS]
+    pairs = checked if len(checked) <= _PAIRS else parted[:_PAIRS]
     for group in itertools.combinations(pairs, 2):
         _with_parts(probe, runner, base, at, group, cost.dims, terms, measure)
     for axis in axes:
@@ -146,12 +147,6 @@ def _at_least_two(size: Size) -> bool:
     return isinstance(size, int) and size >= 2
 
 
-def _names(term: Term, group: Sequence[Axis]) -> bool:
-    """Whether the term is exact and names a dim of ``group``."""
-    symbols = term.formula.free_symbols
-    return term.exact and any(sympy.Symbol(axis.name) in symbols for axis in group)
-
-
 def _refuted(
     probe: Probe,
     runner: Runner,
@@ -160,12 +155,13 @@ def _refuted(
     dims: Mapping[str, int],
     terms: Mapping[str, Term],
 ) -> tuple[list[str], dict[str, int], Run | None]:
-    """The exact terms naming a dim of ``group`` that a run with those dims at 1 refutes,
-    that run's counts and the run (none where the body refuses those sizes)."""
+    """The exact terms that a run with the ``group``'s dims at 1 refutes (a term that
+    names none of them too), that run's counts and the run (none where the body refuses
+    those sizes)."""
     checked = [
         name
         for name, term in terms.items()
-        if _names(term, group) and not (name == "forward" and probe.declared is not None)
+        if term.exact and not (name == "forward" and probe.declared is not None)
     ]
     run = runner.run({**at, **{key: 1 for axis in group for key in axis.keys}}) if checked else None
     if run is None:
