@@ -409,3 +409,40 @@ def test_forwards_taking_args_builtins_and_partials_get_their_inputs_by_position
     with pytest.raises(SpecError) as caught:
         estimate(functools.partial(F.linear, weight=weight), x, x, x, batch=3)
     assert str(caught.value).startswith("partial(linear)(): at batch=3 the body fails")
+
+
+class _TakesContainers(nn.Module):
+    """A forward over a dict of tensors (a data loader's batch) and a tuple of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 3)
+
+    def forward(self, features: dict[str, Tensor], pair: tuple[Tensor, list[Tensor]]) -> Tensor:
+        out: Tensor = self.proj(features["x"]) + features["y"]
+        return out * pair[0] + pair[1][0]
+
+
+def test_inputs_in_dicts_lists_and_tuples_are_built_from_their_annotations() -> None:
+    model = _TakesContainers()
+    features = {"x": Float[Tensor, "batch d"], "y": Float[Tensor, "batch 3"]}
+    pair = (Float[Tensor, "batch 3"], [Float[Tensor, "3"]])
+    cost = estimate(model, features, pair, batch=2, d=4)
+    # the product 2·batch·d·3 (its bias not counted; d is the layer's 4), the add, the
+    # multiply, the add
+    assert cost.formula == (2 * 4 * 3 + 3 * 3) * batch
+    assert cost.flops == 2 * 2 * 4 * 3 + 3 * 2 * 3
+    with record() as rec:
+        model(
+            {"x": torch.randn(2, 4), "y": torch.randn(2, 3)}, (torch.randn(2, 3), [torch.randn(3)])
+        )
+    assert rec.total.flops == cost.flops
+    # grad= names a container (each tensor in it) or one tensor by its place
+    plain = estimate(model, features=features, pair=pair, batch=2, d=4)
+    assert plain.flops == cost.flops
+    every = estimate(model, features, pair, batch=2, d=4, grad=("features",))
+    x_only = estimate(model, features, pair, batch=2, d=4, grad=("features_x",))
+    assert every.backward_flops - plain.backward_flops == 2 * 2 * 4 * 3  # x's product
+    assert x_only.backward_flops == every.backward_flops  # y's gradient: no op (an add)
+    with pytest.raises(SpecError, match="missing size for d"):
+        estimate(model, features, pair, batch=2)

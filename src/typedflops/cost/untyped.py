@@ -5,10 +5,12 @@ a model nobody annotated (a Hugging Face or torchvision model) is costed in ``ba
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -42,7 +44,10 @@ def estimate(
     a real tensor takes part through a meta copy), and so are values other than sizes for a
     ``forward`` that takes ``**kwargs`` (``output_hidden_states=True``). The remaining
     keywords are the dims' sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``.
-    ``grad`` names the inputs whose tensors require grad; the module's parameters follow
+    An input that is a dict, list or tuple of tensors is given as one of annotations
+    (``batch={"ids": Int[Tensor, "b s"], "mask": Int[Tensor, "b s"]}``), each tensor built
+    in its place. ``grad`` names the inputs whose tensors require grad (a container: each
+    tensor in it; one of them by its place, ``batch_mask``); the module's parameters follow
     their ``requires_grad``, so ``backward_flops`` is the backward of a training step.
 
     A ``@typed_flops`` function, or a module whose ``forward`` is one, needs no annotations:
@@ -83,7 +88,7 @@ def estimate(
             f"({', '.join(positional) or 'none'})",
         )
     arguments.update(zip(positional, inputs, strict=False))
-    hints = [value for value in (*arguments.values(), *named.values())]
+    hints = [hint for value in (*arguments.values(), *named.values()) for hint in _hints(value)]
     dim_names = {dim for hint in hints if is_tensor_annotation(hint) for dim in _dims_of(hint)}
     dims: dict[str, Any] = {}
     takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
@@ -108,7 +113,21 @@ def estimate(
                 hint=f"write {key}=Float[Tensor, {value!r}] (or Int[...] for ids)",
             )
     checked = _checked(owner, call)
-    specs = {name: value for name, value in arguments.items() if is_tensor_annotation(value)}
+    # A dict, list or tuple of annotations (``batch={"x": Float[...], "y": ...}``) is built
+    # leaf by leaf: each leaf is a tensor input of its own, named after its place
+    # (``batch_x``), and the container is rebuilt around the tensors for the call.
+    specs: dict[str, Any] = {}
+    shapes: dict[str, Any] = {}
+    for name, value in arguments.items():
+        if is_tensor_annotation(value):
+            specs[name] = value
+        elif any(True for _ in _hints(value)):
+            leaves: dict[str, Any] = {}
+            taken = set(names) | set(arguments) | set(specs) | set(dims)
+            shapes[name] = _slots(value, name, leaves, taken)
+            specs.update(leaves)
+            # grad= may name the container: every tensor in it requires grad
+            grad = [g for item in grad for g in (leaves if item == name else (item,))]
     if not specs:
         if checked is not None and not arguments:
             objects = (owner,) if owner is not None else ()
@@ -119,7 +138,7 @@ def estimate(
             hint="give each tensor input as an annotation: "
             "estimate(model, Float[Tensor, 'batch d'], batch=...)",
         )
-    wrapper = _wrapper(model, owner, positional, arguments, specs)
+    wrapper = _wrapper(model, owner, positional, arguments, specs, shapes)
     objects = (owner,) if owner is not None else ()
     return estimate_checked(wrapper, objects, dims, dtype, tuple(grad))
 
@@ -186,17 +205,22 @@ def _wrapper(
     positional: list[str],
     arguments: Mapping[str, Any],
     specs: Mapping[str, Any],
+    shapes: Mapping[str, Any],
 ) -> CheckedFunction[..., Any]:
     """A checked function whose tensor parameters are the annotated inputs and whose body
-    calls the model with them (in their places) and with the other arguments given."""
-    fixed = {name: value for name, value in arguments.items() if name not in specs}
+    calls the model with them (in their places, containers of them rebuilt from
+    ``shapes``) and with the other arguments given."""
+    fixed = {
+        name: value for name, value in arguments.items() if name not in specs and name not in shapes
+    }
     order = [name for name in positional if name in arguments]
     # Inputs up to the last one given by position go by position; the rest by name.
     by_position = order[: _last_leading(positional, arguments)]
 
     def call(*args: Any, **kwargs: Any) -> Any:
         target = args[0] if owner is not None else model
-        values = {**fixed, **kwargs}
+        built = {name: _fill(shape, kwargs) for name, shape in shapes.items()}
+        values = {**fixed, **{k: v for k, v in kwargs.items() if k in arguments}, **built}
         leading = [values.pop(name) for name in by_position]
         return target(*leading, **values)
 
@@ -209,6 +233,65 @@ def _wrapper(
     label = _label(model)
     call.__name__ = call.__qualname__ = label
     return CheckedFunction(call, flops=None, name=label)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    """The place of one annotated tensor in a container of inputs."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Container:
+    """A dict, list or tuple of inputs (a subclass too: a namedtuple, an OrderedDict), its
+    items with a :class:`_Slot` for each annotated tensor."""
+
+    kind: type
+    items: dict[Any, Any] | list[Any]
+
+
+def _hints(value: Any) -> Iterator[Any]:
+    """The tensor annotations in ``value``: itself, or those in a dict, list or tuple of
+    them (nested)."""
+    if is_tensor_annotation(value):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _hints(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _hints(item)
+
+
+def _slots(value: Any, name: str, leaves: dict[str, Any], taken: set[str]) -> Any:
+    """``value`` with each annotation in it put in ``leaves`` under a name made from its
+    place (``batch_x``, ``xs_0``; a free identifier) and replaced by its :class:`_Slot`."""
+    if is_tensor_annotation(value):
+        leaf = re.sub(r"\W", "_", name)
+        while leaf in taken or leaf in leaves or not leaf.isidentifier():
+            leaf = f"_{leaf}"
+        leaves[leaf] = value
+        return _Slot(leaf)
+    if isinstance(value, Mapping):
+        items = {k: _slots(v, f"{name}_{k}", leaves, taken) for k, v in value.items()}
+        return _Container(type(value), items)
+    if isinstance(value, (list, tuple)):
+        seq = [_slots(v, f"{name}_{i}", leaves, taken) for i, v in enumerate(value)]
+        return _Container(type(value), seq)
+    return value
+
+
+def _fill(shape: Any, tensors: Mapping[str, Any]) -> Any:
+    """The value ``shape`` stands for, with each slot's tensor in its place."""
+    if isinstance(shape, _Slot):
+        return tensors[shape.name]
+    if not isinstance(shape, _Container):
+        return shape
+    if isinstance(shape.items, dict):
+        return shape.kind({k: _fill(v, tensors) for k, v in shape.items.items()})
+    filled = [_fill(v, tensors) for v in shape.items]
+    return shape.kind(*filled) if hasattr(shape.kind, "_fields") else shape.kind(filled)
 
 
 def _last_leading(positional: list[str], arguments: Mapping[str, Any]) -> int:
