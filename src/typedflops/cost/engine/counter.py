@@ -179,6 +179,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self._custom_backwards(args, kwargs)
         if self.phase != "forward":  # (a backward's ops: their own graph is not costed)
             return
+        writes = written(func, args, kwargs) if written_arguments(func) else []
         if event.needs_grad:
             self.sums.op(
                 edges_of(event, self.keys, args, kwargs),
@@ -187,11 +188,12 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 out,
                 event,
                 self.places(event),
+                writes,
             )
         elif self.sums.waiting:
             self.sums.read(args, kwargs)
-        if written_arguments(func):
-            self.sums.restart(written(func, args, kwargs))
+        if writes:
+            self.sums.restart(writes)
 
     def places(self, event: Event) -> list[Place] | None:
         """Where a record keeps ``event`` (None: a dry run's own event)."""

@@ -15,7 +15,10 @@ past a tensor's first adds a gradient sum: an event with no forward FLOPs whose 
 is the add, in the row where the edge was counted. An op's edges count once it is known to
 reach backward (see :class:`GradientSums`): a branch read only off the graph
 (``x.amax().detach()``) sends no gradient. An in-place op gives its tensor a new history:
-its edges count from zero again. In a record, a backward that ran starts every count
+its edges count from zero again; one through a view gives its base a new history too, with
+an edge to the old one, and a view read after its base was written is a new node with an
+edge to the base (autograd's ``CopySlices`` and regenerated views: slice assignment,
+``F.pad``'s circular mode). In a record, a backward that ran starts every count
 again (a training loop's next forward builds a new graph), and each top-level call starts
 its leaves' (parameters read by two calls are summed by neither call's own backward). A
 block repeated in a dry run makes its first call's edges to what it reaches from outside
@@ -30,7 +33,7 @@ import functools
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -221,6 +224,7 @@ class GradientSums:
         "gone",
         "histories",
         "inside",
+        "made",
         "place",
         "realm",
         "shared",
@@ -238,6 +242,9 @@ class GradientSums:
         # Tensors written in place, and how many times: an edge to a tensor goes to the
         # history it had when the op read it, even if counted after a write.
         self.histories: dict[weakref.ref[torch.Tensor], int] = {}
+        # Views made after a write, by the history of their base that their node's edge
+        # goes to (see `_regenerate`).
+        self.made: dict[weakref.ref[torch.Tensor], int] = {}
         self.waiting: dict[int, _Output] = {}
         # Detached copies of waiting outputs, by the copy's id; outputs let go while a
         # copy lives.
@@ -317,11 +324,20 @@ class GradientSums:
         out: Any,
         event: Event | None = None,
         places: list[Place] | None = None,
+        written: Sequence[torch.Tensor] = (),
     ) -> None:
         """The edges of one op that needs grad: to its inputs needing grad at the positions
         ``edges`` (among them, in order; None: every one), counted once it reaches
         backward; the ops that made what it reads do. If it is known not to reach backward,
-        ``event`` (kept at ``places`` in a record, else its own) costs no backward."""
+        ``event`` (kept at ``places`` in a record, else its own) costs no backward.
+        ``written``: the tensors it writes in place.
+
+        Views as autograd has them: an op writing a view in place gives the view's base a
+        new node (``CopySlices``) with an edge to the base's old node (the view op's own
+        edge stands for it while no op read the view before); a view read after its base
+        was written (through it, another view, or itself) is a new node
+        (``AsStridedBackward``) with one edge to the base as it is now, and its view op's
+        edge counts only if an op read it before."""
         self._check_pass()
         if type(out) is _Tensor:  # (the usual)
             outputs = [out] if out.is_floating_point() or out.is_complex() else []
@@ -336,7 +352,16 @@ class GradientSums:
         inputs = [t for t in found if t.requires_grad and differentiable(t)]
         clone, self._clone = self._clone, None
         chosen = []
+        # views written in place whose view op an op read: CopySlices' edge goes to the
+        # base's old node, not through the view's (an unread view's op stands for it)
+        rebased = [
+            (view, base)
+            for view in written
+            if (base := view._base) is not None and base.requires_grad and not self._unread(view)
+        ]
         for index, tensor in enumerate(inputs):
+            if rebased and any(tensor is view for view, _ in rebased):
+                continue
             if edges is None or index in edges:
                 chosen.append(tensor)
             elif self.waiting:
@@ -344,10 +369,14 @@ class GradientSums:
                     self._detached(tensor, outputs)
                 else:
                     self._read_off(tensor)
-        if not chosen:
+        if self.histories:  # (a tensor was written in place: a view read may be a new node)
+            self._regenerate(chosen)
+        bases = [base for _, base in rebased] if outputs else []
+        if not chosen and not bases:
             return
+        edges_to = [self._input(t) for t in (*chosen, *bases)]
         context = self.where() if self.where is not None else None
-        waiting = _Waiting([self._input(t) for t in chosen], len(outputs), event, places, context)
+        waiting = _Waiting(edges_to, len(outputs), event, places, context)
         if self.waiting:
             inside = self.inside()
             for tensor in chosen:
@@ -361,7 +390,7 @@ class GradientSums:
                 else:  # (a record's own code: a reader is taken as reaching backward)
                     source.done = True
                     self._live(source.waiting)
-        if any(output is tensor for output in outputs for tensor in chosen):
+        if any(output is tensor for output in outputs for tensor in (*chosen, *written)):
             if clone is not None and any(clone[0] is output for output in outputs):
                 self._saved_copy(clone)
             self._live(waiting)  # (in place: its edges go to the history it ends, now)
@@ -372,6 +401,49 @@ class GradientSums:
             key = id(output)
             ref = weakref.ref(output, functools.partial(self._let_go, key))
             self.waiting[key] = _Output(ref, waiting)
+        if self.histories and found and event is not None and getattr(event.func, "is_view", False):
+            # (a view's node has its edge to the base's history now: the view op's own)
+            base = found[0]._base if found[0]._base is not None else found[0]
+            now = self.histories.get(weakref.ref(base), 0)
+            for output in outputs:
+                self.made[weakref.ref(output)] = now
+
+    def _regenerate(self, tensors: list[torch.Tensor]) -> None:
+        """Views among ``tensors`` whose base was written in place since their node was
+        made: autograd makes such a view a new node (``AsStridedBackward`` of the base's
+        ``CopySlices``) when it is next read, with one edge to the base as it is now; its
+        readers read that node (it waits as an op's output would), and the view's next
+        edges go to it."""
+        for tensor in tensors:
+            base = tensor._base
+            if base is None or not base.requires_grad:
+                continue
+            now = self.histories.get(weakref.ref(base), 0)
+            ref = weakref.ref(tensor)
+            if self.made.get(ref, 0) == now:
+                continue
+            self.made[ref] = now
+            self.histories[ref] = self.histories.get(ref, 0) + 1
+            self._replaced(tensor)
+            context = self.where() if self.where is not None else None
+            node = _Waiting([self._input(base)], 1, None, None, context)
+            key = id(tensor)
+            held = weakref.ref(tensor, functools.partial(self._let_go, key))
+            self.waiting[key] = _Output(held, node)
+
+    def _unread(self, view: torch.Tensor) -> bool:
+        """Whether ``view``'s view op waits and no op read its output yet."""
+        found = self.waiting.get(id(view))
+        return found is not None and found.ref() is view and not found.done and not found.readers
+
+    def _replaced(self, view: torch.Tensor) -> None:
+        """``view`` has a new node: its view op's output starts no backward now, and its
+        op reaches backward only through the ops that read it before."""
+        found = self.waiting.get(id(view))
+        if found is not None and found.ref() is view and not found.done:
+            del self.waiting[id(view)]
+            found.off = True
+            self._decide(found)
 
     def _saved_copy(self, clone: tuple[torch.Tensor, int]) -> None:
         # Autograd copies a tensor an in-place op writes when its backward needs the old
@@ -426,11 +498,16 @@ class GradientSums:
         return found
 
     def restart(self, tensors: Iterable[torch.Tensor]) -> None:
-        """Tensors written in place: their next edges go to a new history."""
+        """Tensors written in place: their next edges go to a new history. A view written
+        in place (``out[:, 0] = out[:, 6]``, ``F.pad``'s circular mode) writes its base
+        too: autograd gives the base a new node (``CopySlices``), so the base's next edges
+        (the next slice read from it) go to a new history as well."""
         self._check_pass()
         for tensor in tensors:
-            ref = weakref.ref(tensor)
-            self.histories[ref] = self.histories.get(ref, 0) + 1
+            base = tensor._base
+            for written in (tensor,) if base is None else (tensor, base):
+                ref = weakref.ref(written)
+                self.histories[ref] = self.histories.get(ref, 0) + 1
 
     def _detached(self, tensor: torch.Tensor, outputs: list[torch.Tensor]) -> None:
         # autograd detaches each output it saves for backward (a copy never read in the
@@ -547,6 +624,7 @@ class GradientSums:
             self.settle(started=True)
             self.uses.clear()
             self.histories.clear()
+            self.made.clear()
 
     def _prune(self) -> None:
         # (a tensor let go keeps its count while an edge to it waits)
@@ -558,6 +636,7 @@ class GradientSums:
             if key[0]() is not None or key[0] in waits
         }
         self.histories = {ref: n for ref, n in self.histories.items() if ref() is not None}
+        self.made = {ref: n for ref, n in self.made.items() if ref() is not None}
         self._limit = max(4096, 2 * len(self.uses))
 
 
