@@ -86,7 +86,8 @@ class TypedFunction(CheckedFunction[P, R]):
         Tensors are built from the annotations (nothing is allocated): each named dim's
         size, ``*name`` dims and ``ellipsis=`` (for ``...``) as an int or a tuple of sizes.
         ``grad`` names the parameters whose tensors require grad (a module's parameters
-        follow their ``requires_grad``); ``dtype`` overrides the floating dtype. Positional
+        follow their ``requires_grad``); ``dtype`` overrides the floating dtype (one a
+        floating annotation cannot take is a SpecError, not another dtype). Positional
         ``args`` fill the leading parameters (a module for ``self``); a keyword naming a
         non-tensor parameter is passed to it. An Optional tensor parameter whose default is
         None stays None unless a dim only it uses is given. Missing, unknown or bad sizes

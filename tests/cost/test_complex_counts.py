@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 import torch
-from jaxtyping import Complex
+from jaxtyping import Complex, Float, Float32, Int
 from kernel_counts import on_cpu, on_meta, recorded
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from typedflops import SpecError, estimate
 
 N = 12  # 4 x 3 values
 Z = Complex[Tensor, "a b"]
@@ -89,3 +91,21 @@ def test_flop_counter_mode_counts_a_complex_product_as_a_real_one() -> None:
     with FlopCounterMode(display=False) as counter:
         z @ z.mT
     assert counter.get_total_flops() == 2 * 4 * 3 * 4
+
+
+def test_estimate_builds_complex_inputs_at_complex64_and_refuses_a_dtype_they_cannot_take() -> None:
+    def product(z: Tensor, w: Tensor) -> Tensor:
+        return z @ w
+
+    a, b = Complex[Tensor, "m k"], Complex[Tensor, "k n"]
+    cost = estimate(product, a, b, m=3, k=4, n=2)
+    assert cost.flops == 8 * 3 * 4 * 2  # 4 times the real count
+    assert cost.bytes_read == (3 * 4 + 4 * 2) * 8  # complex64, torch's default complex dtype
+    real = Float[Tensor, "m k"], Float[Tensor, "k n"]
+    with pytest.raises(SpecError, match=r"dtype=complex64 does not fit z's annotation"):
+        estimate(product, *real, dtype=torch.complex64, m=3, k=4, n=2)  # was float32: 48 FLOPs
+    with pytest.raises(SpecError, match=r"dtype=bfloat16 does not fit z's annotation"):
+        estimate(product, Float32[Tensor, "m k"], b, dtype=torch.bfloat16, m=3, k=4, n=2)
+    # ids stay integers under a floating dtype
+    lookup = estimate(nn.Embedding(5, 4), Int[Tensor, "n"], dtype=torch.bfloat16, n=3)
+    assert lookup.bytes_written == 3 * 4 * 2

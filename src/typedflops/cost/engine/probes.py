@@ -32,6 +32,7 @@ from ...contract.compiled import TensorParameter
 from ...contract.function import CheckedFunction
 from ...errors import SpecError
 from ...syntax.dims import with_ellipsis
+from ...text import dtype_name
 from ..types import Cost
 from .counter import count_custom_backwards
 from .dry_modules import (
@@ -203,10 +204,30 @@ def _default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
         return dtype or torch.float32
     if dtype is not None and dtype in allowed:
         return dtype
-    for preferred in (torch.float32, torch.int64, torch.bool):
+    for preferred in (torch.float32, torch.complex64, torch.int64, torch.bool):
         if preferred in allowed:
             return preferred
     return sorted(allowed, key=str)[0]
+
+
+def _dtype_fits(function: str, dtype: torch.dtype, parameters: list[TensorParameter]) -> None:
+    """``dtype`` is the dtype of the floating (and complex) inputs built: one whose
+    annotation takes such values but not this dtype (``Float[...]`` for ``complex64``,
+    ``Float32[...]`` for ``bfloat16``) would be built in another, and counted so, silently:
+    a SpecError. Inputs of integers or booleans (``Int[...]`` ids) stay as they are."""
+    for p in parameters:
+        allowed = p.spec.dtypes
+        if allowed is None or dtype in allowed:
+            continue
+        if any(kind.is_floating_point or kind.is_complex for kind in allowed):
+            kind = "Complex" if dtype.is_complex else "Float"
+            raise SpecError.at(
+                f"{function}.estimate()",
+                f"dtype={dtype_name(dtype)} does not fit {p.name}'s annotation "
+                f"({p.spec.dtype_reason()}): it would be built as another dtype",
+                hint=f"annotate {p.name} with a dtype class that takes it "
+                f"({kind}[...] or Shaped[...]), or give another dtype",
+            )
 
 
 def _requested(parameter: TensorParameter, given: set[str], required: set[str]) -> bool:
@@ -328,6 +349,8 @@ def estimate_probe(
             hint=f"pass {', '.join(f'{m}=...' for m in missing)}"
             + (" (the axes '...' stands for: an int or a tuple)" if ELLIPSIS in missing else ""),
         )
+    if dtype is not None and (dtype.is_floating_point or dtype.is_complex):
+        _dtype_fits(function, dtype, build_params)
     for param in contract.parameters:
         if (
             (param.index is None or param.index >= len(args))
