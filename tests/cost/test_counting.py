@@ -186,3 +186,24 @@ def test_a_backward_run_inside_record_is_not_counted_again() -> None:
         (x @ w).sum().backward()
     assert rec.total.flops == 2 * 2 * 4 * 3 + 2 * 3  # the matmul and the sum
     assert rec.total.backward_flops == 2 * 2 * 4 * 3  # predicted per forward op
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize(
+    "layout",
+    [torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr],
+    ids=["coo", "csr", "csc", "bsr"],
+)
+def test_sparse_tensors_of_every_layout_are_recorded_by_their_stored_values(
+    layout: torch.layout,
+) -> None:
+    # a record used to fail on a compressed layout (asking CSR for COO's `_values()`)
+    dense = torch.zeros(4, 6)
+    dense[:2, :2] = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    blocks = (2, 2) if layout is torch.sparse_bsr else None
+    sparse = dense.to_sparse(layout=layout, blocksize=blocks)
+    stored = sparse._values() if layout is torch.sparse_coo else sparse.values()
+    total = _recorded(lambda: sparse * 2.0)
+    assert total.flops == stored.numel() == 4  # a multiply per stored value
+    product = _recorded(lambda: sparse @ torch.randn(6, 3))
+    assert product.flops == 0 and "mm" in product.uncounted  # no rule: named, not a 0

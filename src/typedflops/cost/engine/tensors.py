@@ -96,9 +96,17 @@ def _describe_tensor(tensor: torch.Tensor) -> TensorMeta:
 
 def _nested_shape(tensor: torch.Tensor) -> tuple[int, ...]:
     # A jagged or sparse tensor: its values' element count as one axis, so that rules that
-    # count elements count the ones that exist.
-    values = tensor.values() if tensor.is_nested else tensor._values()
-    return (int(values.numel()),)
+    # count elements count the ones that exist (COO keeps them in `_values()`, the
+    # compressed layouts, CSR, CSC, BSR and BSC, in `values()`); another layout (mkldnn)
+    # has its shape.
+    if tensor.is_nested or tensor.layout in _COMPRESSED:
+        return (int(tensor.values().numel()),)
+    if tensor.layout is torch.sparse_coo:
+        return (int(tensor._values().numel()),)
+    return tuple(int(s) for s in tensor.shape)
+
+
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 
 
 def describe(value: Any) -> Any:
