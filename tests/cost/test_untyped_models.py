@@ -446,3 +446,19 @@ def test_inputs_in_dicts_lists_and_tuples_are_built_from_their_annotations() -> 
     assert x_only.backward_flops == every.backward_flops  # y's gradient: no op (an add)
     with pytest.raises(SpecError, match="missing size for d"):
         estimate(model, features, pair, batch=2)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace")
+def test_a_torchscript_module_is_a_spec_error_naming_it_not_an_internal_one() -> None:
+    mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    x = Float[Tensor, "batch 8"]
+    traced = torch.jit.trace(mlp, torch.randn(2, 8))  # type: ignore[no-untyped-call]
+    for compiled in (torch.jit.script(mlp), traced):
+        with pytest.raises(SpecError, match=r"is a TorchScript module"):
+            estimate(compiled, x, batch=2)
+    inside = nn.Sequential(torch.jit.script(nn.Linear(8, 8)), nn.ReLU())
+    with pytest.raises(SpecError, match=r"its submodule 0 is a TorchScript module"):
+        estimate(inside, x, batch=2)
+    with record() as rec:  # a real run is counted
+        inside(torch.randn(2, 8))
+    assert rec.total.flops == 2 * 2 * 8 * 8 + 2 * 8  # the product (its bias not counted), relu

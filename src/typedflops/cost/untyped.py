@@ -18,6 +18,7 @@ import torch
 from ..contract.annotation import is_tensor_annotation, tensor_spec
 from ..contract.function import CheckedFunction
 from ..errors import SpecError
+from .engine.dry_modules import refuse_script
 from .model import estimate as estimate_checked
 from .types import Cost
 
@@ -163,6 +164,7 @@ def _label(model: Any) -> str:
 def _target(model: Any) -> tuple[torch.nn.Module | None, Callable[..., Any]]:
     """The module (if any) and the function whose parameters the inputs fill."""
     if isinstance(model, torch.nn.Module):
+        refuse_script(model)
         return model, type(model).forward
     if not callable(model):
         raise SpecError.at("estimate()", f"{model!r} is not a module or a function")

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
+from ...errors import SpecError
 from .dryrun import Thunk
 from .fit import Size
 from .rebuild import Rebuild
@@ -29,6 +30,7 @@ __all__ = [
     "module_device",
     "module_state",
     "own_copy",
+    "refuse_script",
     "with_module",
     "with_modules",
 ]
@@ -99,6 +101,7 @@ def with_module(
     built for the runs of one estimate, by their sizes)."""
     if not isinstance(module, torch.nn.Module):
         return own_copy(module), lambda thunk: thunk()
+    refuse_script(module)
     changes = rebuild.changes(sizes) if rebuild is not None else {}
     # A module that declares its sizes is always built again (on meta, all its state is
     # meta: the backward a planner runs after the call needs no reparametrization).
@@ -126,6 +129,21 @@ def with_module(
                 return thunk()
 
     return module, run
+
+
+def refuse_script(module: torch.nn.Module) -> None:
+    """A SpecError if ``module`` is or holds a TorchScript module (``torch.jit.script`` or
+    ``torch.jit.trace``): its forward is TorchScript and its parameters slots of fixed type,
+    so a dry run cannot put storage-less copies in their place."""
+    for path, sub in module.named_modules():
+        if isinstance(sub, torch.jit.ScriptModule):
+            where = f"its submodule {path}" if path else type(module).__name__
+            raise SpecError.at(
+                "estimate()",
+                f"{where} is a TorchScript module (torch.jit.script or torch.jit.trace), "
+                "which a dry run cannot run",
+                hint="estimate the module it was made from, or record() a real run",
+            )
 
 
 @contextlib.contextmanager
@@ -189,6 +207,8 @@ def with_modules(
     parameters and buffers on ``device`` (a module given as an argument, as ``self`` is)."""
     if not modules:
         return runner
+    for module in modules:
+        refuse_script(module)
     states = [(module, module_state(device, module, dtype)) for module in modules]
 
     def run(thunk: Thunk) -> Any:
