@@ -462,3 +462,15 @@ def test_a_torchscript_module_is_a_spec_error_naming_it_not_an_internal_one() ->
     with record() as rec:  # a real run is counted
         inside(torch.randn(2, 8))
     assert rec.total.flops == 2 * 2 * 8 * 8 + 2 * 8  # the product (its bias not counted), relu
+
+
+def test_batch_norm_averaging_over_all_batches_is_estimated_from_its_counter() -> None:
+    # momentum=None divides by float(num_batches_tracked): the dry run reads a copy of the
+    # counter (it failed on a meta copy) and leaves the module's own as it was
+    norm = nn.BatchNorm1d(8, momentum=None)
+    cost = estimate(norm, Float[Tensor, "batch 8"], batch=4)
+    assert norm.num_batches_tracked is not None and int(norm.num_batches_tracked) == 0
+    with record() as rec:
+        norm(torch.randn(4, 8))
+    assert cost.flops == rec.total.flops == 7 * 4 * 8  # batch statistics 5, weight and bias 2
+    assert cost.formula == 7 * 8 * batch and cost.exact

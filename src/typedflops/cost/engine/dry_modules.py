@@ -21,6 +21,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from ...errors import SpecError
 from .dryrun import Thunk
 from .fit import Size
+from .function_backward import dry_runs_own
 from .rebuild import Rebuild
 from .tensors import differentiable
 
@@ -58,8 +59,20 @@ def module_state(
     copies: dict[int, torch.Tensor] = {}
     for tensor in state.values():
         if id(tensor) not in copies:
-            copies[id(tensor)] = copy_on(device, tensor, dtype)
+            counter = _counter(tensor)
+            copies[id(tensor)] = copy_on(device, tensor, dtype) if counter is None else counter
     return {name: copies[id(tensor)] for name, tensor in state.items()}
+
+
+def _counter(tensor: torch.Tensor) -> torch.Tensor | None:
+    """A copy with its value of a module's integer scalar on the CPU (batch norm's
+    ``num_batches_tracked``): a body may read it (``momentum=None`` averages over
+    ``1 / float(num_batches_tracked)``), and it costs no storage to speak of."""
+    if tensor.dim() or tensor.is_floating_point() or tensor.is_complex() or tensor.is_meta:
+        return None
+    if tensor.device.type != "cpu" or isinstance(tensor, torch.nn.Parameter):
+        return None
+    return dry_runs_own(tensor.detach().clone())  # (its `add_(1)` runs on it)
 
 
 def module_device(module: Any) -> str | None:
@@ -106,6 +119,7 @@ def with_module(
     # A module that declares its sizes is always built again (on meta, all its state is
     # meta: the backward a planner runs after the call needs no reparametrization).
     rebuilt = rebuild is not None and (rebuild.declared or bool(changes))
+    original = module
     if rebuild is not None and rebuilt:
         key = (device, dtype, tuple(sorted(changes.items())))
         target = rebuilt_cache.get(key) if rebuilt_cache is not None else None
@@ -120,6 +134,13 @@ def with_module(
         for name, tensor in module_state(device, module, dtype).items()
         if not rebuilt or tensor.device.type != device
     }
+    if rebuilt:  # (its counters, as the module built at the caller's sizes has them)
+        held = dict(original.named_buffers())
+        for name, tensor in module.named_buffers():
+            found = held.get(name)
+            counter = _counter(found) if found is not None and tensor.dim() == 0 else None
+            if counter is not None:
+                state[name] = counter
 
     def run(thunk: Thunk) -> Any:
         with _attributes_kept(module):

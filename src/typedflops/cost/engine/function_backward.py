@@ -13,6 +13,7 @@ user's parameters.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,13 +23,28 @@ from torch.overrides import TorchFunctionMode
 
 from .events import Event
 
-__all__ = ["StandIns", "dispatch_keys", "is_real", "map_tensors", "split_reruns"]
+__all__ = ["StandIns", "dispatch_keys", "dry_runs_own", "is_real", "map_tensors", "split_reruns"]
+
+# Tensors a dry run made for itself with their values (a module's counters, see
+# .dry_modules): ops compute on them, writes included. By id, held weakly.
+_OWN: dict[int, weakref.ref[torch.Tensor]] = {}
+
+
+def dry_runs_own(tensor: torch.Tensor) -> torch.Tensor:
+    """Mark ``tensor``, a dry run's own copy, as one its ops may read and write."""
+    if len(_OWN) > 4096:
+        for key in [key for key, ref in _OWN.items() if ref() is None]:
+            del _OWN[key]
+    _OWN[id(tensor)] = weakref.ref(tensor)
+    return tensor
 
 
 def is_real(tensor: torch.Tensor, scalars: bool = False) -> bool:
     """A tensor with storage that a meta dry run must not compute on (``scalars``: CPU
     scalars too)."""
     if tensor.is_meta or isinstance(tensor, FakeTensor) or tensor.is_nested:
+        return False
+    if _OWN and (own := _OWN.get(id(tensor))) is not None and own() is tensor:
         return False
     if type(tensor).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
         return False  # a tensor subclass: its own dispatch decides
