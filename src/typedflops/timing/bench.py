@@ -33,8 +33,8 @@ from ..contract.walk import tensors_in
 from ..cost.engine.counter import suspended
 from ..cost.engine.frames import no_frame
 from ..cost.engine.probes import call_cost
+from ..cost.engine.recorded_calls import note_measured
 from ..cost.engine.recording import current_mode
-from ..cost.engine.works import note_measured
 from ..devices.cpu import last_level_cache_bytes
 from ..errors import SpecError
 from ..roofline import Bound, attainable, bound, ridge_point

@@ -31,9 +31,9 @@ import torch
 
 from ..types import Cost, Term
 from .events import Event, named_event
-from .fan_in import backward_ran
 from .opkeys import EVENTS, new_event, op_key, plan_of
 from .saved import in_checkpoint, recomputing
+from .waits import backward_ran
 
 __all__ = ["BackwardRan", "ran_in_backward", "with_backward_ran"]
 

@@ -30,7 +30,7 @@ from .device_runs import RUNS
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .edges import edges_of, written, written_arguments
 from .events import Event, Group, Sink, _group, named_event, new_serial
-from .fan_in import GradientSums, Place
+from .fan_in import GradientSums
 from .frames import current_frame, no_frame
 from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
 from .functions import inside_rule, watching
@@ -40,6 +40,7 @@ from .op_events import make_event, requires_backward
 from .rules import FREE, find_rule, op_name
 from .run_again import RunAgain, region_frame
 from .skip_dynamo import keep_dynamo_out
+from .waits import Place
 
 __all__ = [
     "CountingMode",

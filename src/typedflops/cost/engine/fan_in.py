@@ -28,177 +28,32 @@ inputs (its forward runs with autograd off).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import itertools
-import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
 from ...contract.walk import tensors_in
 from .edges import op_tensors
-from .events import Event, Sink, named_event
-from .op_events import group_of
+from .events import Event, Sink
 from .tensors import differentiable
+from .waits import (
+    PASSES,
+    EdgeInput,
+    Place,
+    Waiting,
+    WaitingOutput,
+    gradient_sum,
+    quiet,
+    scope,
+)
 
-__all__ = [
-    "GradientSums",
-    "Place",
-    "backward_ran",
-    "gradient_sum",
-    "new_call",
-    "reads_unseen",
-]
-
-_NAME = "gradient sum"
-_ADD = "add (gradient sum)"
-
-
-def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: bool) -> Event:
-    """The event of ``adds`` sums of gradients of ``size`` values of ``dtype``, with no
-    forward FLOPs (``source``: the tensor's ``id``, for a repeated block's bookkeeping in
-    :mod:`.calls`); ``shared``: a record's, in a group of its own (as shared op events are).
-    """
-    nbytes = size * dtype.itemsize
-    group = group_of(_NAME, shared)
-    add = Event(
-        op=_ADD,
-        func=None,
-        group=group,
-        args=(),
-        kwargs=(),
-        out=None,
-        flops=adds * size,
-        entry=None,
-        counted=True,
-        bytes_read=2 * adds * nbytes,
-        bytes_written=adds * nbytes,
-        view=False,
-        needs_grad=False,
-        torch_counted=False,
-    )
-    event = named_event(_NAME, 0)  # (no forward FLOPs; its backward is the adds)
-    event.group = group
-    event.needs_grad = True
-    event.backward = [add]
-    event.source = source
-    return event
-
-
-# A tensor an edge goes to, held weakly (an op's output may wait long for its reader):
-# the tensor, its id, whether it is a leaf, its size, its dtype, and its history (how many
-# times it was written in place before).
-_Input = tuple["weakref.ref[torch.Tensor]", int, bool, int, torch.dtype, int]
-
-
-_SERIALS = itertools.count()
+__all__ = ["GradientSums"]
 
 #: A record's gradient sums, by size, dtype and number of adds.
 _SUMS: dict[tuple[int, torch.dtype, int], Event] = {}
-
-
-class _Scope(threading.local):
-    serial = 0
-
-
-_scope = _Scope()
-
-
-def new_call() -> None:
-    """Note that a record's top-level call begins in this thread: the leaves it reads
-    (parameters, inputs) start their edges afresh, as each call's own backward would."""
-    _scope.serial += 1
-
-
-# Backward passes that ran in a record so far: a tensor's edges from before one were sent
-# their gradients by it (a training loop's next forward starts its sums afresh).
-_PASSES = [0]
-
-
-def backward_ran() -> None:
-    """Note that autograd's engine ran a backward op in a record."""
-    _PASSES[0] += 1
-
-
-# Where a record keeps an op's event: a call's items and its index there.
-Place = tuple[list[Any], int]
-
-
-class _Waiting:
-    """An op's edges, counted once the op is known to reach backward; ``event``, where
-    ``places`` keep it (a record's), taken off backward if it is known not to. ``left``:
-    its outputs not known dead; ``sources``: the waiting outputs it read."""
-
-    __slots__ = ("context", "event", "inputs", "left", "places", "serial", "sources")
-
-    def __init__(
-        self,
-        inputs: list[_Input],
-        left: int,
-        event: Event | None,
-        places: list[Place] | None,
-        context: Any = None,
-    ) -> None:
-        self.inputs: list[_Input] | None = inputs
-        self.left = left
-        self.event = event
-        self.places = places
-        # Where the op ran (a record's calls, in its thread or task): its sums go there.
-        self.context = context
-        self.sources: list[_Output] = []
-        self.serial = next(_SERIALS)
-
-
-class _Output:
-    """An output of an op whose edges wait (``off``: no backward starts from it: an op
-    read it, a detached copy of it was read, or it was let go inside the function costed;
-    ``readers``: the waiting ops that differentiate it;
-    ``copies``: its detached copies alive; ``let_go``: it is gone, its copies not;
-    ``rootless``: decided to start no backward, it waits for its readers; ``saved``: a
-    copy autograd saved; ``done``: decided)."""
-
-    __slots__ = (
-        "copies",
-        "done",
-        "let_go",
-        "off",
-        "readers",
-        "ref",
-        "rootless",
-        "saved",
-        "waiting",
-    )
-
-    def __init__(self, ref: weakref.ref[torch.Tensor], waiting: _Waiting) -> None:
-        self.ref = ref
-        self.waiting = waiting
-        self.off = False
-        self.readers = 0
-        self.copies = 0
-        self.let_go = False
-        self.rootless = False
-        self.saved = False
-        self.done = False
-
-
-class _Quiet(threading.local):
-    on = False
-
-
-_quiet = _Quiet()
-
-
-@contextlib.contextmanager
-def reads_unseen() -> Iterator[None]:
-    """Reads inside the block are not off-graph reads (a saved-tensor hook's ``detach``)."""
-    before, _quiet.on = _quiet.on, True
-    try:
-        yield
-    finally:
-        _quiet.on = before
 
 
 class GradientSums:
@@ -245,13 +100,13 @@ class GradientSums:
         # Views made after a write, by the history of their base that their node's edge
         # goes to (see `_regenerate`).
         self.made: dict[weakref.ref[torch.Tensor], int] = {}
-        self.waiting: dict[int, _Output] = {}
+        self.waiting: dict[int, WaitingOutput] = {}
         # Detached copies of waiting outputs, by the copy's id; outputs let go while a
         # copy lives.
-        self.detached: dict[int, tuple[weakref.ref[torch.Tensor], _Output]] = {}
-        self.gone: list[_Output] = []
+        self.detached: dict[int, tuple[weakref.ref[torch.Tensor], WaitingOutput]] = {}
+        self.gone: list[WaitingOutput] = []
         self._limit = 4096
-        self._pass = _PASSES[0]
+        self._pass = PASSES[0]
         # The last op, if a clone of a tensor needing grad: (its input, its output's key).
         self._clone: tuple[torch.Tensor, int] | None = None
         # A record's: where an op runs (its thread's or task's records), and how a sum is
@@ -278,7 +133,7 @@ class GradientSums:
         self._check_pass()
         self._add(self._input(tensor), edges)
 
-    def _input(self, tensor: torch.Tensor) -> _Input:
+    def _input(self, tensor: torch.Tensor) -> EdgeInput:
         ref = weakref.ref(tensor)
         hash(ref)  # (kept: a reference whose tensor is gone hashes as it did)
         history = self.histories.get(ref, 0) if self.histories else 0
@@ -289,16 +144,16 @@ class GradientSums:
         # (tensors are known by their weak reference, one per tensor: a tensor let go
         # keeps its count while an edge to it waits, and a new one never shares it)
         found = self.uses.get(ref)
-        if found is None or (found[1] != _scope.serial and leaf):
+        if found is None or (found[1] != scope.serial and leaf):
             return 0
         return found[0]
 
-    def _add(self, edge: _Input, edges: int, context: Any = None) -> None:
+    def _add(self, edge: EdgeInput, edges: int, context: Any = None) -> None:
         # (each way in checks the pass first: a decision never straddles two)
         ref, key, leaf, size, dtype, history = edge
         realm = self.realm(context) if self.realm is not None else None
         before = self._before((ref, realm, history), leaf)
-        self.uses[ref, realm, history] = (before + edges, _scope.serial)
+        self.uses[ref, realm, history] = (before + edges, scope.serial)
         adds = edges if before else edges - 1
         if adds > 0:
             if self.shared:  # (a record's: one event for every sum alike, as for ops)
@@ -376,7 +231,7 @@ class GradientSums:
             return
         edges_to = [self._input(t) for t in (*chosen, *bases)]
         context = self.where() if self.where is not None else None
-        waiting = _Waiting(edges_to, len(outputs), event, places, context)
+        waiting = Waiting(edges_to, len(outputs), event, places, context)
         if self.waiting:
             inside = self.inside()
             for tensor in chosen:
@@ -400,7 +255,7 @@ class GradientSums:
         for output in outputs:
             key = id(output)
             ref = weakref.ref(output, functools.partial(self._let_go, key))
-            self.waiting[key] = _Output(ref, waiting)
+            self.waiting[key] = WaitingOutput(ref, waiting)
         if self.histories and found and event is not None and getattr(event.func, "is_view", False):
             # (a view's node has its edge to the base's history now: the view op's own)
             base = found[0]._base if found[0]._base is not None else found[0]
@@ -426,10 +281,10 @@ class GradientSums:
             self.histories[ref] = self.histories.get(ref, 0) + 1
             self._replaced(tensor)
             context = self.where() if self.where is not None else None
-            node = _Waiting([self._input(base)], 1, None, None, context)
+            node = Waiting([self._input(base)], 1, None, None, context)
             key = id(tensor)
             held = weakref.ref(tensor, functools.partial(self._let_go, key))
-            self.waiting[key] = _Output(held, node)
+            self.waiting[key] = WaitingOutput(held, node)
 
     def _unread(self, view: torch.Tensor) -> bool:
         """Whether ``view``'s view op waits and no op read its output yet."""
@@ -524,12 +379,12 @@ class GradientSums:
 
     def _read_detached(self, tensor: torch.Tensor) -> None:
         found = self.detached.get(id(tensor))
-        if found is not None and found[0]() is tensor and not _quiet.on:
+        if found is not None and found[0]() is tensor and not quiet.on:
             found[1].off = True
             if found[1].let_go:
                 self._decide(found[1])
 
-    def _copy_gone(self, output: _Output, _: object = None) -> None:
+    def _copy_gone(self, output: WaitingOutput, _: object = None) -> None:
         self._check_pass()
         output.copies -= 1
         if output.let_go and output.copies <= 0:
@@ -537,7 +392,7 @@ class GradientSums:
 
     def _read_off(self, tensor: torch.Tensor) -> None:
         found = self.waiting.get(id(tensor))
-        if found is not None and found.ref() is tensor and not _quiet.on:
+        if found is not None and found.ref() is tensor and not quiet.on:
             found.off = True
 
     def _let_go(self, key: int, _: object = None) -> None:
@@ -558,7 +413,7 @@ class GradientSums:
             else:
                 self._decide(found)
 
-    def _decide(self, output: _Output) -> None:
+    def _decide(self, output: WaitingOutput) -> None:
         """An output let go, or held where a call begins or returns or the run ends: a
         backward may start from it unless it is ``off``; then it reaches backward only if
         an op that differentiates it does."""
@@ -574,7 +429,7 @@ class GradientSums:
         else:
             self.gone.append(output)  # (its op's edges wait: see _prune)
 
-    def _live(self, waiting: _Waiting) -> None:
+    def _live(self, waiting: Waiting) -> None:
         """An op reaches backward: count its edges, and so do the ops that made what it
         read."""
         stack, reached = [waiting], []
@@ -595,7 +450,7 @@ class GradientSums:
             for edge in inputs:
                 self._add(edge, 1, found.context)
 
-    def _dead(self, output: _Output) -> None:
+    def _dead(self, output: WaitingOutput) -> None:
         """No backward reaches ``output``: if no other output of its op is reached, the op
         costs no backward, and the ops that made what it read lose a reader."""
         stack = [output]
@@ -617,10 +472,10 @@ class GradientSums:
             waiting.sources = []
 
     def _check_pass(self) -> None:
-        if self._pass != _PASSES[0]:
+        if self._pass != PASSES[0]:
             # a backward ran: what waits is decided first, as held (the graph it walked),
             # then the next forward's edges count from zero
-            self._pass = _PASSES[0]
+            self._pass = PASSES[0]
             self.settle(started=True)
             self.uses.clear()
             self.histories.clear()
@@ -644,7 +499,7 @@ def _always() -> bool:
     return True
 
 
-def _off_graph(waiting: _Waiting) -> None:
+def _off_graph(waiting: Waiting) -> None:
     """An op read only off the graph: no backward of it runs. A record's event is shared
     by every call of the op alike: the call's items get a copy without backward."""
     event = waiting.event

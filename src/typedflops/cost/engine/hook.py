@@ -19,8 +19,8 @@ from ...contract.scope import CallState, call_scope
 from .calls import CallHandle, begin_call
 from .counter import count_custom_backwards
 from .frames import Frame
+from .recorded_calls import AwaitedCall, count_recorded_call
 from .session import RunSession
-from .works import AwaitedCall, count_recorded_call
 
 __all__ = ["Counter"]
 

@@ -35,7 +35,6 @@ from .backward_ran import ran_in_backward
 from .counter import CountingMode, GroupingMode
 from .events import Event, Group
 from .events import _group as _current_group
-from .fan_in import Place
 from .functions import inside_rule
 from .kernels import _meta_target as _target
 from .kernels import meta_target, runs_otherwise
@@ -44,6 +43,7 @@ from .rules import function_rules
 from .run_again import region_frame
 from .sites import find_site
 from .skip_dynamo import keep_dynamo_out
+from .waits import Place
 
 __all__ = [
     "ROOT_LIMIT",

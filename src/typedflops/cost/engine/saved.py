@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from .events import Event, saved_event
-from .fan_in import reads_unseen
 from .frames import Frame, owner
 from .tensors import TensorMeta, describe
+from .waits import reads_unseen
 
 __all__ = ["SavedEntry", "SavedTensors", "in_checkpoint", "recomputing", "top_pack_hook"]
 

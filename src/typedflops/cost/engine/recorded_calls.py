@@ -1,0 +1,211 @@
+"""A decorated call counted in every record open here (the record side of the contract's
+hook, :mod:`.hook`): checked, run into each record's frame, closed into a work of its caller
+(see :mod:`.works`); and a coroutine's call, and a benchmark's measured call, likewise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from ...contract.function import CheckedFunction, counting_frame, notify_observers
+from ...contract.function import _observers as _observed
+from ...contract.scope import CallState, call_scope
+from ..types import Cost
+from .counter import count_custom_backwards
+from .fit import Size
+from .frames import no_frame
+from .recording import lift_naming
+from .works import Call
+
+__all__ = ["AwaitedCall", "count_recorded_call", "note_measured"]
+
+_frame = counting_frame
+_no_torch_function = torch._C.DisableTorchFunction
+_function_modes = torch._C._len_torch_function_stack
+_push_function = torch._C._push_on_torch_function_stack
+_thread = threading.get_ident
+_autograd_node = torch._C._current_autograd_node
+# As a checked call does (see typedflops.contract.function): past this depth of nested
+# calls, the frames a recorded call adds (the checked call, the hook, this) are added to
+# the recursion limit while it runs.
+_SHALLOW = 8
+_OWN_FRAMES = 4
+
+
+def count_recorded_call(
+    calls: tuple[Call, ...],
+    function: CheckedFunction[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> Any:
+    """Check, run and count one call in every record open here (``calls``: the innermost
+    call of each). Its body runs with the record's naming mode off torch's stack (its ops
+    are named by their call sites); typedflops' own work (checks, bookkeeping) sees no
+    torch-function mode."""
+    session = calls[0].session
+    if session.thread != _thread():
+        # another thread, given this context (asyncio.to_thread copies it): its ops are
+        # not this record's, nor its calls
+        calls = tuple(call for call in calls if call.session.thread == _thread())
+        if not calls:
+            with no_frame():
+                return function(*args, **kwargs)
+        session = calls[0].session
+    mode = session.mode
+    naming = lift_naming(mode) if mode is not None else None
+    others = _function_modes()  # (the user's: not over typedflops' own work)
+    try:
+        if others:
+            with _no_torch_function():
+                state, outcome = function.recall_arguments(args, kwargs)
+        else:
+            state, outcome = function.recall_arguments(args, kwargs)
+        body = session.bodies.get(function) or session.body(function)
+        if body.deferred:
+            return function.call_deferred(args, kwargs, state)
+        if _autograd_node() is not None:
+            # run by autograd's engine (a checkpointed region's forward run again): its
+            # ops are the backward's (see .backward_ran), not a call of its own
+            result = body.run(*args, **kwargs) if kwargs else body.run(*args)
+            function.recall_return(result, state, outcome)
+            return result
+        if len(calls) == 1:
+            outer = calls[0]
+            inner: tuple[Call, ...] = (
+                outer if outer.declared else Call(session, outer, function, body),
+            )
+        else:
+            inner = tuple(call.child(function, body) for call in calls)
+        parent = call_scope.get()
+        if outcome is not None and (parent is not None or body.binds):
+            state = outcome.own_state()  # (the recalled one is shared)
+        if parent is not None:
+            state.depth = parent.depth + 1
+        deep = state.depth > _SHALLOW  # recursion: the frames it adds do not count
+        if deep:
+            sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
+        if mode is not None and mode.sums.waiting:
+            mode.sums.settle()  # (what made its arguments: counted outside it, see .fan_in)
+        frame_token = _frame.set(inner)
+        scope_token = call_scope.set(state)
+        try:
+            result = body.run(*args, **kwargs) if kwargs else body.run(*args)
+            # the backward of the autograd Functions it returns is its own, and so are
+            # the ops of its checkpointed regions that run again, and the gradient sums of
+            # the edges its ops made
+            count_custom_backwards(result, mode)
+            if mode is not None and mode.again.regions:
+                mode.again.settle()
+            if mode is not None and mode.sums.waiting:
+                mode.sums.settle()
+        except BaseException:
+            _abandon(inner, calls)
+            raise
+        finally:
+            call_scope.reset(scope_token)
+            _restore(frame_token, calls, inner)
+            if deep:
+                sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
+        if others:
+            with _no_torch_function():
+                state = _returned(inner, calls, function, result, state, outcome)
+        else:
+            state = _returned(inner, calls, function, result, state, outcome)
+        for index, call in enumerate(inner):
+            if call is not calls[index]:  # (else inside a flops= call: part of its body)
+                call.session.finish(call, args, kwargs, state.sizes)
+    finally:
+        if naming is not None and naming.counter.open:
+            _push_function(naming)  # (see .recording.lift_naming)
+    if _observed:
+        notify_observers(function, args, kwargs, state)
+    return result
+
+
+def _restore(token: Any, calls: tuple[Call, ...], inner: tuple[Call, ...]) -> None:
+    """Give back the records' frame a call's body found. Records that closed in the body
+    leave it; those that opened there and are still open stay (their roots)."""
+    current = _frame.get()
+    _frame.reset(token)
+    if current is inner:
+        return  # (the usual)
+    sessions = {call.session for call in inner}
+    opened = (
+        tuple(c for c in current if c.session not in sessions) if type(current) is tuple else ()
+    )
+    kept = tuple(call for call in calls if not call.session.closed)
+    if opened or len(kept) != len(calls):
+        _frame.set((*kept, *opened) or None)
+
+
+def _returned(
+    inner: tuple[Call, ...],
+    calls: tuple[Call, ...],
+    function: CheckedFunction[Any, Any],
+    result: Any,
+    state: CallState,
+    outcome: Any,
+) -> CallState:
+    """Check a call's return value (a call whose value fails gave its ops to its caller)."""
+    try:
+        return function.recall_return(result, state, outcome)
+    except BaseException:
+        _abandon(inner, calls)
+        raise
+
+
+def _abandon(inner: tuple[Call, ...], calls: tuple[Call, ...]) -> None:
+    for call, outer in zip(inner, calls, strict=True):
+        if call is not outer:
+            call.session.abandon(call)
+
+
+class AwaitedCall:
+    """A decorated coroutine's call in every record open here (``calls``: the innermost
+    call of each), while its body is awaited in :meth:`scope`."""
+
+    __slots__ = ("args", "calls", "inner", "kwargs")
+
+    def __init__(
+        self,
+        calls: tuple[Call, ...],
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        self.calls = calls
+        self.inner = tuple(call.child(function, call.session.body(function)) for call in calls)
+        self.args = args
+        self.kwargs = kwargs
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Its ops and calls go to it inside the block (to its callers if it raises)."""
+        token = _frame.set(self.inner)
+        try:
+            yield
+        except BaseException:
+            _abandon(self.inner, self.calls)
+            raise
+        finally:
+            _restore(token, self.calls, self.inner)
+
+    def finish(self, bound: Mapping[str, Size]) -> None:
+        """Close it after its body returned and its arguments passed (``bound``: its dims)."""
+        for call, outer in zip(self.inner, self.calls, strict=True):
+            if call is not outer:
+                call.session.finish(call, self.args, self.kwargs, bound)
+
+
+def note_measured(name: str, cost: Cost, measurement: Any) -> None:
+    """A benchmarked call: a row in every record open here, with its measurement."""
+    calls = _frame.get()
+    if type(calls) is tuple:
+        for call in calls:
+            call.session.add_measured(name, cost, measurement, call)

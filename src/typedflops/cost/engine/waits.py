@@ -1,0 +1,178 @@
+"""What the gradient sums of :mod:`.fan_in` hold while an op's edges wait: the edges
+(:data:`EdgeInput`), the op (:class:`Waiting`) and each output no op has decided yet
+(:class:`WaitingOutput`), the event a sum is counted as (:func:`gradient_sum`), and the
+thread's notes of where a count starts afresh (a record's top-level call, a backward that
+ran) and of reads that are not the user's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from .events import Event, named_event
+from .op_events import group_of
+
+__all__ = [
+    "PASSES",
+    "EdgeInput",
+    "Place",
+    "Waiting",
+    "WaitingOutput",
+    "backward_ran",
+    "gradient_sum",
+    "new_call",
+    "quiet",
+    "reads_unseen",
+    "scope",
+]
+
+_NAME = "gradient sum"
+_ADD = "add (gradient sum)"
+
+
+def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: bool) -> Event:
+    """The event of ``adds`` sums of gradients of ``size`` values of ``dtype``, with no
+    forward FLOPs (``source``: the tensor's ``id``, for a repeated block's bookkeeping in
+    :mod:`.calls`); ``shared``: a record's, in a group of its own (as shared op events are).
+    """
+    nbytes = size * dtype.itemsize
+    group = group_of(_NAME, shared)
+    add = Event(
+        op=_ADD,
+        func=None,
+        group=group,
+        args=(),
+        kwargs=(),
+        out=None,
+        flops=adds * size,
+        entry=None,
+        counted=True,
+        bytes_read=2 * adds * nbytes,
+        bytes_written=adds * nbytes,
+        view=False,
+        needs_grad=False,
+        torch_counted=False,
+    )
+    event = named_event(_NAME, 0)  # (no forward FLOPs; its backward is the adds)
+    event.group = group
+    event.needs_grad = True
+    event.backward = [add]
+    event.source = source
+    return event
+
+
+# A tensor an edge goes to, held weakly (an op's output may wait long for its reader):
+# the tensor, its id, whether it is a leaf, its size, its dtype, and its history (how many
+# times it was written in place before).
+EdgeInput = tuple["weakref.ref[torch.Tensor]", int, bool, int, torch.dtype, int]
+
+
+_SERIALS = itertools.count()
+
+
+class _Scope(threading.local):
+    serial = 0
+
+
+scope = _Scope()
+
+
+def new_call() -> None:
+    """Note that a record's top-level call begins in this thread: the leaves it reads
+    (parameters, inputs) start their edges afresh, as each call's own backward would."""
+    scope.serial += 1
+
+
+# Backward passes that ran in a record so far: a tensor's edges from before one were sent
+# their gradients by it (a training loop's next forward starts its sums afresh).
+PASSES = [0]
+
+
+def backward_ran() -> None:
+    """Note that autograd's engine ran a backward op in a record."""
+    PASSES[0] += 1
+
+
+# Where a record keeps an op's event: a call's items and its index there.
+Place = tuple[list[Any], int]
+
+
+class Waiting:
+    """An op's edges, counted once the op is known to reach backward; ``event``, where
+    ``places`` keep it (a record's), taken off backward if it is known not to. ``left``:
+    its outputs not known dead; ``sources``: the waiting outputs it read."""
+
+    __slots__ = ("context", "event", "inputs", "left", "places", "serial", "sources")
+
+    def __init__(
+        self,
+        inputs: list[EdgeInput],
+        left: int,
+        event: Event | None,
+        places: list[Place] | None,
+        context: Any = None,
+    ) -> None:
+        self.inputs: list[EdgeInput] | None = inputs
+        self.left = left
+        self.event = event
+        self.places = places
+        # Where the op ran (a record's calls, in its thread or task): its sums go there.
+        self.context = context
+        self.sources: list[WaitingOutput] = []
+        self.serial = next(_SERIALS)
+
+
+class WaitingOutput:
+    """An output of an op whose edges wait (``off``: no backward starts from it: an op
+    read it, a detached copy of it was read, or it was let go inside the function costed;
+    ``readers``: the waiting ops that differentiate it;
+    ``copies``: its detached copies alive; ``let_go``: it is gone, its copies not;
+    ``rootless``: decided to start no backward, it waits for its readers; ``saved``: a
+    copy autograd saved; ``done``: decided)."""
+
+    __slots__ = (
+        "copies",
+        "done",
+        "let_go",
+        "off",
+        "readers",
+        "ref",
+        "rootless",
+        "saved",
+        "waiting",
+    )
+
+    def __init__(self, ref: weakref.ref[torch.Tensor], waiting: Waiting) -> None:
+        self.ref = ref
+        self.waiting = waiting
+        self.off = False
+        self.readers = 0
+        self.copies = 0
+        self.let_go = False
+        self.rootless = False
+        self.saved = False
+        self.done = False
+
+
+class _Quiet(threading.local):
+    on = False
+
+
+quiet = _Quiet()
+
+
+@contextlib.contextmanager
+def reads_unseen() -> Iterator[None]:
+    """Reads inside the block are not off-graph reads (a saved-tensor hook's ``detach``)."""
+    before, quiet.on = quiet.on, True
+    try:
+        yield
+    finally:
+        quiet.on = before
