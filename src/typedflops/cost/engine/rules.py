@@ -86,6 +86,7 @@ from torch.utils import flop_counter
 
 from ...errors import SpecError
 from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
+from .attention_rules import attention_rules, flash_attention_into
 from .cuda_cells import cuda_cell_rules
 from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
 from .index_rules import (
@@ -241,25 +242,6 @@ def _outer(call: OpCall) -> Any:
     return 2 * numel(call.output)  # addr: a product and an add per output element
 
 
-def _attention(call: OpCall) -> Any:
-    query, key, value = call.inputs[:3]
-    return flop_counter.sdpa_flop_count(query.shape, key.shape, value.shape)  # type: ignore[no-untyped-call]
-
-
-def _attention_backward(call: OpCall) -> Any:
-    grad_out, query, key, value = call.inputs[:4]
-    return flop_counter.sdpa_backward_flop_count(  # type: ignore[no-untyped-call]
-        grad_out.shape, query.shape, key.shape, value.shape
-    )
-
-
-def _flash_attention_into(out: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> Any:
-    """``_flash_attention_forward_no_dropout_inplace`` (``varlen_attn_out``'s kernel): the
-    flash forward, writing its output into ``out``, counted as FlopCounterMode counts it."""
-    forward = flop_counter.flop_registry[aten._flash_attention_forward]
-    return forward(*args, out_val=out_val, **kwargs)
-
-
 def _rms_norm(call: OpCall) -> Any:
     x = call.inputs[0]
     weight = call.arg(2, "weight")
@@ -288,17 +270,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         table[getattr(aten, name)] = entry(per_element(4))
     for name in ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"):
         table[getattr(aten, name)] = entry(per_element(1))
-    for name in (
-        "_scaled_dot_product_flash_attention_for_cpu",
-        "_scaled_dot_product_fused_attention_overrideable",
-        "_scaled_dot_product_attention_math_for_mps",
-    ):
-        table[getattr(aten, name)] = entry(_attention, matmul=True)
-    for name in (
-        "_scaled_dot_product_flash_attention_for_cpu_backward",
-        "_scaled_dot_product_fused_attention_overrideable_backward",
-    ):
-        table[getattr(aten, name)] = entry(_attention_backward, matmul=True)
+    for target, rule in attention_rules().items():
+        table[target] = entry(rule, matmul=True)
     for target, rule in layer_rules().items():
         table[target] = entry(rule, matmul=target is aten.convolution_backward)
     rulesets = [loss_rules(), sampling_rules(), linalg_rules(), rnn_rules()]
@@ -313,7 +286,7 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for target, names in READ_NUMBERS.items():  # (keyed by these numbers' values)
         table[target].extra["values"] = names
     table[aten._flash_attention_forward_no_dropout_inplace] = RuleEntry(
-        _flash_attention_into, symbolic=False, source="torch", raw=True, matmul=True
+        flash_attention_into, symbolic=False, source="torch", raw=True, matmul=True
     )
     table[aten._fused_rms_norm] = entry(_rms_norm)
     table[aten._fused_rms_norm_backward] = entry(norm_backward)
