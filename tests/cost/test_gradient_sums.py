@@ -444,3 +444,34 @@ def test_nanogpt_estimate_is_exact_and_its_backward_is_what_runs() -> None:
     ids = torch.randint(0, 101, (3, 16))
     ran = _ran(lambda: model(ids)[0])
     assert cost.backward.exact and ran.exact and cost.backward_flops == ran.count
+
+
+@typed_flops
+def _exp_times(x: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
+    return torch.exp(x) * x
+
+
+@pytest.mark.parametrize("later", [False, True])
+def test_a_leaf_read_in_a_records_own_code_around_calls_sums_once(later: bool) -> None:
+    """``w`` read by ``exp`` and by ``w * e`` in the record's own code, a decorated call
+    between them: one loss over both sums its gradients (4 adds). A call made later, before
+    anything decided whether ``w * e`` reaches backward, changes nothing of that (its edge
+    to ``w`` was counted in that call's count, no sum): it adds its own backward (16). The
+    backward that ran gives 36."""
+
+    def run(backward: bool) -> int:
+        with record() as rec:
+            w = torch.ones(4, requires_grad=True)
+            e = torch.exp(w)
+            d = _exp_times(e)
+            m = w * e
+            if later:
+                _exp_times(torch.ones(4, requires_grad=True))
+            if backward:
+                (d.sum() + m.sum()).backward()
+        return rec.total.backward_flops
+
+    ran = run(backward=True)
+    # the call (exp 4, mul 8, its x's sum 4), exp 4, w * e 8, w's and e's sums 4 each
+    assert ran == 16 + 4 + 8 + 4 + 4
+    assert run(backward=False) == ran + (16 if later else 0)

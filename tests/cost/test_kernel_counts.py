@@ -439,6 +439,9 @@ def test_ops_that_compute_without_a_rule_are_named_and_splits_are_free() -> None
     assert find_rule(aten.unsafe_split.Tensor) is FREE
     assert find_rule(aten.unsafe_split_with_sizes.default) is FREE
     assert find_rule(aten._embedding_bag_forward_only.default) is not FREE
+    # a channel shuffle moves values (a permutation): free, not listed
+    shuffled = _recorded(lambda: F.channel_shuffle(torch.randn(2, 8, 4, 4), 2))
+    assert shuffled[0] == 0 and shuffled[2] == ()
 
 
 @pytest.mark.parametrize("view", _VIEWS)

@@ -13,6 +13,7 @@ its output (see :func:`.counter.custom_backward_event`).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -62,6 +63,7 @@ class BackwardResult:
 
 _CACHE: OrderedDict[Any, BackwardResult] = OrderedDict()
 _CACHE_SIZE = 8192
+_CACHE_LOCK = threading.Lock()
 
 
 class _ListSink:
@@ -82,14 +84,18 @@ def backward_of(event: Event) -> BackwardResult:
         hash(key)
     except TypeError:
         key = None
-    if key is not None and key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
+    if key is not None:
+        with _CACHE_LOCK:  # (records in several threads share it)
+            found = _CACHE.get(key)
+            if found is not None:
+                _CACHE.move_to_end(key)
+                return found
     result = _replay(event)
     if key is not None:
-        _CACHE[key] = result
-        if len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        with _CACHE_LOCK:
+            _CACHE[key] = result
+            if len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
     return result
 
 

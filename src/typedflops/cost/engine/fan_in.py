@@ -52,6 +52,8 @@ from .waits import (
 
 __all__ = ["GradientSums"]
 
+_OWN_CODE = -1  # (the top-level call of an edge made in a record's own code)
+
 #: A record's gradient sums, by size, dtype and number of adds.
 _SUMS: dict[tuple[int, torch.dtype, int], Event] = {}
 
@@ -93,7 +95,9 @@ class GradientSums:
         self.sink = sink
         self.shared = shared
         # Edges so far by tensor (its weak reference) and realm (a record's, see `realm`).
-        self.uses: dict[tuple[weakref.ref[torch.Tensor], Any, int], tuple[int, int]] = {}
+        # Edges so far by tensor, realm and history (and a leaf's by the top-level call
+        # its edges were made in).
+        self.uses: dict[tuple[weakref.ref[torch.Tensor], Any, int, int | None], int] = {}
         # Tensors written in place, and how many times: an edge to a tensor goes to the
         # history it had when the op read it, even if counted after a write.
         self.histories: dict[weakref.ref[torch.Tensor], int] = {}
@@ -126,7 +130,8 @@ class GradientSums:
         """The edges ``tensor`` has so far (a leaf's: in this top-level call)."""
         self._check_pass()
         ref = weakref.ref(tensor)
-        return self._before((ref, None, self.histories.get(ref, 0)), tensor.grad_fn is None)
+        call = (scope.serial if self.inside() else _OWN_CODE) if tensor.grad_fn is None else None
+        return self.uses.get((ref, None, self.histories.get(ref, 0), call), 0)
 
     def use(self, tensor: torch.Tensor, edges: int = 1) -> None:
         """Add ``edges`` edges to ``tensor``: a sum for each past its first."""
@@ -138,22 +143,22 @@ class GradientSums:
         hash(ref)  # (kept: a reference whose tensor is gone hashes as it did)
         history = self.histories.get(ref, 0) if self.histories else 0
         leaf = tensor.grad_fn is None
-        return (ref, id(tensor), leaf, tensor.numel(), tensor.dtype, history)
-
-    def _before(self, ref: tuple[weakref.ref[torch.Tensor], Any, int], leaf: bool) -> int:
-        # (tensors are known by their weak reference, one per tensor: a tensor let go
-        # keeps its count while an edge to it waits, and a new one never shares it)
-        found = self.uses.get(ref)
-        if found is None or (found[1] != scope.serial and leaf):
-            return 0
-        return found[0]
+        # (a leaf's edges count afresh in each top-level call; a record's own code, outside
+        # its calls, shares one count across them)
+        call = scope.serial if self.inside() else _OWN_CODE
+        return (ref, id(tensor), leaf, tensor.numel(), tensor.dtype, history, call)
 
     def _add(self, edge: EdgeInput, edges: int, context: Any = None) -> None:
         # (each way in checks the pass first: a decision never straddles two)
-        ref, key, leaf, size, dtype, history = edge
+        ref, key, leaf, size, dtype, history, call = edge
         realm = self.realm(context) if self.realm is not None else None
-        before = self._before((ref, realm, history), leaf)
-        self.uses[ref, realm, history] = (before + edges, scope.serial)
+        # (tensors are known by their weak reference, one per tensor: a tensor let go
+        # keeps its count while an edge to it waits, and a new one never shares it; a
+        # leaf's count is its top-level call's, where the edge was made, counted when
+        # the op is known to reach backward, maybe after the next call began)
+        found = (ref, realm, history, call if leaf else None)
+        before = self.uses.get(found, 0)
+        self.uses[found] = before + edges
         adds = edges if before else edges - 1
         if adds > 0:
             if self.shared:  # (a record's: one event for every sum alike, as for ops)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from fractions import Fraction
@@ -169,19 +170,21 @@ def _op_cost(
 # fitted for: the oldest go first past the bound.
 _FITS: OrderedDict[Any, list[tuple[Cost, frozenset[str]]]] = OrderedDict()
 _FITS_KEYS = 1024
+_FITS_LOCK = threading.Lock()
 
 
 def _fits(key: Any) -> list[tuple[Cost, frozenset[str]]]:
     if key is None:
         return []
-    found = _FITS.get(key)
-    if found is None:
-        found = _FITS[key] = []
-        if len(_FITS) > _FITS_KEYS:
-            _FITS.popitem(last=False)
-    else:
-        _FITS.move_to_end(key)
-    return found
+    with _FITS_LOCK:  # (records in several threads share them)
+        found = _FITS.get(key)
+        if found is None:
+            found = _FITS[key] = []
+            if len(_FITS) > _FITS_KEYS:
+                _FITS.popitem(last=False)
+        else:
+            _FITS.move_to_end(key)
+        return found
 
 
 def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:

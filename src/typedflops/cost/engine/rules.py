@@ -330,6 +330,7 @@ _FREE_OPS = _words(
     rand_like randn randn_like randint randint_like randperm bernoulli uniform normal tril triu
     clone copy _to_copy to contiguous _copy_from _copy_from_and_resize cat stack split
     split_with_sizes unsafe_split unsafe_split_with_sizes unsafe_chunk unbind chunk
+    channel_shuffle native_channel_shuffle
     narrow_copy slice_scatter select_scatter diagonal_scatter
     as_strided_scatter index index_select gather masked_fill where masked_scatter
     masked_select take embedding flip roll repeat constant_pad_nd reflection_pad1d

@@ -69,9 +69,10 @@ def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: 
 
 
 # A tensor an edge goes to, held weakly (an op's output may wait long for its reader):
-# the tensor, its id, whether it is a leaf, its size, its dtype, and its history (how many
-# times it was written in place before).
-EdgeInput = tuple["weakref.ref[torch.Tensor]", int, bool, int, torch.dtype, int]
+# the tensor, its id, whether it is a leaf, its size, its dtype, its history (how many
+# times it was written in place before), and the record's top-level call the edge was made
+# in (:func:`new_call`: a leaf's edges count afresh in each).
+EdgeInput = tuple["weakref.ref[torch.Tensor]", int, bool, int, torch.dtype, int, int]
 
 
 _SERIALS = itertools.count()
