@@ -298,3 +298,25 @@ def test_a_variadic_dims_formula_is_exact_only_where_the_product_gives_the_count
             if term.exact and not held:
                 values = {**cost.dims, name: math.prod(split)}
                 assert term.at(values) == again.terms[term_name].count, (term_name, split)
+
+
+@typed_flops
+def refined(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    for _ in range(min(x.shape[0], 64)):  # at most 64 refinement steps
+        x = x * 0.5
+    return x
+
+
+def test_a_loop_capped_past_the_fits_sizes_is_not_exact() -> None:
+    """Fitted at 8 (and up to 40), ``d*n**2`` holds there; the loop's far check at 513
+    finds the cap: at 100 the formula would give 40,000 where 25,600 run."""
+    cost = refined.estimate(n=8, d=4)
+    assert (cost.flops, cost.exact) == (8 * 8 * 4, False)
+    assert refined.estimate(n=100, d=4).flops == 64 * 100 * 4
+
+
+def test_a_loop_too_long_to_check_far_is_not_exact() -> None:
+    """At 130 steps the far check would run 8,321: past the most a check runs, the
+    formula is not shown far off, and not marked exact (it holds at its own sizes)."""
+    cost = doubled_n_times.estimate(n=130, d=2)
+    assert (cost.flops, cost.exact) == (130 * 130 * 2, False)

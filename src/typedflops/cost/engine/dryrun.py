@@ -122,6 +122,7 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         else:
             terms = {name: dataclasses.replace(t, exact=False) for name, t in terms.items()}
     terms = _far_checked(runner, start, fitting.varied, terms, values, probe)
+    terms = _far_checked_loops(runner, start, [a for a in sequence if a.far], terms, values, probe)
     if not shifted:  # (a part at 1 is fitted at the sizes it is checked at)
         mark = functools.partial(_mark_refuted, probe=probe)
         terms = order_checked(runner, start, [*fitting.varied, *sequence], terms, values, mark)
@@ -404,6 +405,46 @@ def _far_checked(
         if change:
             _mark_refuted(runner.run({**at, **change}), terms, {**values, **sizes}, probe)
     return _own_far_checked(runner, at, axes, terms, values, probe)
+
+
+#: The most ops a far check of a size that loops may run (predicted from the base run),
+#: and the most it goes to: past these a formula in that size is not shown far off, and
+#: is not marked exact.
+_LOOP_OPS = 65536
+_LOOP_FAR_MOST = 8193
+
+
+def _far_checked_loops(
+    runner: Runner,
+    at: Mapping[str, Size],
+    axes: Sequence[Axis],
+    terms: dict[str, Term],
+    values: Mapping[str, int],
+    probe: Probe,
+) -> dict[str, Term]:
+    """The terms, checked far from the call's sizes whose values change the ops (a loop over
+    a size): at 2, and at 64·n + 1 where a run there is affordable (its ops predicted as
+    the base run's times the size's growth); where it is not, the terms in that size are
+    marked inexact. A cap on a loop (``range(min(n, 64))``) shows only past it."""
+    for axis in axes:
+        size = at[axis.keys[0]]
+        base = size_value(size)
+        for up in (False, True):
+            value = _far(size, up)
+            far = size_value(value)
+            if far == base:
+                continue
+            if up and (far > _LOOP_FAR_MOST or runner.ops * far > _LOOP_OPS * base):
+                terms = {
+                    name: dataclasses.replace(term, exact=False)
+                    if axis.name in {str(s) for s in term.formula.free_symbols}
+                    else term
+                    for name, term in terms.items()
+                }
+                continue
+            run = runner.run({**at, **axis.assign(value)})
+            _mark_refuted(run, terms, {**values, axis.name: far}, probe)
+    return terms
 
 
 def _split_checked(

@@ -161,6 +161,8 @@ class Runner:
         #: run under FakeTensorMode went on: the body took a path on fake tensors (code that
         #: checks for them, as transformers' masks do) that an eager run may not take.
         self.branched = False
+        #: The ops the base run ran (what a run at other sizes is predicted from).
+        self.ops = 0
         self._runs: dict[tuple[tuple[str, Size], ...], Run | None] = {}
 
     def base(self, assignment: Mapping[str, Size]) -> Run:
@@ -185,6 +187,7 @@ class Runner:
         except Exception as exc:  # the body's own refusal (an assert, a ValueError...)
             raise body_error(self.probe, exc) from exc
         self._runs[_key(assignment)] = run
+        self.ops = len(run.events)
         return run
 
     def run(self, assignment: Mapping[str, Size]) -> Run | None:
