@@ -5,6 +5,7 @@ form counts as its out-of-place one whatever its tags."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -39,6 +40,23 @@ def test_the_older_fused_dropout_counts_as_native_dropout() -> None:
     x = torch.empty(4, 8, device="meta")
     assert _forward(lambda: aten._fused_dropout(x, 0.5)) == (64, ())
     assert _forward(lambda: aten.native_dropout(x, 0.5, True)) == (64, ())
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_dropout_not_training_hands_back_its_input_and_moves_no_bytes(
+    mode: Callable[[], Any],
+) -> None:
+    """Under ``inference_mode`` torch runs ``aten.dropout`` itself, which, not training,
+    hands back its input: no bytes (it counted 256 read and written); an op that hands back
+    what it wrote (``zero_``) writes its bytes."""
+    x = torch.randn(4, 16)
+    with mode(), record() as rec:
+        out = nn.Dropout(0.1).eval()(x)
+    assert out is x
+    assert (rec.total.flops, rec.total.bytes_read, rec.total.bytes_written) == (0, 0, 0)
+    with record() as rec:
+        x.zero_()
+    assert rec.total.bytes_written == 4 * 16 * 4
 
 
 def test_flash_attention_into_an_output_counts_as_flash_attention() -> None:

@@ -99,9 +99,11 @@ _SHARED: dict[str, Group] = {}
 def _free_event(
     func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, shared: bool = False
 ) -> Event:
-    """A zero-FLOP op that needs no backward: its bytes, not its arguments' description."""
+    """A zero-FLOP op that needs no backward: its bytes, not its arguments' description.
+    One that hands back its input as it is (``dropout`` not training, under
+    ``inference_mode``) moves no bytes, as a view."""
     name = op_name(func)
-    view = is_view(func)
+    view = is_view(func) or _hands_back(func, args, out)
     return Event(
         op=name,
         func=func,
@@ -117,6 +119,15 @@ def _free_event(
         view=view,
         needs_grad=False,
         torch_counted=False,
+    )
+
+
+def _hands_back(func: Any, args: tuple[Any, ...], out: Any) -> bool:
+    """Whether ``out`` is one of the op's arguments, which it does not write."""
+    if not isinstance(out, torch.Tensor) or not any(out is value for value in args):
+        return False
+    return not any(
+        a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments
     )
 
 
