@@ -423,14 +423,15 @@ def _far_checked_loops(
     probe: Probe,
 ) -> dict[str, Term]:
     """The terms, checked far from the call's sizes whose values change the ops (a loop over
-    a size): at 2, and at 64·n + 1 where a run there is affordable (its ops predicted as
-    the base run's times the size's growth); where it is not, the terms in that size are
-    marked inexact. A cap on a loop (``range(min(n, 64))``) shows only past it."""
+    a size): at 2, and at 64·n + 1 (:func:`_far_loop`) where a run there is affordable (its
+    ops predicted as the base run's times the size's growth); where it is not, the terms in
+    that size are marked inexact. A cap on a loop (``range(min(n, 64))``) shows only past
+    it."""
     for axis in axes:
         size = at[axis.keys[0]]
         base = size_value(size)
         for up in (False, True):
-            value = _far(size, up)
+            value = _far_loop(size, up)
             far = size_value(value)
             if far == base:
                 continue
@@ -445,6 +446,14 @@ def _far_checked_loops(
             run = runner.run({**at, **axis.assign(value)})
             _mark_refuted(run, terms, {**values, axis.name: far}, probe)
     return terms
+
+
+def _far_loop(size: Size, up: bool) -> Size:
+    """A far value of a size a loop runs over: 64 times it and one (a loop's ops grow with
+    it: no floor of 1,025 as for other sizes), or 2."""
+    first = size[0] if isinstance(size, tuple) else size
+    value = _FAR * first + 1 if up else 2
+    return (value, *size[1:]) if isinstance(size, tuple) else value
 
 
 def _split_checked(
