@@ -78,3 +78,11 @@ def test_wrapped_lines_fit(words: list[str]) -> None:
     wrapped = wrap_lines(text, width=20)
     assert all(len(line) <= 20 for line in wrapped.splitlines())
     assert wrapped.split() == text.split()
+
+
+def test_an_indent_that_leaves_a_word_no_room_is_cut() -> None:
+    """Fifteen spaces of indent, then ``aaa aa``: the continuation's indent (19) would leave
+    no room in 20 for the words; it is cut to what leaves the longest (3) room, 17."""
+    wrapped = wrap_lines(" " * 15 + "aaa aa", width=20)
+    assert wrapped.splitlines() == [" " * 15 + "aaa", " " * 17 + "aa"]
+    assert wrap_lines(" " * 30, width=20) == ""

@@ -196,11 +196,13 @@ def wrap_lines(text: str, width: int | None = TERMINAL_WIDTH, indent: str = "   
             continue
         lead = _INDENT.match(line)
         prefix = lead.group(0) if lead else ""
+        # (an indent that leaves the longest word no room is cut to what leaves it room)
+        room = max(0, width - max((len(word) for word in line.split()), default=0))
         out += textwrap.wrap(
             line.strip(),
             width=width,
-            initial_indent=prefix,
-            subsequent_indent=prefix + indent,
+            initial_indent=prefix[:room],
+            subsequent_indent=(prefix + indent)[:room],
             break_long_words=False,
             break_on_hyphens=False,
         )
