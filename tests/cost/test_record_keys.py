@@ -85,3 +85,20 @@ def test_equal_numbers_of_other_types_are_keyed_apart(
         tensor.pow(second)
     assert rec.total.bytes_written + again.total.bytes_written == 2 * written
     assert again.total.bytes_read == 2 * tensor.numel() * tensor.element_size()
+
+
+def test_a_norms_order_is_keyed_by_value_as_it_chooses_the_backward() -> None:
+    # x of 3x5, a norm over its rows (3 of them); autograd runs, per order:
+    # 2: x / norm 15, norm == 0 3, times the gradient 15: 33;
+    # inf: |x| 15, == max 15, the count's divide 3, mask times the gradient 15, sgn 15,
+    #   times 15: 78;
+    # 0.5: |x| 15, its power 15, == 0 15, sgn 15, times 15, the norm's power 3, two more
+    #   products 30: 108.
+    x = torch.randn(3, 5, requires_grad=True)
+    hand = {2.0: 33, float("inf"): 78, 0.5: 108}
+    for order in (float("inf"), 0.5, 2.0, float("inf")):
+        with record() as rec:
+            torch.linalg.vector_norm(x, ord=order, dim=1).sum().backward()
+        (row,) = [op for op in rec.total.ops if op.op == "linalg_vector_norm"]
+        assert (row.forward.count, row.backward.count) == (33, hand[order])
+        assert rec.total.backward_flops == hand[order]

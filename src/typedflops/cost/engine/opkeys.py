@@ -5,8 +5,9 @@ An op's event (FLOPs by its rule, bytes, whether it needs a backward) is a funct
 op, its tensors' shapes, dtypes and ``requires_grad``, which arguments are one tensor, its
 other arguments and the grad and checkpoint modes. Numbers in the schema's scalar slots (a
 learning rate, a scale) are part of the key only as 0, 1 or -1 (which change what autograd
-runs); others do not change a count, except those a rule reads (``cdist``'s ``p``), keyed
-by their values. A number is keyed with its type (``x * 2`` on an integer tensor makes
+runs); others do not change a count, except those a rule reads (``cdist``'s ``p``) and a
+norm's order (its backward is another formula at 2, at infinity, below 1), keyed by their
+values. A number is keyed with its type (``x * 2`` on an integer tensor makes
 integers, ``x * 2.0`` floats). An op whose output shape depends on values
 (``x[x > 0]``, ``nonzero``), a factory op and an op outside ``aten`` are keyed by their
 outputs too. A tensor that is not strided (sparse: its count depends on its values) gives
@@ -54,6 +55,15 @@ _facts = operator.attrgetter("shape", "dtype", "requires_grad", "layout")
 # The arguments whose values a rule of FlopCounterMode's reads: the offsets of a jagged
 # batch's sequences, given to the attention kernels (each sequence is counted at its length).
 _OFFSETS = frozenset({"cum_seq_q", "cum_seq_k", "cu_seqlens_q", "cu_seqlens_k"})
+# Numbers whose values choose what autograd runs beyond 0, 1 or -1: a norm's order (its
+# backward divides by the norm at 2, finds the maximum's places at infinity, raises to a
+# power below 1).
+_BACKWARD_CHOICES: dict[Any, tuple[str, ...]] = {
+    torch.ops.aten.linalg_vector_norm: ("ord",),
+    torch.ops.aten.norm: ("p",),
+    torch.ops.aten.dist: ("p",),
+    torch.ops.aten.renorm: ("p",),
+}
 
 
 class Plan:
@@ -96,6 +106,7 @@ class Plan:
         arguments = schema.arguments if schema is not None else ()
         # (numbers a rule reads, such as cdist's p, are keyed by their values)
         read = found.extra.get("values", ()) if isinstance(found, RuleEntry) else ()
+        read = (*read, *_BACKWARD_CHOICES.get(getattr(func, "_overloadpacket", None), ()))
         for index, argument in enumerate(arguments):
             if argument.name in read:
                 continue
