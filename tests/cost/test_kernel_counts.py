@@ -434,6 +434,73 @@ def test_an_embedding_bags_backward_adds_each_bags_gradient_into_its_rows(
     assert forward == 4 * 5 * 6 + (4 * 6 if mode == "mean" else 0)
 
 
+def test_an_embedding_bags_per_sample_weights_get_their_gradient_counted() -> None:
+    bag = nn.EmbeddingBag(10, 6, mode="sum")
+    weights = torch.rand(4, 5, requires_grad=True)
+    forward, backward, uncounted = _recorded(lambda: bag(_BAGS, per_sample_weights=weights))
+    # 4 bags of 5 rows of 6 values: a multiply and an add per value forward; backward the
+    # table's gradient (each bag's gradient times its weight, added into the row: 2 per
+    # value) and each weight's (its row times its bag's gradient, summed: 2 per value)
+    assert (forward, backward, uncounted) == (2 * 120, 2 * 120 + 2 * 120, ())
+
+
+_POOLED, _PLACES = F.max_pool2d(torch.randn(1, 2, 4, 4), 2, return_indices=True)
+
+
+def _unpooled() -> Tensor:
+    return F.max_unpool2d(_POOLED.detach().requires_grad_(), _PLACES, [2, 2])
+
+
+@typed_flops
+def _affine_grid(theta: Float[Tensor, "n 3 4"]) -> Float[Tensor, "n 2 3 4 3"]:
+    return F.affine_grid(theta, [theta.shape[0], 1, 2, 3, 4], align_corners=False)
+
+
+# 2 grids of 2x3x4 positions, each position's 4 homogeneous coordinates times a 3x4 matrix:
+# 2*2*24*4*3 = 1,152; without align_corners the base grid's 2 + 3 + 4 coordinates are
+# scaled (a multiply and a divide each): 18. Its backward's product is the same size.
+_GRID = 2 * 2 * 24 * 4 * 3
+
+
+@pytest.mark.parametrize(
+    ("body", "forward", "backward"),
+    [
+        # max unpooling puts each value at its place in zeros, its backward gathers them back
+        (_unpooled, 0, 0),
+        # a sparse embedding's gradient is the rows' gradients as they are, not summed
+        (lambda: nn.Embedding(10, 4, sparse=True)(torch.tensor([1, 2, 2, 5])), 0, 0),
+        # a 4x5 matrix's trace: an add per diagonal element
+        (lambda: torch.trace(torch.randn(4, 5, requires_grad=True)), 4, 0),
+        # 4 cross products: 2 products and a subtract per value; backward 2 more of them
+        (
+            lambda: torch.linalg.cross(
+                torch.randn(4, 3, requires_grad=True), torch.randn(4, 3, requires_grad=True)
+            ),
+            3 * 12,
+            2 * 3 * 12,
+        ),
+        (lambda: _affine_grid(torch.randn(2, 3, 4, requires_grad=True)), _GRID + 18, _GRID + 18),
+        (
+            lambda: F.affine_grid(
+                torch.randn(2, 3, 4, requires_grad=True), [2, 1, 2, 3, 4], align_corners=True
+            ),
+            _GRID,
+            _GRID,
+        ),
+    ],
+    ids=["max_unpool2d", "sparse-embedding", "trace", "cross", "affine_grid", "aligned"],
+)
+def test_ops_that_move_values_or_compute_a_little_are_counted_not_named(
+    body: Any, forward: int, backward: int
+) -> None:
+    assert _recorded(body) == (forward, backward, ())
+
+
+def test_affine_grids_product_is_estimated_as_it_runs() -> None:
+    cost = _affine_grid.estimate(n=2, grad=("theta",))
+    assert (cost.flops, cost.matmul_flops, cost.backward_flops) == (_GRID + 18, _GRID, _GRID + 18)
+
+
 def test_ops_that_compute_without_a_rule_are_named_and_splits_are_free() -> None:
     assert _recorded(lambda: torch.histc(torch.randn(50), bins=5)) == (0, 0, ("histc",))
     assert find_rule(aten.unsafe_split.Tensor) is FREE

@@ -14,6 +14,7 @@ __all__ = [
     "bincount",
     "embedding_bag",
     "embedding_bag_backward",
+    "embedding_bag_weights_backward",
     "index_put",
     "nll_loss",
     "scatter",
@@ -74,6 +75,13 @@ def embedding_bag_backward(mode_at: int, weights_at: int) -> Rule:
         return values * (1 + weighted + (mode == 1))
 
     return rule
+
+
+def embedding_bag_weights_backward(call: OpCall) -> Any:
+    """The gradient of ``per_sample_weights``: per value looked up, its row times its bag's
+    gradient, summed (a multiply and an add per coordinate)."""
+    grad, indices = call.inputs[0], call.inputs[2]
+    return 2 * numel(indices) * grad.shape[-1] if is_float(grad) else 0
 
 
 def scattered(call: OpCall) -> Any:

@@ -19,7 +19,15 @@ from typing import Any
 from .opcall import OpCall, Rule
 from .tensors import TensorMeta, flat_tensors, is_float, numel
 
-__all__ = ["NOT_ARITHMETIC", "is_complex", "per_element", "pointwise", "reduction"]
+__all__ = [
+    "NOT_ARITHMETIC",
+    "cross",
+    "is_complex",
+    "per_element",
+    "pointwise",
+    "reduction",
+    "trace",
+]
 
 _POINTWISE_COST = {"addcmul": 2, "addcdiv": 2, "lerp": 3}
 
@@ -126,3 +134,18 @@ def per_element(forward: int) -> Rule:
         return forward * (2 if source.dtype.is_complex else 1) * numel(source)
 
     return rule
+
+
+def trace(call: OpCall) -> Any:
+    """The diagonal's sum: an add per diagonal element (complex: 2)."""
+    source = call.inputs[0]
+    if not is_float(source):
+        return 0
+    return (2 if source.dtype.is_complex else 1) * min(source.shape)
+
+
+def cross(call: OpCall) -> Any:
+    """A cross product: per output element two products and a subtract (complex: 14)."""
+    if not is_float(call.inputs[0]):
+        return 0
+    return (14 if is_complex(call.inputs) else 3) * numel(call.output)

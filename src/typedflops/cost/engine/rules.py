@@ -34,11 +34,12 @@ Conventions (the only place they are written; the documentation quotes them):
   add per target (and a divide); accumulating scatters (``index_add``, ``scatter_add``,
   ``index_put`` with accumulate, ``embedding``'s backward) one add per value. Fused losses
   by their per-element arithmetic (:mod:`.loss_rules`); interpolation as nested weighted
-  sums of taps, ``grid_sample`` and ``cdist`` (:mod:`.sampling_rules`); dense linear algebra
-  by LAPACK Working Note 41's counts (:mod:`.linalg_rules`; eigen and singular value
-  decompositions, which iterate, are uncounted); ``nn.LSTM``'s fused CPU kernel as the
-  step-by-step LSTM cell torch runs elsewhere (:mod:`.rnn_rules`); ``nn.Bilinear``'s
-  ``_trilinear`` as the products, multiplies and adds its kernel runs (:mod:`.layer_rules`).
+  sums of taps, ``grid_sample``, ``affine_grid`` and ``cdist`` (:mod:`.sampling_rules`);
+  dense linear algebra by LAPACK Working Note 41's counts (:mod:`.linalg_rules`; eigen and
+  singular value decompositions, which iterate, are uncounted); ``nn.LSTM``'s fused CPU
+  kernel as the step-by-step LSTM cell torch runs elsewhere (:mod:`.rnn_rules`);
+  ``nn.Bilinear``'s ``_trilinear`` as the products, multiplies and adds its kernel runs
+  (:mod:`.layer_rules`).
 - Matrix products (a Cost's ``matmul`` term, each event's ``matmul_flops``): all of a
   matrix-product kernel's count (:attr:`RuleEntry.matmul`: the matmul family, ``mv``,
   ``dot``, ``addbmm``, convolutions, attention), and of a fused kernel, the part its products
@@ -94,6 +95,7 @@ from .index_rules import (
     bincount,
     embedding_bag,
     embedding_bag_backward,
+    embedding_bag_weights_backward,
     index_put,
     nll_loss,
     scatter,
@@ -113,7 +115,15 @@ from .layer_rules import (
 from .linalg_rules import linalg_rules
 from .loss_rules import loss_rules
 from .opcall import OpCall, Rule
-from .pointwise_rules import NOT_ARITHMETIC, is_complex, per_element, pointwise, reduction
+from .pointwise_rules import (
+    NOT_ARITHMETIC,
+    cross,
+    is_complex,
+    per_element,
+    pointwise,
+    reduction,
+    trace,
+)
 from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
 from .tensors import TensorMeta, map_meta, numel
@@ -305,6 +315,9 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten._embedding_bag_forward_only] = entry(embedding_bag)
     table[aten._embedding_bag_backward] = entry(embedding_bag_backward(8, 10))
     table[aten._embedding_bag_dense_backward] = entry(embedding_bag_backward(7, 8))
+    table[aten._embedding_bag_per_sample_weights_backward] = entry(embedding_bag_weights_backward)
+    table[aten.trace] = entry(trace)
+    table[aten.linalg_cross] = entry(cross)
     table[aten.scatter] = entry(scatter)
     table[aten.bincount] = entry(bincount)
     table[aten.col2im] = entry(accumulate(0))  # F.fold: overlapping patches summed
@@ -343,6 +356,7 @@ _FREE_OPS = _words(
     upsample_nearest2d pixel_shuffle pixel_unshuffle im2col lu_unpack diag_embed
     _unsafe_view _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded
     _efficientzerotensor _has_same_storage_numel _nested_tensor_from_mask_left_aligned
+    max_unpool2d max_unpool3d _sparse_coo_tensor_with_dims_and_tensors
     """
 )
 

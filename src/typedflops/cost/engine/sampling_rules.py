@@ -24,6 +24,11 @@ work; per channel, the input's gradient adds each tap's share (bilinear 2 per ta
 and the gradient (bilinear ``d + 1`` per tap and coordinate, bicubic 4), then scales it back
 (d per position).
 
+``affine_grid`` (``affine_grid_generator``): the base grid's coordinates along each spatial
+axis of size n > 1 scaled by (n - 1)/n unless ``align_corners`` (a multiply and a divide
+each), then each of the S positions' d + 1 homogeneous coordinates times the d-by-(d + 1)
+matrix, a batched product: ``2·N·S·(d + 1)·d``. Its backward runs as ops of its own.
+
 ``cdist`` between M-vectors, per pair: a subtract, an absolute value, a power (p not 1 or
 ∞; a multiply for p = 2) and an add per coordinate, then the p-th root (p not 0, 1 or ∞):
 p = 2 is ``4·M + 1``, p = 1 ``3·M``. Its backward, per pair and coordinate, the derivative
@@ -39,6 +44,7 @@ Matrix products (the ``matmul`` term of a Cost, :func:`sampling_matmul_parts`):
 product inside the kernel (``x1_ @ x2_.mT``); its norms, clamp and root are not, and its
 backward's products run as ``bmm`` ops of their own. ``_cdist_forward`` and
 ``_cdist_backward`` compute each pair directly, with no matrix product: none of them.
+``affine_grid_generator``'s product is one too (``base_grid.bmm(theta.mT)``).
 Interpolation and ``grid_sample`` are weighted sums, not matrix products.
 """
 
@@ -181,6 +187,24 @@ def _euclidean_product(call: OpCall) -> Any:
     return 2 * numel(call.output) * (x1.shape[-1] + 2)
 
 
+def _affine_grid(call: OpCall) -> Any:
+    theta = call.inputs[0]
+    if not is_float(theta):
+        return 0
+    spatial = [int(n) for n in call.arg(1, "size")[2:]]
+    scaled = 0 if call.arg(2, "align_corners") else sum(2 * n for n in spatial if n > 1)
+    return scaled + _affine_grid_product(call)
+
+
+def _affine_grid_product(call: OpCall) -> Any:
+    theta = call.inputs[0]
+    if not is_float(theta):
+        return 0
+    size = [int(n) for n in call.arg(1, "size")]
+    axes = len(size) - 2
+    return 2 * size[0] * math.prod(size[2:]) * (axes + 1) * axes
+
+
 #: The numbers (not tensors, not sizes) a rule reads, by op: its count depends on them.
 READ_NUMBERS: dict[Any, tuple[str, ...]] = {
     aten._cdist_forward: ("p",),
@@ -206,6 +230,7 @@ def sampling_rules() -> dict[Any, Rule]:
         aten._cdist_forward: _cdist,
         aten._cdist_backward: _cdist_backward,
         aten._euclidean_dist: _euclidean_dist,
+        aten.affine_grid_generator: _affine_grid,
     }
     return rules
 
@@ -213,4 +238,7 @@ def sampling_rules() -> dict[Any, Rule]:
 def sampling_matmul_parts() -> dict[Any, Rule]:
     """The matrix products' part of the rules of this module, by the op it counts (the
     others have none)."""
-    return {aten._euclidean_dist: _euclidean_product}
+    return {
+        aten._euclidean_dist: _euclidean_product,
+        aten.affine_grid_generator: _affine_grid_product,
+    }
