@@ -423,7 +423,7 @@ def _far_checked_loops(
     probe: Probe,
 ) -> dict[str, Term]:
     """The terms, checked far from the call's sizes whose values change the ops (a loop over
-    a size): at 2, and at 64·n + 1 (:func:`_far_loop`) where a run there is affordable (its
+    a size): at 2, and at 16·n + 1 (:func:`_far_loop`) where a run there is affordable (its
     ops predicted as the base run's times the size's growth); where it is not, the terms in
     that size are marked inexact. A cap on a loop (``range(min(n, 64))``) shows only past
     it."""
@@ -449,10 +449,10 @@ def _far_checked_loops(
 
 
 def _far_loop(size: Size, up: bool) -> Size:
-    """A far value of a size a loop runs over: 64 times it and one (a loop's ops grow with
-    it: no floor of 1,025 as for other sizes), or 2."""
+    """A far value of a size a loop runs over: 16 times it and one (a loop's ops grow with
+    it: not 64 times, nor a floor of 1,025, as for other sizes), or 2."""
     first = size[0] if isinstance(size, tuple) else size
-    value = _FAR * first + 1 if up else 2
+    value = _OWN_FAR * first + 1 if up else 2
     return (value, *size[1:]) if isinstance(size, tuple) else value
 
 
