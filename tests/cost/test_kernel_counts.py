@@ -509,6 +509,11 @@ def test_ops_that_compute_without_a_rule_are_named_and_splits_are_free() -> None
     # a channel shuffle moves values (a permutation): free, not listed
     shuffled = _recorded(lambda: F.channel_shuffle(torch.randn(2, 8, 4, 4), 2))
     assert shuffled[0] == 0 and shuffled[2] == ()
+    # selections are searches, as sort and topk are; a window is made, as linspace is
+    x = torch.randn(4, 8)
+    assert _recorded(lambda: (torch.median(x), torch.kthvalue(x, 2, dim=1))) == (0, 0, ())
+    assert _recorded(lambda: (torch.mode(x, 1), torch.msort(x))) == (0, 0, ())
+    assert _recorded(lambda: (torch.nanmedian(x, dim=1), torch.hann_window(8))) == (0, 0, ())
 
 
 @pytest.mark.parametrize("view", _VIEWS)

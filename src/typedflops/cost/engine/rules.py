@@ -348,7 +348,8 @@ _FREE_OPS = _words(
     as_strided_scatter index index_select gather masked_fill where masked_scatter
     masked_select take embedding flip roll repeat constant_pad_nd reflection_pad1d
     reflection_pad2d replication_pad1d replication_pad2d tril_indices triu_indices nonzero sort
-    argsort topk unique _unique2 one_hot fill zero detach alias lift_fresh lift_fresh_copy
+    argsort topk msort kthvalue median nanmedian mode unique _unique2 one_hot fill zero detach
+    alias lift_fresh lift_fresh_copy
     _local_scalar_dense item set_ resize_ record_stream native_dropout_backward_mask
     _assert_async _assert_tensor_metadata sym_constrain_range _fused_sdp_choice
     _has_compatible_shallow_copy_type is_same_size _pin_memory _make_dep_token bucketize
@@ -357,6 +358,7 @@ _FREE_OPS = _words(
     _unsafe_view _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded
     _efficientzerotensor _has_same_storage_numel _nested_tensor_from_mask_left_aligned
     max_unpool2d max_unpool3d _sparse_coo_tensor_with_dims_and_tensors
+    hann_window hamming_window blackman_window bartlett_window kaiser_window
     """
 )
 
