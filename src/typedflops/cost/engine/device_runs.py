@@ -40,9 +40,7 @@ def _batch_norm(
     out = aten.native_batch_norm.default(
         x, weight, bias, running_mean, running_var, training, momentum, eps
     )
-    if training or not x.is_meta:
-        return out
-    return out[0], out[1].new_empty((0,)), out[2].new_empty((0,))
+    return out if training or not x.is_meta else _without_statistics(out)
 
 
 def _batch_norm_no_training(
@@ -58,8 +56,11 @@ def _batch_norm_no_training(
     out = aten._native_batch_norm_legit_no_training.default(
         x, weight, bias, running_mean, running_var, momentum, eps
     )
-    if not x.is_meta:
-        return out
+    return _without_statistics(out) if x.is_meta else out
+
+
+def _without_statistics(out: Any) -> Any:
+    """A batch norm's output, with the empty mean and inverse deviation a device gives."""
     return out[0], out[1].new_empty((0,)), out[2].new_empty((0,))
 
 

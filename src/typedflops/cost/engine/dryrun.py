@@ -371,14 +371,18 @@ def _refuted_anywhere(
 _OWN_FAR = 16
 
 
-def _far(size: Size, up: bool) -> Size:
+def _far(size: Size, up: bool, loop: bool = False) -> Size:
     if isinstance(size, tuple):
-        return (_far_int(size[0], up), *size[1:]) if size else size
-    return _far_int(size, up)
+        return (_far_int(size[0], up, loop), *size[1:]) if size else size
+    return _far_int(size, up, loop)
 
 
-def _far_int(size: int, up: bool) -> int:
-    return max(_FAR * size + 1, _FAR_FLOOR) if up else 2
+def _far_int(size: int, up: bool, loop: bool) -> int:
+    """2 below; above, 64 times the size and one, at least 1,025, or for a size a loop runs
+    over 16 times it and one (its ops grow with it)."""
+    if not up:
+        return 2
+    return _OWN_FAR * size + 1 if loop else max(_FAR * size + 1, _FAR_FLOOR)
 
 
 def _far_checked(
@@ -423,7 +427,7 @@ def _far_checked_loops(
     probe: Probe,
 ) -> dict[str, Term]:
     """The terms, checked far from the call's sizes whose values change the ops (a loop over
-    a size): at 2, and at 16·n + 1 (:func:`_far_loop`) where a run there is affordable (its
+    a size): at 2, and at 16·n + 1 (:func:`_far_int`) where a run there is affordable (its
     ops predicted as the base run's times the size's growth); where it is not, the terms in
     that size are marked inexact. A cap on a loop (``range(min(n, 64))``) shows only past
     it."""
@@ -431,7 +435,7 @@ def _far_checked_loops(
         size = at[axis.keys[0]]
         base = size_value(size)
         for up in (False, True):
-            value = _far_loop(size, up)
+            value = _far(size, up, loop=True)
             far = size_value(value)
             if far == base:
                 continue
@@ -446,14 +450,6 @@ def _far_checked_loops(
             run = runner.run({**at, **axis.assign(value)})
             _mark_refuted(run, terms, {**values, axis.name: far}, probe)
     return terms
-
-
-def _far_loop(size: Size, up: bool) -> Size:
-    """A far value of a size a loop runs over: 16 times it and one (a loop's ops grow with
-    it: not 64 times, nor a floor of 1,025, as for other sizes), or 2."""
-    first = size[0] if isinstance(size, tuple) else size
-    value = _OWN_FAR * first + 1 if up else 2
-    return (value, *size[1:]) if isinstance(size, tuple) else value
 
 
 def _split_checked(
