@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from .counter import counting
 from .cudnn_rnn import with_weight_buffer
-from .device_runs import RUNS, RunsAsDevice
+from .device_runs import RUNS, RunsAsDevice, stands_for
 from .edges import replay_with
 from .events import Event
 from .frames import no_frame
@@ -80,6 +80,8 @@ def backward_of(event: Event) -> BackwardResult:
     if event.func is None:
         return BackwardResult(event.backward)
     key: Any = event.signature
+    if event.func in RUNS:  # (run as the device the dry run stands for runs it)
+        key = (key, stands_for())
     try:
         hash(key)
     except TypeError:

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from ...contract.walk import tensors_in
 from .custom_ops import generated_for_custom_op
-from .device_runs import RUNS
+from .device_runs import RUNS, stands_for
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .edges import edges_of, written, written_arguments
 from .events import Event, Group, Sink, _group, named_event, new_serial
@@ -155,6 +155,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if decomposed is not NotImplemented:
                 return decomposed
         key = meta_key(func, args, kwargs)
+        if key is not None and func in RUNS:  # (run as the device stood for runs it)
+            key = (*key, stands_for())
         out = None if key is None else cached_outputs(key)
         if out is None:
             out = RUNS.get(func, func)(*args, **kwargs)

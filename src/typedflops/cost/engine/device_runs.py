@@ -9,18 +9,49 @@ autograd, which records their nodes first).
   no device writes.
 - ``_thnn_fused_lstm_cell`` without biases (a GPU's ``nn.LSTMCell(bias=False)``): meta's
   kernel reads each bias's device and fails (see :func:`.cuda_cells.fused_lstm_cell`).
+- ``_embedding_bag`` and ``_embedding_bag_forward_only`` (``nn.EmbeddingBag``) for a CPU:
+  torch's meta kernel gives a GPU's bookkeeping outputs (a bag per index, no maximum's
+  index outside ``mode="max"``) where a CPU's kernel keeps none per index on its fast
+  ``sum`` path and an index per bag otherwise (torch's own meta function gives these to a
+  fake CPU tensor): 8 bytes an index, or a bag, a dry run for a CPU would count otherwise
+  than the CPU writes. The device a dry run stands for is :func:`standing_for`'s, or else
+  :func:`~.kernels.meta_target`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .cuda_cells import fused_lstm_cell
+from .kernels import meta_target
 
-__all__ = ["RUNS", "RunsAsDevice"]
+__all__ = ["RUNS", "RunsAsDevice", "standing_for", "stands_for"]
+
+# The device type a dry run's meta ops stand for (None: meta's own, or kernels_of's).
+_standing: ContextVar[str | None] = ContextVar("typedflops_standing_for", default=None)
+
+
+@contextlib.contextmanager
+def standing_for(device_type: str | None) -> Iterator[None]:
+    """Inside the block, ops on meta tensors run as ``device_type``'s kernels would
+    (``"cpu"``, ``"cuda"``; None leaves :func:`~.kernels.kernels_of`'s choice)."""
+    token = _standing.set(device_type)
+    try:
+        yield
+    finally:
+        _standing.reset(token)
+
+
+def stands_for() -> str | None:
+    """The device type the meta ops of a dry run stand for, if any."""
+    return _standing.get() or meta_target()
+
 
 aten = torch.ops.aten
 
@@ -64,11 +95,70 @@ def _without_statistics(out: Any) -> Any:
     return out[0], out[1].new_empty((0,)), out[2].new_empty((0,))
 
 
+_SUM, _MAX = 0, 2
+
+
+def _embedding_bag(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: torch.Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int = -1,
+) -> Any:
+    """``_embedding_bag``; on meta for a CPU, with the bookkeeping outputs a CPU's kernel
+    writes (as torch's meta function gives them to a CPU's fake tensors)."""
+    out = aten._embedding_bag.default(
+        weight,
+        indices,
+        offsets,
+        scale_grad_by_freq,
+        mode,
+        sparse,
+        per_sample_weights,
+        include_last_offset,
+        padding_idx,
+    )
+    if not weight.is_meta or stands_for() != "cpu":
+        return out
+    output, offset2bag, bag_size, max_indices = out
+    fast = (
+        weight.dtype in (torch.float32, torch.float16)
+        and weight.stride(1) == 1
+        and output.stride(1) == 1
+        and padding_idx < 0
+        and (per_sample_weights is None or per_sample_weights.stride(0) == 1)
+    )
+    if mode == _SUM and fast:
+        offset2bag = offsets.new_empty((0,))
+    else:
+        offset2bag = offsets.new_empty((indices.shape[0],))
+    bags = output.shape[0]
+    bag_size = offsets.new_empty((bags,))
+    if mode == _MAX:
+        max_indices = offsets.new_empty((bags, weight.shape[1]))
+    else:
+        max_indices = offsets.new_empty((bags,))
+    return output, offset2bag, bag_size, max_indices
+
+
+def _embedding_bag_forward_only(*args: Any, **kwargs: Any) -> Any:
+    """``_embedding_bag_forward_only``, as :func:`_embedding_bag`."""
+    if not args[0].is_meta or stands_for() != "cpu":
+        return aten._embedding_bag_forward_only.default(*args, **kwargs)
+    return _embedding_bag(*args, **kwargs)
+
+
 #: What runs an op on meta in place of calling it (see the module).
 RUNS: dict[Any, Any] = {
     aten._thnn_fused_lstm_cell.default: fused_lstm_cell,
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit_no_training.default: _batch_norm_no_training,
+    aten._embedding_bag.default: _embedding_bag,
+    aten._embedding_bag_forward_only.default: _embedding_bag_forward_only,
 }
 
 

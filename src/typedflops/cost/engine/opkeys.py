@@ -124,7 +124,9 @@ class Plan:
             if raw and argument.name in _OFFSETS
         )
         namespace = getattr(func, "namespace", "aten")
-        self.outputs = namespace != "aten" or _DYNAMIC in getattr(func, "tags", ())
+        # (keyed by its outputs too: an op whose outputs its arguments do not fix, or one
+        # RUNS runs as the device a record on meta stands for)
+        self.outputs = namespace != "aten" or _DYNAMIC in getattr(func, "tags", ()) or func in RUNS
         # Every positional argument a tensor (``mm``, ``relu``, ``add.Tensor``): called
         # without keywords, keyed by tensor_key.
         positional = [str(a.type) for a in arguments if not a.kwarg_only]

@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import (
 from ...config import disabled
 from ...errors import ContractError, DryRunError, SpecError
 from .backward import backward_of
+from .device_runs import standing_for
 from .events import Event
 from .fit import Size
 from .frames import no_frame
@@ -132,7 +133,14 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
     saved = SavedTensors()
     session.saved = saved
     # (no record open here counts the dry run's own work: building its inputs and modules)
-    with mode, torch.device(device), disabled(False), _quiet_fake_tensors(), no_frame():
+    with (
+        mode,
+        torch.device(device),
+        disabled(False),
+        _quiet_fake_tensors(),
+        no_frame(),
+        standing_for(target),
+    ):
         thunk = probe.build(assignment, device)
         with (
             session.active(),
@@ -142,10 +150,11 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
             if session.mode is not None:
                 session.mode.sums.settle()  # (while the result is held)
             del result
-    for event in session.events:
-        # A repeated block's events share their first call's list: filled once.
-        if event.needs_grad and not event.backward:
-            event.backward.extend(backward_of(event).events)
+    with standing_for(target):
+        for event in session.events:
+            # A repeated block's events share their first call's list: filled once.
+            if event.needs_grad and not event.backward:
+                event.backward.extend(backward_of(event).events)
     return Run(session.events, dict(session.bound), saved.events())
 
 
