@@ -95,3 +95,43 @@ def test_per_sample_weights_keep_the_cpus_fast_path_and_their_gradient() -> None
     assert cost.bytes_written == rec.total.bytes_written == _cpu_bytes("sum", False) + 4
     assert cost.flops == rec.total.flops
     assert cost.backward_flops == rec.total.backward_flops
+
+
+# Norms on float16 and bfloat16 inputs keep their statistics (a mean and an inverse deviation
+# per row of a layer norm, per channel of a batch norm in training) at float32 on a GPU and
+# on meta, at the input's dtype on a CPU (float32 there too where a parameter is float32).
+ROWS, WIDTH = 6, 8
+
+
+class Norms(nn.Module):
+    def __init__(self, dtype: torch.dtype, params: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.layer = nn.LayerNorm(WIDTH).to(params)
+        self.batch = nn.BatchNorm1d(WIDTH).to(params)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.batch(self.layer(x.to(self.dtype)))
+        return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_norms_keep_their_statistics_at_the_dtype_each_device_keeps(
+    dtype: torch.dtype, mixed: bool
+) -> None:
+    model = Norms(dtype, torch.float32 if mixed else dtype)
+    x = torch.randn(ROWS, WIDTH)
+    with record() as rec:
+        model(x)
+    cost = estimate(model, Float[Tensor, "rows width"], rows=ROWS, width=WIDTH)
+    assert cost.bytes_written == rec.total.bytes_written
+    assert cost.bytes_read == rec.total.bytes_read
+    meta = Norms(dtype, torch.float32 if mixed else dtype).to("meta")
+    with kernels_of("cuda"):
+        gpu = estimate(meta, Float[Tensor, "rows width"], rows=ROWS, width=WIDTH)
+    with kernels_of("cpu"):
+        cpu = estimate(meta, Float[Tensor, "rows width"], rows=ROWS, width=WIDTH)
+    assert cpu.bytes_written == cost.bytes_written
+    # float32 statistics: 2 bytes more for each of two per row and two per channel
+    assert gpu.bytes_written - cpu.bytes_written == (0 if mixed else 2 * 2 * (ROWS + WIDTH))

@@ -7,6 +7,9 @@ autograd, which records their nodes first).
   and an inverse deviation per channel, where a CPU's and a GPU's return empty tensors (the
   running statistics serve): 8 bytes a channel (float32) a dry run counted as written and
   no device writes.
+- ``native_layer_norm`` and ``native_batch_norm`` training, on float16 or bfloat16 inputs
+  for a CPU: meta's kernel (as a GPU's) keeps float32 statistics, a CPU's keeps them at
+  the input's dtype unless a parameter is float32 (2 bytes a row, or a channel, for each).
 - ``_thnn_fused_lstm_cell`` without biases (a GPU's ``nn.LSTMCell(bias=False)``): meta's
   kernel reads each bias's device and fails (see :func:`.cuda_cells.fused_lstm_cell`).
 - ``_embedding_bag`` and ``_embedding_bag_forward_only`` (``nn.EmbeddingBag``) for a CPU:
@@ -71,7 +74,58 @@ def _batch_norm(
     out = aten.native_batch_norm.default(
         x, weight, bias, running_mean, running_var, training, momentum, eps
     )
-    return out if training or not x.is_meta else _without_statistics(out)
+    if not x.is_meta:
+        return out
+    if not training:
+        return _without_statistics(out)
+    return _cpu_statistics(out, x, (weight, bias, running_mean, running_var))
+
+
+def _batch_norm_legit(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> Any:
+    """``_native_batch_norm_legit`` with running statistics, as :func:`_batch_norm`."""
+    out = aten._native_batch_norm_legit.default(
+        x, weight, bias, running_mean, running_var, training, momentum, eps
+    )
+    if not x.is_meta:
+        return out
+    if not training:
+        return _without_statistics(out)
+    return _cpu_statistics(out, x, (weight, bias, running_mean, running_var))
+
+
+def _layer_norm(
+    x: torch.Tensor,
+    normalized_shape: list[int],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> Any:
+    """``native_layer_norm``; on meta for a CPU, with the CPU's statistics' dtype."""
+    out = aten.native_layer_norm.default(x, normalized_shape, weight, bias, eps)
+    return _cpu_statistics(out, x, (weight, bias)) if x.is_meta else out
+
+
+_REDUCED = (torch.float16, torch.bfloat16)
+
+
+def _cpu_statistics(out: Any, x: torch.Tensor, params: tuple[torch.Tensor | None, ...]) -> Any:
+    """A norm's output and saved statistics, the statistics at a CPU's dtype for a CPU: a
+    GPU (and meta) keeps float32 statistics of float16 and bfloat16 inputs, a CPU keeps them
+    at the input's dtype unless a parameter is float32 (a mixed-precision norm)."""
+    if x.dtype not in _REDUCED or stands_for() != "cpu":
+        return out
+    if any(p is not None and p.dtype == torch.float32 for p in params):
+        return out
+    return out[0], *(saved.to(x.dtype) for saved in out[1:])
 
 
 def _batch_norm_no_training(
@@ -126,7 +180,7 @@ def _embedding_bag(
         return out
     output, offset2bag, bag_size, max_indices = out
     fast = (
-        weight.dtype in (torch.float32, torch.float16)
+        weight.dtype in (torch.float32, torch.float16, torch.bfloat16)
         and weight.stride(1) == 1
         and output.stride(1) == 1
         and padding_idx < 0
@@ -157,6 +211,8 @@ RUNS: dict[Any, Any] = {
     aten._thnn_fused_lstm_cell.default: fused_lstm_cell,
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit_no_training.default: _batch_norm_no_training,
+    aten._native_batch_norm_legit.default: _batch_norm_legit,
+    aten.native_layer_norm.default: _layer_norm,
     aten._embedding_bag.default: _embedding_bag,
     aten._embedding_bag_forward_only.default: _embedding_bag_forward_only,
 }
