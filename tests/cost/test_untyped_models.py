@@ -474,3 +474,17 @@ def test_batch_norm_averaging_over_all_batches_is_estimated_from_its_counter() -
         norm(torch.randn(4, 8))
     assert cost.flops == rec.total.flops == 7 * 4 * 8  # batch statistics 5, weight and bias 2
     assert cost.formula == 7 * 8 * batch and cost.exact
+
+
+def test_a_body_failing_at_fixed_sizes_is_named_without_sizes_to_change() -> None:
+    def project(x: Tensor) -> Tensor:
+        return x @ torch.ones(3, 2)
+
+    with pytest.raises(SpecError) as caught:
+        estimate(project, Float[Tensor, "4 5"])
+    line = project.__code__.co_firstlineno + 1
+    assert str(caught.value) == (
+        f"{project.__qualname__}(): the body fails at test_untyped_models.py:{line} "
+        "(return x @ torch.ones(3, 2)): a and b must have same reduction dim, but got "
+        "[4, 5] X [3, 2]."
+    )

@@ -326,6 +326,8 @@ def body_error(probe: Probe, exc: BaseException) -> SpecError:
         error.reads_values = f".numpy(){at}"
         return error
     sizes = ", ".join(f"{name}={size}" for name, size in probe.dims.items())
+    if not sizes:  # (every size a number: none to change)
+        return SpecError.at(f"{probe.function}()", f"the body fails{at}: {reason}")
     return SpecError.at(
         f"{probe.function}()",
         f"at {sizes} the body fails{at}: {reason}",
