@@ -202,6 +202,11 @@ def _counts(ids: Int[Tensor, " n"]) -> Tensor:
 
 
 @typed_flops
+def _sparse(x: Float[Tensor, "n d"]) -> Tensor:
+    return x.to_sparse_csr()
+
+
+@typed_flops
 def _item(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
     return x * float(x.max().item())
 
@@ -231,6 +236,12 @@ _VALUES = "its result depends on the tensors' values, not only their shapes; rec
         (_nonzero, {"n": 3, "d": 4}, "nonzero (what x[mask] runs)", "return torch.nonzero(x)"),
         (_unique, {"n": 3, "d": 4}, "unique", "found: Tensor = torch.unique(x)"),
         (_counts, {"n": 5}, "bincount", "return torch.bincount(ids)"),
+        (
+            _sparse,
+            {"n": 3, "d": 4},
+            "to_sparse_csr (one value per nonzero)",
+            "return x.to_sparse_csr()",
+        ),
         (_item, {"n": 3, "d": 4}, "a tensor's value", "return x * float(x.max().item())"),
         (_branch, {"n": 3, "d": 4}, "a tensor's value", "if x.sum() > 0:"),
     ],

@@ -18,7 +18,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    DynamicOutputShapeException,
+    FakeTensor,
+    FakeTensorMode,
+)
 from torch.autograd.function import BackwardCFunction
 from torch.nested._internal.nested_tensor import NestedTensor
 from torch.overrides import TorchFunctionMode, resolve_name
@@ -76,6 +80,29 @@ _METADATA = {
     torch.ops.prim.layout.default,
 }
 _PASS_ON = {torch.ops.prim.device.default}
+
+# Dense to sparse: the result holds one value (or block) per nonzero of the input.
+_SPARSE_FROM_DENSE = {
+    getattr(torch.ops.aten, name)
+    for name in (
+        "_to_sparse",
+        "_to_sparse_csr",
+        "_to_sparse_csc",
+        "_to_sparse_bsr",
+        "_to_sparse_bsc",
+    )
+}
+
+
+def _without_values(tensor: Any) -> bool:
+    """Whether ``tensor`` is a strided tensor of a dry run (meta or fake: no values)."""
+    return (
+        isinstance(tensor, torch.Tensor)
+        and tensor.layout is torch.strided
+        and (tensor.is_meta or isinstance(tensor, FakeTensor))
+    )
+
+
 _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
@@ -142,6 +169,9 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self.sink.add(named_event(f"{op_name(func)} (backward, jagged)"))
             with self, torch.no_grad():
                 return _JAGGED.__torch_dispatch__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+        if func._overloadpacket in _SPARSE_FROM_DENSE and _without_values(args[0]):
+            # (its number of values is the number of nonzeros: meta would give none)
+            raise DynamicOutputShapeException(func)
         found = find_rule(func)
         if found is None:
             key = _nested_key(args, kwargs)

@@ -357,7 +357,8 @@ _FREE_OPS = _words(
     upsample_nearest2d pixel_shuffle pixel_unshuffle im2col lu_unpack diag_embed
     _unsafe_view _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded
     _efficientzerotensor _has_same_storage_numel _nested_tensor_from_mask_left_aligned
-    max_unpool2d max_unpool3d _sparse_coo_tensor_with_dims_and_tensors
+    max_unpool2d max_unpool3d _sparse_coo_tensor_with_dims_and_tensors _to_dense to_dense
+    _to_sparse _to_sparse_csr _to_sparse_csc _to_sparse_bsr _to_sparse_bsc sparse_mask
     hann_window hamming_window blackman_window bartlett_window kaiser_window
     """
 )

@@ -244,6 +244,8 @@ def _drive(coroutine: Any) -> Any:
             coroutine.close()
 
 
+_SPARSE_LAYOUTS = ("", "_csr", "_csc", "_bsr", "_bsc")
+
 # Ops whose output depends on values, by what the user wrote.
 _VALUE_OPS = {
     "_local_scalar_dense": "a tensor's value (.item(), bool(), int(), an `if` on a tensor)",
@@ -251,6 +253,7 @@ _VALUE_OPS = {
     "_unique2": "unique",
     "unique_dim": "unique",
     "unique_consecutive": "unique_consecutive",
+    **{f"_to_sparse{to}": f"to_sparse{to} (one value per nonzero)" for to in _SPARSE_LAYOUTS},
 }
 
 
