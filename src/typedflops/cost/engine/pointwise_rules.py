@@ -27,6 +27,7 @@ __all__ = [
     "pointwise",
     "reduction",
     "trace",
+    "words",
 ]
 
 _POINTWISE_COST = {"addcmul": 2, "addcdiv": 2, "lerp": 3}
@@ -46,12 +47,13 @@ _COMPLEX_POINTWISE_COST = {
 }
 
 
-def _words(text: str) -> frozenset[str]:
+def words(text: str) -> frozenset[str]:
+    """A set of op names written as words (easier to read and extend than a list)."""
     return frozenset(text.split())
 
 
 #: Pointwise-tagged ops that select, copy or generate instead of computing.
-NOT_ARITHMETIC = _words(
+NOT_ARITHMETIC = words(
     """
     clone copy where masked_fill fill zero detach alias lift_fresh lift_fresh_copy _to_copy to
     bernoulli uniform normal exponential geometric cauchy log_normal random

@@ -29,17 +29,19 @@ Conventions (the only place they are written; the documentation quotes them):
   element of each output, average pooling an add per window element and a divide per
   output, adaptive pooling one per input element (+1 per output for the average), their
   backward an add per gradient value (average: the window's adds and a divide); fused RMS
-  norm 3 per element (+1 with a weight); CPU flash
-  attention (which FlopCounterMode counts 0) like the other fused kernels; ``nll_loss`` one
-  add per target (and a divide); accumulating scatters (``index_add``, ``scatter_add``,
-  ``index_put`` with accumulate, ``embedding``'s backward) one add per value. Fused losses
-  by their per-element arithmetic (:mod:`.loss_rules`); interpolation as nested weighted
-  sums of taps, ``grid_sample``, ``affine_grid`` and ``cdist`` (:mod:`.sampling_rules`);
-  dense linear algebra by LAPACK Working Note 41's counts (:mod:`.linalg_rules`; eigen and
-  singular value decompositions, which iterate, are uncounted); ``nn.LSTM``'s fused CPU
-  kernel as the step-by-step LSTM cell torch runs elsewhere (:mod:`.rnn_rules`);
-  ``nn.Bilinear``'s ``_trilinear`` as the products, multiplies and adds its kernel runs
-  (:mod:`.layer_rules`).
+  norm 3 per element (+1 with a weight); CPU flash attention (which FlopCounterMode counts
+  0) like the other fused kernels; ``nll_loss`` one add per target (and a divide);
+  accumulating scatters (``index_add``, ``scatter_add``, ``index_put`` with accumulate,
+  ``embedding``'s backward) one add per value, and so the backward of reflection and
+  replication pads and of nearest upsampling (:mod:`.pad_rules`); an optimizer's
+  ``_foreach_*`` ops as their op on each tensor, its fused steps as the ops they fuse
+  (:mod:`.optimizer_rules`). Fused losses by their per-element arithmetic
+  (:mod:`.loss_rules`); interpolation as nested weighted sums of taps, ``grid_sample``,
+  ``affine_grid`` and ``cdist`` (:mod:`.sampling_rules`); dense linear algebra by LAPACK
+  Working Note 41's counts (:mod:`.linalg_rules`; eigen and singular value decompositions,
+  which iterate, are uncounted); ``nn.LSTM``'s fused CPU kernel as the step-by-step LSTM
+  cell torch runs elsewhere (:mod:`.rnn_rules`); ``nn.Bilinear``'s ``_trilinear`` as the
+  products, multiplies and adds its kernel runs (:mod:`.layer_rules`).
 - Matrix products (a Cost's ``matmul`` term, each event's ``matmul_flops``): all of a
   matrix-product kernel's count (:attr:`RuleEntry.matmul`: the matmul family, ``mv``,
   ``dot``, ``addbmm``, convolutions, attention), and of a fused kernel, the part its products
@@ -115,6 +117,8 @@ from .layer_rules import (
 from .linalg_rules import linalg_rules
 from .loss_rules import loss_rules
 from .opcall import OpCall, Rule
+from .optimizer_rules import optimizer_rules
+from .pad_rules import pad_rules
 from .pointwise_rules import (
     NOT_ARITHMETIC,
     cross,
@@ -123,6 +127,7 @@ from .pointwise_rules import (
     pointwise,
     reduction,
     trace,
+    words,
 )
 from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
@@ -144,11 +149,6 @@ __all__ = [
 ]
 
 aten = torch.ops.aten
-
-
-def _words(text: str) -> frozenset[str]:
-    """A set of op names written as words (easier to read and extend than a list)."""
-    return frozenset(text.split())
 
 
 @dataclass(frozen=True)
@@ -284,8 +284,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         table[target] = entry(rule, matmul=True)
     for target, rule in layer_rules().items():
         table[target] = entry(rule, matmul=target is aten.convolution_backward)
-    rulesets = [loss_rules(), sampling_rules(), linalg_rules(), rnn_rules()]
-    rulesets += [cudnn_rnn_rules(), cuda_cell_rules()]
+    rulesets = [loss_rules(), sampling_rules(), linalg_rules(), rnn_rules(), pad_rules()]
+    rulesets += [cudnn_rnn_rules(), cuda_cell_rules(), optimizer_rules()]
     for rules in rulesets:
         for target, rule in rules.items():
             table[target] = entry(rule)
@@ -334,32 +334,32 @@ def _saved_bytes(call: OpCall) -> Any:
 saved_bytes_rule = RuleEntry(_saved_bytes, symbolic=True, source="typedflops")
 
 # Ops that cost 0 FLOPs whatever their inputs: creation, copies, movement, indexing.
-_FREE_OPS = _words(
+_FREE_OPS = words(
     """
     select_backward slice_backward diagonal_backward as_strided_backward expand_copy
-    permute_copy view_copy transpose_copy unsqueeze_copy squeeze_copy t_copy
-    empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like
-    full full_like new_zeros new_ones new_full scalar_tensor arange linspace logspace eye rand
-    rand_like randn randn_like randint randint_like randperm bernoulli uniform normal tril triu
-    clone copy _to_copy to contiguous _copy_from _copy_from_and_resize cat stack split
-    split_with_sizes unsafe_split unsafe_split_with_sizes unsafe_chunk unbind chunk
-    channel_shuffle native_channel_shuffle
-    narrow_copy slice_scatter select_scatter diagonal_scatter
-    as_strided_scatter index index_select gather masked_fill where masked_scatter
-    masked_select take embedding flip roll repeat constant_pad_nd reflection_pad1d
-    reflection_pad2d replication_pad1d replication_pad2d tril_indices triu_indices nonzero sort
-    argsort topk msort kthvalue median nanmedian mode unique _unique2 one_hot fill zero detach
-    alias lift_fresh lift_fresh_copy
-    _local_scalar_dense item set_ resize_ record_stream native_dropout_backward_mask
-    _assert_async _assert_tensor_metadata sym_constrain_range _fused_sdp_choice
-    _has_compatible_shallow_copy_type is_same_size _pin_memory _make_dep_token bucketize
-    searchsorted _unsafe_index index_fill masked_fill_ upsample_nearest1d
-    upsample_nearest2d pixel_shuffle pixel_unshuffle im2col lu_unpack diag_embed
-    _unsafe_view _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded
-    _efficientzerotensor _has_same_storage_numel _nested_tensor_from_mask_left_aligned
-    max_unpool2d max_unpool3d _sparse_coo_tensor_with_dims_and_tensors _to_dense to_dense
-    _to_sparse _to_sparse_csr _to_sparse_csc _to_sparse_bsr _to_sparse_bsc sparse_mask
-    hann_window hamming_window blackman_window bartlett_window kaiser_window
+    permute_copy view_copy transpose_copy unsqueeze_copy squeeze_copy t_copy empty empty_like
+    empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like full full_like
+    new_zeros new_ones new_full scalar_tensor arange linspace logspace eye rand rand_like randn
+    randn_like randint randint_like randperm bernoulli uniform normal tril triu clone copy
+    _to_copy to contiguous _copy_from _copy_from_and_resize cat stack split split_with_sizes
+    unsafe_split unsafe_split_with_sizes unsafe_chunk unbind chunk channel_shuffle
+    native_channel_shuffle narrow_copy slice_scatter select_scatter diagonal_scatter
+    as_strided_scatter index index_select gather masked_fill where masked_scatter masked_select
+    take embedding flip roll repeat constant_pad_nd reflection_pad1d reflection_pad2d
+    replication_pad1d replication_pad2d tril_indices triu_indices nonzero sort argsort topk
+    msort kthvalue median nanmedian mode unique _unique2 one_hot fill zero detach alias
+    lift_fresh lift_fresh_copy _local_scalar_dense item set_ resize_ record_stream
+    native_dropout_backward_mask _assert_async _assert_tensor_metadata sym_constrain_range
+    _fused_sdp_choice _has_compatible_shallow_copy_type is_same_size _pin_memory _make_dep_token
+    bucketize searchsorted _unsafe_index index_fill masked_fill_ upsample_nearest1d
+    upsample_nearest2d pixel_shuffle pixel_unshuffle im2col lu_unpack diag_embed _unsafe_view
+    _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded _efficientzerotensor
+    _has_same_storage_numel _nested_tensor_from_mask_left_aligned max_unpool2d max_unpool3d
+    _sparse_coo_tensor_with_dims_and_tensors hann_window hamming_window blackman_window
+    bartlett_window kaiser_window reflection_pad3d replication_pad3d upsample_nearest3d
+    _upsample_nearest_exact1d _upsample_nearest_exact2d _upsample_nearest_exact3d _foreach_copy
+    _foreach_zero _foreach_clone _foreach_copy_ _foreach_zero_ _to_dense to_dense _to_sparse
+    _to_sparse_csr _to_sparse_csc _to_sparse_bsr _to_sparse_bsc sparse_mask
     """
 )
 
