@@ -2,6 +2,12 @@
 gated linear unit and of ``nn.Bilinear``'s trilinear product (the conventions they follow
 are written in :mod:`.rules`).
 
+``_weight_norm_interface`` (``nn.utils.weight_norm`` and its parametrization, over the first
+or the last dim: a CPU's ``WeightNormKernel.cpp`` and a GPU's kernel) with V values of ``v``
+in G slices (one per value of ``g``): ``3·V + 2·G`` (each slice's norm, 2 per value and a
+root, ``g/‖v‖``, and a multiply per value); its backward ``5·V + 4·G``. Over another dim
+torch composes the norm of other ops, counted as they run.
+
 ``_trilinear`` (``nn.Bilinear``, ``y = x1ᵀ·A·x2``, and each of its gradients, which autograd
 computes as ``_trilinear`` again) is counted as torch's kernel computes it: a loop over the
 unrolled axis (the output features) of two pairwise products, each a ``bmm`` (2·m·n·k)
@@ -332,6 +338,21 @@ def layer_matmul_parts() -> dict[Any, Rule]:
     return {aten._trilinear: _trilinear_products}
 
 
+def _weight_norm(call: OpCall) -> Any:
+    """``w = g·v/‖v‖`` over the slices of ``v`` (one per value of ``g``): each norm's squares
+    and adds (2 per value of ``v``) and root, ``g/‖v‖`` per slice, a multiply per value."""
+    v, g = call.inputs[0], call.inputs[1]
+    return 3 * numel(v) + 2 * numel(g) if is_float(v) else 0
+
+
+def _weight_norm_backward(call: OpCall) -> Any:
+    """``grad_g = Σ grad_w·v/‖v‖``, ``grad_v = a·grad_w - b·v`` (``a = g/‖v‖``, ``b =
+    a·grad_g/‖v‖``): the products' sum 2 and ``grad_v`` 3 per value of ``v``; per slice
+    ``grad_g``, ``a`` and ``b``, 4."""
+    v, g = call.inputs[1], call.inputs[2]  # (grad_w, saved_v, saved_g, saved_norms, dim)
+    return 5 * numel(v) + 4 * numel(g) if is_float(v) else 0
+
+
 def layer_rules() -> dict[Any, Rule]:
     """The rules of this module, by the op each counts."""
     rules: dict[Any, Rule] = {}
@@ -356,6 +377,8 @@ def layer_rules() -> dict[Any, Rule]:
     ):
         rules[getattr(aten, name)] = norm_backward
     rules[aten.convolution_backward] = _convolution_backward
+    rules[aten._weight_norm_interface] = _weight_norm
+    rules[aten._weight_norm_interface_backward] = _weight_norm_backward
     rules[aten.glu] = _glu
     rules[aten.glu_backward] = _glu_backward
     rules[aten._trilinear] = _trilinear

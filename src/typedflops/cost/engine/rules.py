@@ -40,8 +40,8 @@ Conventions (the only place they are written; the documentation quotes them):
   ``affine_grid`` and ``cdist`` (:mod:`.sampling_rules`); dense linear algebra by LAPACK
   Working Note 41's counts (:mod:`.linalg_rules`; eigen and singular value decompositions,
   which iterate, are uncounted); ``nn.LSTM``'s fused CPU kernel as the step-by-step LSTM
-  cell torch runs elsewhere (:mod:`.rnn_rules`); ``nn.Bilinear``'s ``_trilinear`` as the
-  products, multiplies and adds its kernel runs (:mod:`.layer_rules`).
+  cell torch runs elsewhere (:mod:`.rnn_rules`); ``nn.Bilinear``'s ``_trilinear`` and weight
+  norm's kernel as they compute (:mod:`.layer_rules`).
 - Matrix products (a Cost's ``matmul`` term, each event's ``matmul_flops``): all of a
   matrix-product kernel's count (:attr:`RuleEntry.matmul`: the matmul family, ``mv``,
   ``dot``, ``addbmm``, convolutions, attention), and of a fused kernel, the part its products
