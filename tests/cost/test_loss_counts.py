@@ -16,6 +16,7 @@ from kernel_counts import Counts, flop_counter_total, on_cpu, on_meta
 from torch import Tensor
 
 import typedflops
+from typedflops import record
 
 N = 15
 AB = Float[Tensor, "a b"]
@@ -24,6 +25,10 @@ SIZES = {"a": 5, "b": 3}
 
 def _half(x: Tensor) -> Tensor:
     return torch.full_like(x, 0.5)
+
+
+def _first(x: Tensor) -> Tensor:
+    return torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
 
 
 CASES: list[tuple[str, Any, int, int]] = [
@@ -73,6 +78,20 @@ CASES: list[tuple[str, Any, int, int]] = [
         4 * N + 3 * N + 3 + N + 1,
         8 * N,
     ),
+    # multi-class margin (5 samples, 3 classes, target 0): per other class margin - x[y] + x[i]
+    # (2), a compare, the branch's add (1; p = 2 its square, weight its multiply, 1 each);
+    # per sample a divide by the classes; the mean's 5 adds and divide. Backward z for every
+    # value (2), per other class a compare and the subtraction (2; p = 2 2·g·z, 2; weight 1),
+    # each value times the output's gradient (1)
+    ("multi-margin", lambda x: F.multi_margin_loss(x, _first(x)), 10 * 4 + 5 + 6, 45 + 10 * 2),
+    (
+        "multi-margin-p2-weight",
+        lambda x: F.multi_margin_loss(
+            x, _first(x), p=2, weight=torch.ones_like(x[0]), reduction="sum"
+        ),
+        10 * 6 + 5 + 5,
+        45 + 10 * 5,
+    ),
     # KL divergence is composed by torch: xlogy, a product, a subtract, the sum, one divide;
     # backward the divide's (1), the subtract's negation and the product's, N each
     ("kl-div", lambda x: F.kl_div(x, _half(x), reduction="batchmean"), 4 * N + 1, 2 * N + 1),
@@ -88,6 +107,14 @@ def test_a_loss_is_counted_alike_on_a_cpu_and_on_meta(
     expected = Counts(forward, backward, ())
     assert on_cpu(body, [AB], SIZES) == expected
     assert on_meta(body, [AB], SIZES) == expected
+
+
+def test_a_margin_loss_backward_that_ran_is_the_one_predicted() -> None:
+    # the CPU's backward kernel run inside the record counts what the prediction counts
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    with record() as rec:
+        F.multi_margin_loss(x, _first(x)).backward()
+    assert (rec.total.flops, rec.total.backward_flops, rec.total.uncounted) == (51, 65, ())
 
 
 def test_a_gated_linear_unit_is_a_sigmoid_and_a_product_per_output() -> None:

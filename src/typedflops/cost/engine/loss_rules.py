@@ -1,7 +1,9 @@
 """The FLOP rules of fused loss kernels and their backward kernels: mean squared error,
-Huber and smooth L1, binary cross-entropy (on probabilities and on logits). The conventions
-they follow are written in :mod:`.rules`; the losses torch composes of other ops (L1,
-KL divergence, cross-entropy's log-softmax) are counted as those ops.
+Huber and smooth L1, binary cross-entropy (on probabilities and on logits), multi-class
+margin. The conventions they follow are written in :mod:`.rules`; the losses torch composes
+of other ops (L1, KL divergence, cross-entropy's log-softmax) are counted as those ops.
+Connectionist temporal classification (``_ctc_loss``) has no rule: its recursion runs over
+each sample's own lengths, values rather than sizes, and it is listed as uncounted.
 
 Per element of the input, as the kernels compute it:
 
@@ -19,6 +21,14 @@ Per element of the input, as the kernels compute it:
   other ops, counted as they run.
 
 The reduction then adds an add per element (``sum``; ``mean`` a divide more, per output).
+
+Multi-class margin loss (``multi_margin_loss``, N samples of C classes, ``LossMultiMargin.cpp``),
+per class other than the target: ``z = margin - x[y] + x[i]`` (2), a compare, and the larger
+branch: ``z`` (``p = 2``: squared, 1), times ``weight[y]`` (1 with ``weight``), added (1); then
+a divide by C per sample, and the reduction over the N samples (a single sample's loss is
+added too). Its backward computes ``z`` for every class (2 per value), and per class other
+than the target a compare, the gradient ``g`` (``p = 2``: ``2·g·z``, 2), ``weight[y]`` (1) and
+its subtraction from the target's gradient (1); then each value times the output's gradient.
 """
 
 from __future__ import annotations
@@ -96,6 +106,49 @@ def _binary_cross_entropy_with_logits(call: OpCall) -> Any:
     return count + _reduced(elements, call.arg(4, "reduction", 1))
 
 
+def _margin_shape(x: Any) -> tuple[Any, Any]:
+    """Samples and classes of a multi-margin loss's input (a vector is one sample)."""
+    if len(x.shape) == 2:
+        return x.shape[0], x.shape[1]
+    return 1, (x.shape[0] if x.shape else 1)
+
+
+def _multi_margin(call: OpCall) -> Any:
+    x = call.inputs[0]
+    if not is_float(x):
+        return 0
+    samples, classes = _margin_shape(x)
+    per_class = 4 + (call.arg(2, "p", 1) == 2) + (call.arg(4, "weight") is not None)
+    reduction = call.arg(5, "reduction", _MEAN)
+    reduced = samples + (reduction == _MEAN) if reduction or len(x.shape) < 2 else 0
+    return samples * (classes - 1) * per_class + samples + reduced
+
+
+def _multi_margin_backward(call: OpCall) -> Any:
+    x = call.inputs[1]  # (grad_output, input, target, p, margin, weight, reduction)
+    if not is_float(x):
+        return 0
+    samples, classes = _margin_shape(x)
+    per_class = 2 + 2 * (call.arg(3, "p", 1) == 2) + (call.arg(5, "weight") is not None)
+    return 3 * samples * classes + samples * (classes - 1) * per_class
+
+
+def _multi_margin_backward_on_meta(
+    grad_output: torch.Tensor, input: torch.Tensor, *rest: Any
+) -> torch.Tensor:
+    """The input's gradient, as the CPU and GPU kernels give it (torch has no meta kernel:
+    a backward replayed on meta needs one)."""
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+_LIBRARY: torch.library.Library | None = None
+if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::multi_margin_loss_backward", "Meta"):
+    _LIBRARY = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
+    _LIBRARY.impl(  # type: ignore[no-untyped-call]
+        "multi_margin_loss_backward", _multi_margin_backward_on_meta, "Meta"
+    )
+
+
 def loss_rules() -> dict[Any, Rule]:
     """The rules of this module, by the op each counts."""
     return {
@@ -108,4 +161,6 @@ def loss_rules() -> dict[Any, Rule]:
         aten.binary_cross_entropy: _binary_cross_entropy,
         aten.binary_cross_entropy_backward: _binary_cross_entropy_backward,
         aten.binary_cross_entropy_with_logits: _binary_cross_entropy_with_logits,
+        aten.multi_margin_loss: _multi_margin,
+        aten.multi_margin_loss_backward: _multi_margin_backward,
     }
