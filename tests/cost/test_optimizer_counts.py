@@ -83,6 +83,39 @@ def test_an_optimizer_step_counts_alike_however_torch_runs_it(
     assert (total.flops, total.uncounted) == (expected, ())
 
 
+@pytest.mark.parametrize(
+    "optimizer",
+    [torch.optim.RMSprop, torch.optim.NAdam, torch.optim.Adamax, torch.optim.Adadelta],
+    ids=["rmsprop", "nadam", "adamax", "adadelta"],
+)
+def test_other_optimizers_count_alike_with_foreach_and_without(optimizer: Any) -> None:
+    foreach = _second_step(optimizer, {}, {"foreach": True})
+    loop = _second_step(optimizer, {}, {"foreach": False})
+    assert (foreach.flops, foreach.uncounted) == (loop.flops, ()) != (0, ())
+
+
+# Paths that run other arithmetic, each counted as it runs. Adagrad: addcmul 2, sqrt and add 2,
+# addcdiv 2 (the step size its value); foreach multiplies the gradients by the step size
+# first (1). RAdam at its second step (variance not yet tractable): lerp 3, mul 1, addcmul 2,
+# the bias correction's divide, the product by lr and the update scaled by -1 (1 + 1 + 2);
+# foreach computes the adaptive term anyway (sqrt, add, divide, reciprocal, add: 5) and
+# updates with addcmul (2).
+OTHER = [
+    ("adagrad", torch.optim.Adagrad, 7 * P + TENSORS, 6 * P + TENSORS),
+    ("radam", torch.optim.RAdam, 13 * P + TENSORS, 10 * P + TENSORS),
+]
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "foreach", "loop"), [c[1:] for c in OTHER], ids=[c[0] for c in OTHER]
+)
+def test_optimizers_whose_paths_differ_count_each_as_it_runs(
+    optimizer: Any, foreach: int, loop: int
+) -> None:
+    assert _second_step(optimizer, {}, {"foreach": True}).flops == foreach
+    assert _second_step(optimizer, {}, {"foreach": False}).flops == loop
+
+
 def test_clipping_gradients_counts_alike_with_foreach_and_without() -> None:
     # the 4 norms (2 per value, a root each), the norm of the 4 (2·4 + 1), the coefficient
     # max / (norm + ε) as an add, a reciprocal and a product, a clamp, and each value scaled

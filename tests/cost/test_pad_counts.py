@@ -81,8 +81,8 @@ def test_a_backward_that_ran_counts_its_adds() -> None:
     with record() as rec:
         y = F.interpolate(F.pad(conv(x), (1, 1, 1, 1), mode="reflect"), scale_factor=2)
         y.sum().backward()
-    # conv 2·(2·20·3)·3 forward and the same for the weight's gradient; the sum's adds 2·3·12·14
-    # forward; backward the upsampling's 1008 adds, the pad's 2·3·6·7 = 252
+    # conv 2·(2·20·3)·3 forward and the same for the weight's gradient; the sum's adds
+    # 2·3·12·14 = 1008 forward; backward the upsampling's 1008 adds, the pad's 2·3·6·7 = 252
     conv_flops = 2 * 2 * 20 * 3 * 3
     assert rec.total.flops == conv_flops + 1008
     assert (rec.total.backward_flops, rec.total.uncounted) == (conv_flops + 1008 + 252, ())

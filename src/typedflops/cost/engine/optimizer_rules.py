@@ -7,9 +7,11 @@ is a ``mul_`` per parameter), counted by that op's rule and summed: an ``add`` o
 element (2 with an ``alpha`` other than 1), ``addcmul``/``addcdiv`` 2, ``lerp`` 3, complex
 values as :mod:`.pointwise_rules` counts them; ``_foreach_norm`` a vector norm per tensor
 (2 per element, 1 per tensor), ``_foreach_powsum`` the same without the root, ``_foreach_max``
-a compare per element. ``torch.optim`` with ``foreach=True`` thus counts what the same step
-with ``foreach=False`` counts: both run the same arithmetic, one list at a time or one
-tensor at a time. Copies and zeros (``_foreach_copy_``, ``_foreach_zero_``) cost 0.
+a compare per element. Where ``torch.optim``'s ``foreach=True`` path runs the arithmetic of
+its ``foreach=False`` path, one list at a time rather than one tensor at a time (SGD, Adam,
+AdamW, RMSprop, NAdam, Adamax, Adadelta), the two count alike; where it runs other ops
+(Adagrad's, RAdam's, ASGD's), each counts what it runs. Copies and zeros
+(``_foreach_copy_``, ``_foreach_zero_``) cost 0.
 
 A fused step runs, per element, the ops of the step it fuses (its kernel's comments name
 them) and is counted as those ops are, so that ``fused=True`` counts what ``foreach=True``
@@ -19,7 +21,8 @@ add scaled by it (2, 1 at a decay of 1), ``maximize`` a negation, ``amsgrad`` a 
 a gradient scale (``grad_scale``) a divide. SGD: the update ``p - lr·g`` (2), ``weight_decay``
 2, momentum after the first step ``buf·m`` and an add (2, 3 with ``dampening``),
 ``nesterov`` ``g + m·buf`` (2), ``maximize`` 1, ``grad_scale`` 1. A step given ``found_inf``
-runs or not by that tensor's value: it is listed as uncounted.
+runs or not by that tensor's value: it is listed as uncounted, and so is ``_fused_adagrad_``
+(its two unfused paths differ: no one count to mirror).
 """
 
 from __future__ import annotations
