@@ -203,7 +203,7 @@ def _counts(ids: Int[Tensor, " n"]) -> Tensor:
 
 @typed_flops
 def _sparse(x: Float[Tensor, "n d"]) -> Tensor:
-    return x.to_sparse_csr()
+    return x.to_sparse()
 
 
 @typed_flops
