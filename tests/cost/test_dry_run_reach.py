@@ -239,8 +239,8 @@ _VALUES = "its result depends on the tensors' values, not only their shapes; rec
         (
             _sparse,
             {"n": 3, "d": 4},
-            "to_sparse_csr (one value per nonzero)",
-            "return x.to_sparse_csr()",
+            "to_sparse (one value per nonzero)",
+            "return x.to_sparse()",
         ),
         (_item, {"n": 3, "d": 4}, "a tensor's value", "return x * float(x.max().item())"),
         (_branch, {"n": 3, "d": 4}, "a tensor's value", "if x.sum() > 0:"),
