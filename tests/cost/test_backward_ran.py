@@ -214,3 +214,24 @@ def test_a_device_thread_of_autograd_finds_the_records_that_started_its_backward
     before, during = found
     assert before is None
     assert isinstance(during, tuple) and [call.session for call in during] == [rec.session]
+
+
+@pytest.mark.parametrize(
+    "cast",
+    [
+        lambda x: torch.softmax(x, 0, dtype=torch.float64),  # (_to_copy given device=cpu)
+        lambda x: x.to("cpu", torch.float64).softmax(0),
+    ],
+)
+def test_an_op_given_its_device_is_predicted_as_a_dry_run_predicts_it(
+    cast: Callable[[Tensor], Tensor],
+) -> None:
+    x = torch.randn(5, requires_grad=True)
+    with record() as predicted:
+        cast(x)
+    with record() as ran:
+        cast(x).sum().backward()
+    # softmax's backward kernel 4 a value; the cast's backward a copy (free); the sum's 0
+    assert predicted.total.uncounted == ran.total.uncounted == ()
+    assert predicted.total.backward_flops == 4 * 5
+    assert ran.total.backward_flops == 4 * 5

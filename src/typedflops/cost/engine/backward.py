@@ -122,8 +122,8 @@ def _replay(event: Event) -> BackwardResult:
                         tensor = tensor.clone()
                 return tensor
 
-            args = with_weight_buffer(func, map_meta(event.args, build))
-            kwargs = {key: map_meta(value, build) for key, value in event.kwargs}
+            args = with_weight_buffer(func, tuple(map(_on_meta, map_meta(event.args, build))))
+            kwargs = {key: _on_meta(map_meta(value, build)) for key, value in event.kwargs}
             device = RunsAsDevice() if func in RUNS else contextlib.nullcontext()
             with torch.enable_grad(), device:
                 out = func(*_lists(func, args), **kwargs)
@@ -139,6 +139,15 @@ def _replay(event: Event) -> BackwardResult:
         return BackwardResult(sink.events, f"{event.op} (backward: {reason})")
     edges = tuple(index for index, found in enumerate(grads) if found is not None)
     return BackwardResult(sink.events, edges=edges)
+
+
+def _on_meta(value: Any) -> Any:
+    """A device an op was given (``x.to(torch.float64)`` runs ``_to_copy(x, device=cpu)``)
+    as meta: the replay runs on meta tensors."""
+    return _META if isinstance(value, torch.device) else value
+
+
+_META = torch.device("meta")
 
 
 def _lists(func: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
