@@ -10,6 +10,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+import typedflops
 from typedflops import SpecError, einsum, rearrange, record, typed_flops
 
 
@@ -153,3 +154,40 @@ def test_activation_bytes_are_what_autograd_saves() -> None:
     assert str(cost.activation_formula) == "4*batch*(d_hidden + d_in)"
     with torch.no_grad():
         assert model.estimate(batch=4).activation_bytes == 0
+
+
+@typed_flops
+def _total(x: Float[Tensor, "_ d"]) -> Float[Tensor, " d"]:
+    return x.sum(0)
+
+
+def test_an_anonymous_axis_is_a_spec_error_naming_the_way_to_give_its_size() -> None:
+    # (it was built at 1, and its formula `d` marked exact, where a run of 7 rows adds 28)
+    with pytest.raises(SpecError) as caught:
+        _total.estimate(d=4)
+    assert str(caught.value) == (
+        "_total.estimate(): argument 'x' (Float[Tensor, \"_ d\"]): axis 0 is anonymous ('_', "
+        "any size), so a dry run has no size to build it at; name the dim in the annotation, "
+        "or give the input with a size there: typedflops.estimate(_total, x=Float[Tensor, "
+        "'8 d'], ...)"
+    )
+    cost = typedflops.estimate(_total, x=Float[Tensor, "7 d"], d=4)
+    assert (cost.flops, str(cost.formula)) == (28, "7*d")
+
+
+@typed_flops
+def _summed(xs: list[Float[Tensor, "n d"]]) -> Float[Tensor, "n d"]:
+    total = xs[0]
+    for x in xs[1:]:
+        total = total + x
+    return total
+
+
+def test_a_list_of_tensors_is_given_as_annotations_or_as_tensors() -> None:
+    built = _summed.estimate(xs=[Float[Tensor, "n d"]] * 3, n=3, d=4)
+    assert built.flops == 2 * 3 * 4 and built.exact
+    assert str(built.formula) == "2*d*n"
+    given = _summed.estimate(xs=[torch.ones(3, 4)] * 3, n=3, d=4)  # (meta copies, fixed sizes)
+    assert given.flops == 2 * 3 * 4
+    with pytest.raises(SpecError, match=r"pass xs=\.\.\. \(its value, or a list or dict of"):
+        _summed.estimate(n=3, d=4)

@@ -27,6 +27,7 @@ from .tensors import differentiable
 
 __all__ = [
     "argument_modules",
+    "copied_on",
     "copy_on",
     "module_device",
     "module_state",
@@ -42,6 +43,18 @@ def copy_on(device: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> tor
     cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
     copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=cast, device=device)
     return copy.requires_grad_(tensor.requires_grad) if differentiable(copy) else copy
+
+
+def copied_on(device: str, value: Any, dtype: torch.dtype | None) -> Any:
+    """A value passed through to a dry run: its tensors (in lists, tuples and dicts too) as
+    storage-less copies on the run's device."""
+    if isinstance(value, torch.Tensor):
+        return copy_on(device, value, dtype)
+    if type(value) in (list, tuple):
+        return type(value)(copied_on(device, item, dtype) for item in value)
+    if type(value) is dict:
+        return {key: copied_on(device, item, dtype) for key, item in value.items()}
+    return value
 
 
 def module_state(

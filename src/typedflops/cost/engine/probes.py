@@ -32,17 +32,17 @@ from ...contract.compiled import TensorParameter
 from ...contract.function import CheckedFunction
 from ...errors import SpecError
 from ...syntax.dims import with_ellipsis
-from ...text import dtype_name
 from ..types import Cost
 from .counter import count_custom_backwards
 from .dry_modules import (
     argument_modules,
-    copy_on,
+    copied_on,
     module_device,
     with_module,
     with_modules,
 )
 from .dryrun import Probe, Thunk, measure
+from .estimate_inputs import dtype_fits, no_anonymous_axis, requested_by_name, variadic_given
 from .fit import Size
 from .module_sizes import held_dims, module_dims, module_names, module_repeats
 from .rebuild import rebuild_of
@@ -210,70 +210,10 @@ def _default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
     return sorted(allowed, key=str)[0]
 
 
-def _dtype_fits(function: str, dtype: torch.dtype, parameters: list[TensorParameter]) -> None:
-    """``dtype`` is the dtype of the floating (and complex) inputs built: one whose
-    annotation takes such values but not this dtype (``Float[...]`` for ``complex64``,
-    ``Float32[...]`` for ``bfloat16``) would be built in another, and counted so, silently:
-    a SpecError. Inputs of integers or booleans (``Int[...]`` ids) stay as they are."""
-    for p in parameters:
-        allowed = p.spec.dtypes
-        if allowed is None or dtype in allowed:
-            continue
-        if any(kind.is_floating_point or kind.is_complex for kind in allowed):
-            kind = "Complex" if dtype.is_complex else "Float"
-            raise SpecError.at(
-                f"{function}.estimate()",
-                f"dtype={dtype_name(dtype)} does not fit {p.name}'s annotation "
-                f"({p.spec.dtype_reason()}): it would be built as another dtype",
-                hint=f"annotate {p.name} with a dtype class that takes it "
-                f"({kind}[...] or Shaped[...]), or give another dtype",
-            )
-
-
 def _requested(parameter: TensorParameter, given: set[str], required: set[str]) -> bool:
     """An Optional tensor defaulting to None is built only when a dim only it uses is given."""
     own = set(with_ellipsis(parameter.spec.names, parameter.spec.has_ellipsis, ELLIPSIS))
     return bool(own & given) and own <= given and bool(own - required)
-
-
-def _requested_by_name(
-    function: str, by_name: Mapping[str, TensorParameter], named: Mapping[str, Any]
-) -> set[str]:
-    """The Optional tensors ``named`` asks for (``targets=True``), or a SpecError for a
-    tensor parameter named otherwise."""
-    requested = set()
-    for name, value in named.items():
-        parameter = by_name[name]
-        if value is True and parameter.defaults_to_none:
-            requested.add(name)
-            continue
-        hint = (
-            f"{name}=True builds it from its annotation instead of leaving it None"
-            if parameter.defaults_to_none
-            else "leave it out: estimate() builds it from its annotation"
-        )
-        raise SpecError.at(
-            f"{function}.estimate()", f"{name}={value!r} names a tensor parameter", hint=hint
-        )
-    return requested
-
-
-def _variadic_given(function: str, signature: inspect.Signature, args: tuple[Any, ...]) -> None:
-    """A SpecError for ``*xs: Float[Tensor, ...]`` left empty: its annotation gives each
-    tensor's shape, not how many a call passes."""
-    for index, (name, parameter) in enumerate(signature.parameters.items()):
-        if (
-            parameter.kind is parameter.VAR_POSITIONAL
-            and len(args) <= index
-            and "Tensor" in str(parameter.annotation)
-        ):
-            raise SpecError.at(
-                f"{function}.estimate()",
-                f"cannot build *{name}: its annotation gives each tensor's shape, not how many "
-                "a call passes",
-                hint="pass them positionally, on meta: "
-                f"{function}.estimate(torch.empty(..., device='meta'), ...)",
-            )
 
 
 def estimate_probe(
@@ -297,7 +237,7 @@ def estimate_probe(
     # ``targets=True`` builds an Optional tensor that defaults to None from its annotation
     # (a name that is also a dim's is the dim).
     named = {key: value for key, value in dims.items() if key in by_name and key not in known}
-    requested = _requested_by_name(function, by_name, named)
+    requested = requested_by_name(function, by_name, named)
     given = {
         key: value for key, value in dims.items() if key not in passthrough and key not in named
     }
@@ -309,7 +249,7 @@ def estimate_probe(
             f"unknown dim{'s' * (len(unknown) > 1)} {', '.join(unknown)}; its dims are {shown}",
         )
     sizes = check_sizes(function, given, variadic)
-    _variadic_given(function, contract.signature, args)
+    variadic_given(function, contract.signature, args)
     unknown_grad = sorted(set(grad) - set(by_name))
     if unknown_grad:
         which = "is not a tensor parameter" if len(unknown_grad) == 1 else "are not"
@@ -335,6 +275,7 @@ def estimate_probe(
     ]
     needed: set[str] = set()
     for p in build_params:
+        no_anonymous_axis(function, p.name, p.spec)
         needed.update(with_ellipsis(p.spec.bindable_names, p.spec.has_ellipsis, ELLIPSIS))
     held = {
         name: size
@@ -350,7 +291,7 @@ def estimate_probe(
             + (" (the axes '...' stands for: an int or a tuple)" if ELLIPSIS in missing else ""),
         )
     if dtype is not None and (dtype.is_floating_point or dtype.is_complex):
-        _dtype_fits(function, dtype, build_params)
+        dtype_fits(function, dtype, build_params)
     for param in contract.parameters:
         if (
             (param.index is None or param.index >= len(args))
@@ -363,7 +304,7 @@ def estimate_probe(
             raise SpecError.at(
                 f"{function}.estimate()",
                 f"cannot build argument '{param.name}' (not a tensor annotation)",
-                hint=f"pass {param.name}=... to estimate",
+                hint=f"pass {param.name}=... (its value, or a list or dict of annotations)",
             )
     base: dict[str, Size] = {**own, **held, **sizes}
     device = module_device(module) or "cpu"
@@ -387,9 +328,7 @@ def estimate_probe(
         positional = [target, *args[1:]] if module is not None else list(args)
         kwargs: dict[str, Any] = {}
         for key, value in passthrough.items():
-            kwargs[key] = (
-                copy_on(run_device, value, dtype) if isinstance(value, torch.Tensor) else value
-            )
+            kwargs[key] = copied_on(run_device, value, dtype)
         for p in build_params:
             shape = shape_at(p.spec, assignment)
             tensor = torch.empty(shape, dtype=_default_dtype(p.spec, dtype), device=run_device)
