@@ -84,6 +84,29 @@ def _custom() -> None:
     out.sum().backward()
 
 
+class _DifferentiableProduct(torch.autograd.Function):
+    """``x @ w`` with a backward of two products that autograd can differentiate."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, w: Tensor) -> Tensor:
+        ctx.save_for_backward(x, w)
+        return x @ w
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
+        x, w = ctx.saved_tensors
+        return grad @ w.t(), x.t() @ grad
+
+
+def _custom_penalty() -> None:
+    x = _x()
+    out: Tensor = _DifferentiableProduct.apply(x, W1)  # type: ignore[no-untyped-call]
+    (grad,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    # the Function's backward ran its two products building a graph (a backward, no
+    # forward run again); the second pass differentiates grad = ones @ W1.T: one product
+    grad.sum().backward()
+
+
 def _vjp() -> None:
     found = torch.func.vjp(lambda x: x @ W1 @ W2, _x(False))
     found[1](torch.ones_like(found[0]))
@@ -99,6 +122,7 @@ CASES: dict[str, tuple[Callable[[], Any], int, int, int]] = {
     "detach midway": (_detached, 2 * P + SUM, P, 3 * P),
     "a hook's product": (_hooked, 2 * P + SUM, 5 * P, 7 * P),
     "once_differentiable": (_custom, P + SUM, 2 * P, 3 * P),
+    "a Function's gradient penalty": (_custom_penalty, P + 2 * SUM, 3 * P, 4 * P),
     "torch.func.grad": (lambda: torch.func.grad(_loss)(_x(False)), 2 * P + SUM, 2 * P, 4 * P),
     "torch.func.vjp": (_vjp, 2 * P, 2 * P, 4 * P),
 }

@@ -84,6 +84,28 @@ def test_reentrant_checkpointing_matches_flop_counter_mode_on_the_run() -> None:
     assert total.matmul_flops + MATMUL_BACKWARD + 8192 + 2048 == counter.get_total_flops()
 
 
+def test_reentrant_checkpointing_run_in_the_record_is_its_backward_and_its_forward_again() -> None:
+    # the backward as it ran: the body run again inside the Function's backward, then
+    # differentiated by autograd's engine run inside it; the loss's sum adds 8·4 forward
+    block = Block(reentrant=True)
+    x = torch.randn(8, 16, requires_grad=True)
+    with record() as rec:
+        block(x).sum().backward()
+    total = rec.total
+    assert (total.flops, total.backward_flops, total.recompute_flops) == (
+        FORWARD + 8 * 4,
+        BACKWARD,
+        FORWARD,
+    )
+    w = torch.randn(16, 4, requires_grad=True)
+    with record() as rec:
+        (regrad(x, w) * 2).sum().backward()
+    total = rec.total
+    # * 2's gradient, tanh's, and the two products of the gradients
+    assert total.backward_flops == 8 * 4 + 8 * 4 + 2 * (2 * 8 * 16 * 4)
+    assert total.recompute_flops == 2 * 8 * 16 * 4 + 8 * 4
+
+
 def test_counting_a_functions_backward_leaves_the_users_gradients_alone() -> None:
     torch.manual_seed(0)
     block = Block(reentrant=True)

@@ -10,7 +10,10 @@ some leaves only (``inputs=``, ``torch.autograd.grad(y, x)``) the products it ra
 its ops, and a ``torch.utils.checkpoint`` region's forward run again the ops torch ran
 before it stopped (``early_stop``). As in the prediction, the ops a
 ``torch.autograd.Function``'s backward runs to differentiate them (reentrant checkpointing)
-are a forward run again.
+are a forward run again: known once autograd's engine runs inside that backward (a graph
+task begun while the Function's node runs). Those that build a graph for a backward
+through the backward (``create_graph=True``: a gradient of a gradient), which no engine
+differentiates while the node runs, are its backward.
 
 Then a record's total ``backward_flops`` and ``recompute_flops`` are these counts, as
 FlopCounterMode around the same block counts them; a row keeps its call's predicted backward
@@ -25,6 +28,7 @@ several ops. Not counted: the adds of gradient accumulation into ``.grad``
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import torch
@@ -59,6 +63,15 @@ class BackwardRan:
         found = self.rerun if rerun else self.backward
         found[event] = found.get(event, 0) + 1
 
+    def run_again(self, event: Event) -> None:
+        """An op added as backward was a forward run again (see :class:`_Undecided`)."""
+        times = self.backward.get(event, 0)
+        if times <= 1:
+            self.backward.pop(event, None)
+        else:
+            self.backward[event] = times - 1
+        self.rerun[event] = self.rerun.get(event, 0) + 1
+
     def flops(self) -> tuple[int, int, int]:
         """FLOPs of the backward passes, of the forwards run again, and of FlopCounterMode's
         kernels among both."""
@@ -88,6 +101,9 @@ def ran_in_backward(
     sessions = {call.session for call in calls}
     for session in sessions:
         session.backward_ran.ran = True
+    task = torch._C._current_graph_task_id()
+    if _UNDECIDED.ops:
+        _UNDECIDED.decide(task, node)
     if type(node) is _ACCUMULATE:
         return out  # gradient accumulation: not a backward op (see the module)
     plan = plan_of(func)
@@ -102,13 +118,57 @@ def ran_in_backward(
         event = named_event(str(func))
     # a checkpointed region's forward run again: non-reentrant (its hooks say so; a region
     # entered while one runs again is inside it), or reentrant (a Function's backward that
-    # runs ops to differentiate them, as predicted)
-    rerun = (
-        recomputing() or in_checkpoint() or (event.needs_grad and isinstance(node, _FUNCTION_NODE))
-    )
-    for session in sessions:
-        session.backward_ran.add(event, rerun)
+    # runs ops to differentiate them: backward until an engine runs inside it)
+    rerun = recomputing() or in_checkpoint()
+    rans = [session.backward_ran for session in sessions]
+    for ran in rans:
+        ran.add(event, rerun)
+    if not rerun and event.needs_grad and isinstance(node, _FUNCTION_NODE):
+        _UNDECIDED.wait(task, node, event, rans)
     return out
+
+
+class _Undecided(threading.local):
+    """The ops needing grad that a ``torch.autograd.Function``'s backward ran in autograd's
+    engine, counted as backward until it is known what they are, by graph task: a forward
+    run again to be differentiated (reentrant checkpointing, ``torch.autograd.grad`` of a
+    product recomputed) if an engine runs inside the Function's backward after them (a
+    graph task begun while its node runs); else its backward, building the graph of a
+    gradient of a gradient (``create_graph=True``), once the task goes on to another node
+    or ends."""
+
+    def __init__(self) -> None:
+        self.ops: dict[int, tuple[Any, list[tuple[Event, list[BackwardRan]]]]] = {}
+
+    def wait(self, task: int, node: Any, event: Event, rans: list[BackwardRan]) -> None:
+        """``event`` ran needing grad in the Function's ``node`` of graph ``task``."""
+        found = self.ops.get(task)
+        if found is None or found[0] is not node:
+            ops = self.ops
+            found = ops[task] = (node, [])
+
+            def ended(waiting: Any = found) -> None:  # (the task ended: its backward)
+                if ops.get(task) is waiting:
+                    del ops[task]
+
+            torch.autograd.Variable._execution_engine.queue_callback(ended)
+        found[1].append((event, rans))
+
+    def decide(self, task: int, node: Any) -> None:
+        """An op autograd's engine runs for ``node`` in graph ``task``: a Function's node
+        that waits in another task runs this engine inside its backward (what it ran
+        needing grad is run again); one of this task, another node, has returned."""
+        for waiting_task, (waiting_node, ops) in list(self.ops.items()):
+            if waiting_task != task:
+                for event, rans in ops:
+                    for ran in rans:
+                        ran.run_again(event)
+            elif waiting_node is node:
+                continue
+            del self.ops[waiting_task]
+
+
+_UNDECIDED = _Undecided()
 
 
 def with_backward_ran(cost: Cost, ran: BackwardRan) -> Cost:
