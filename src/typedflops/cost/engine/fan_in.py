@@ -194,7 +194,8 @@ class GradientSums:
 
         Views as autograd has them: an op writing a view in place gives the view's base a
         new node (``CopySlices``) with an edge to the base's old node (the view op's own
-        edge stands for it while no op read the view before); a view read after its base
+        edge stands for it while no op read the view before, if it read the base itself); a
+        view read after its base
         was written (through it, another view, or itself) is a new node
         (``AsStridedBackward``) with one edge to the base as it is now, and its view op's
         edge counts only if an op read it before."""
@@ -212,13 +213,7 @@ class GradientSums:
         inputs = [t for t in found if t.requires_grad and differentiable(t)]
         clone, self._clone = self._clone, None
         chosen = []
-        # views written in place whose view op an op read: CopySlices' edge goes to the
-        # base's old node, not through the view's (an unread view's op stands for it)
-        rebased = [
-            (view, base)
-            for view in written
-            if (base := view._base) is not None and base.requires_grad and not self._unread(view)
-        ]
+        rebased = self._rebased(written) if written else []
         for index, tensor in enumerate(inputs):
             if rebased and any(tensor is view for view, _ in rebased):
                 continue
@@ -238,12 +233,15 @@ class GradientSums:
         context = self.where() if self.where is not None else None
         waiting = Waiting(edges_to, len(outputs), event, places, context)
         if self.waiting:
-            inside = self.inside()
+            # (a view op's node may be replaced before anything reads it, its base written
+            # in place: in a record's own code too, it reaches backward only if its view
+            # does, so what it read waits on it)
+            lazy = self.inside() or (event is not None and getattr(event.func, "is_view", False))
             for tensor in chosen:
                 source = self.waiting.get(id(tensor))
                 if source is None or source.ref() is not tensor or source.done:
                     continue
-                if inside:  # (it reaches backward if a reader does)
+                if lazy:  # (it reaches backward if a reader does)
                     source.readers += 1
                     source.off = True
                     waiting.sources.append(source)
@@ -295,6 +293,25 @@ class GradientSums:
         """Whether ``view``'s view op waits and no op read its output yet."""
         found = self.waiting.get(id(view))
         return found is not None and found.ref() is view and not found.done and not found.readers
+
+    def _rebased(self, written: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The views among ``written`` whose base gets autograd's ``CopySlices`` edge from
+        the op writing them, each with its base. Not one whose view op read the base itself
+        and no op read yet: that op stands for the edge. A view of another view
+        (``h[:, 2:4][1:]``) no op read has its node replaced (it read nothing of the base
+        directly), and the edge goes to the base."""
+        found = []
+        for view in written:
+            base = view._base
+            if base is None or not base.requires_grad:
+                continue
+            if self._unread(view):
+                inputs = self.waiting[id(view)].waiting.inputs
+                if inputs and len(inputs) == 1 and inputs[0][0]() is base:
+                    continue
+                self._replaced(view)
+            found.append((view, base))
+        return found
 
     def _replaced(self, view: torch.Tensor) -> None:
         """``view`` has a new node: its view op's output starts no backward now, and its

@@ -1,0 +1,139 @@
+"""Gradient sums of small random programs: views (``x[1:]``, ``.t()``, ``.view``,
+``.unsqueeze``, ``.expand``, ``chunk``), views of views, pointwise ops, products and
+decorated calls (one returning a view), run in a record's own code and inside a decorated
+call.
+
+The oracle is the backward that runs inside ``record()`` (the engine's adds as they ran); a
+record of the same program without the backward predicts it. Every tensor a program makes
+is read by a later op or summed into its result, so each reaches the backward that runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jaxtyping import Float
+from torch import Tensor
+
+from typedflops import record, typed_flops
+
+_Step = tuple[str, int, int]
+
+_KINDS = (
+    "slice",
+    "t",
+    "view",
+    "unsqueeze",
+    "expand",
+    "chunk",
+    "mul",
+    "add",
+    "exp",
+    "matmul",
+    "call view",
+    "call",
+)
+_STEPS = st.lists(
+    st.tuples(st.sampled_from(_KINDS), st.integers(0, 15), st.integers(0, 15)),
+    min_size=1,
+    max_size=7,
+)
+
+
+@typed_flops
+def _viewed(x: Float[Tensor, "..."], kind: int) -> Float[Tensor, "..."]:
+    """A view of ``x`` made in a decorated call."""
+    if kind == 0:
+        return x.unsqueeze(0)
+    return x.view(-1) if kind == 1 else x[..., 1:]
+
+
+@typed_flops
+def _scaled(x: Float[Tensor, "..."]) -> Float[Tensor, "..."]:
+    return torch.exp(x) * x
+
+
+def _made(pool: list[Tensor], kind: int, first: int, second: int) -> tuple[Tensor, ...]:
+    """What one step makes from the tensors made so far (nothing where it does not apply),
+    and (last) the second tensor it read, if any."""
+    a, b = pool[first % len(pool)], pool[second % len(pool)]
+    name = _KINDS[kind]
+    if name == "slice":
+        return (a[1:],) if a.dim() and a.shape[0] > 1 else ()
+    if name == "t":
+        return (a.t(),) if a.dim() == 2 else ()
+    if name == "view":
+        return (a.view(-1),) if a.is_contiguous() else ()
+    if name == "unsqueeze":
+        return (a.unsqueeze(0),)
+    if name == "expand":
+        return (a.unsqueeze(0).expand(2, *a.shape),)
+    if name == "chunk":
+        return a.chunk(2) if a.dim() and a.shape[0] > 1 else ()
+    if name in ("mul", "add"):
+        if a.shape != b.shape:
+            return ()
+        return (a * b if name == "mul" else a + b, b)
+    if name == "exp":
+        return (torch.exp(a),)
+    if name == "matmul":
+        return (a @ a.t(),) if a.dim() == 2 else ()
+    if name == "call view":
+        return (_viewed(a, second % 3),) if a.dim() and a.shape[-1] > 1 else ()
+    return (_scaled(a),)
+
+
+def _run(x: Tensor, steps: list[_Step]) -> Tensor:
+    """The program ``steps`` spell, from ``x * 1``: each step an op on the tensors made so
+    far; the tensors no op read are summed into the result."""
+    pool = [x * 1.0]
+    read: set[int] = set()
+    for kind, first, second in steps:
+        made = _made(pool, _KINDS.index(kind), first, second)
+        if not made:
+            continue
+        read.add(first % len(pool))
+        if kind in ("mul", "add"):
+            read.add(second % len(pool))
+            made = made[:1]
+        pool.extend(made)
+    total = pool[-1].sum()
+    for index, tensor in enumerate(pool[:-1]):
+        if index not in read:
+            total = total + tensor.sum()
+    return total
+
+
+def _ran_and_predicted(function: Callable[[Tensor], Tensor]) -> tuple[int, int]:
+    """The backward FLOPs that ran for ``function(x)``, and a record's prediction."""
+    x = torch.randn(4, 4)
+    with record() as ran:
+        function(x.clone().requires_grad_()).backward()
+    with record() as predicted:
+        function(x.clone().requires_grad_())
+    return ran.total.backward_flops, predicted.total.backward_flops
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(steps=_STEPS)
+def test_views_in_a_records_own_code_and_in_calls_predict_the_sums_that_run(
+    steps: list[_Step],
+) -> None:
+    @typed_flops
+    def program(x: Float[Tensor, "4 4"]) -> Float[Tensor, ""]:
+        return _run(x, steps)
+
+    ran, predicted = _ran_and_predicted(lambda x: _run(x, steps))
+    assert predicted == ran
+    assert _ran_and_predicted(program) == (ran, ran)
+
+
+def test_a_chain_of_views_sums_only_where_a_tensor_has_two_readers() -> None:
+    # h = x * 1 (4x4), s = h[1:] (3x4), s[1:].t().unsqueeze(0) summed, exp(s) summed: the
+    # product's gradient (16), exp's (12), and one sum of s's 12 values (read by its slice
+    # and by exp); h, the slice of s, its transpose and its unsqueeze have one reader each
+    steps = [("slice", 0, 0), ("slice", 1, 0), ("t", 2, 0), ("unsqueeze", 3, 0), ("exp", 1, 0)]
+    assert _ran_and_predicted(lambda x: _run(x, steps)) == (16 + 12 + 12, 16 + 12 + 12)
