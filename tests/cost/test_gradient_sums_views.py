@@ -184,3 +184,40 @@ def test_a_view_of_a_view_replaced_before_it_is_read_reaches_nothing(own: bool) 
     # v0's slice has one reader: v2's slice was replaced (76 predicted, 84 ran)
     second = _view_of_a_view_written if own else typed_flops(_view_of_a_view_written)
     assert _ran_and_predicted(second, x) == (16 + 8 + 4 + 2 + 16 + 32 + 4 + 2,) * 2
+
+
+@typed_flops
+def _exp_times(x: Float[Tensor, "..."]) -> Float[Tensor, "..."]:
+    return torch.exp(x) * x
+
+
+def _stale_view_into_a_call(x: Float[Tensor, "4 4"]) -> Float[Tensor, ""]:
+    h = x * 1.0
+    t0 = h.unsqueeze(0)
+    h.mul_(2.0)  # (t0, held where the call below begins, is a node made again when read)
+    return _exp_times(t0).sum() + h.view(-1).sum()
+
+
+def _expanded_view_made_again(x: Float[Tensor, "4 4"]) -> Float[Tensor, ""]:
+    h = x * 1.0
+    t0 = h.unsqueeze(0).expand(2, 4, 4)
+    h.mul_(2.0)
+    h.mul_(2.0)
+    return h.sum() + t0.sum()
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_a_view_made_again_is_a_new_node_with_its_own_backward(own: bool) -> None:
+    x = torch.randn(4, 4)
+    n = x.numel()
+    # x * 1 and h.mul_ (n each); in the call, exp (n) and its product with t0 (2n); t0
+    # made again, read by exp and by the product (a sum of n); h as written, read by t0
+    # made again and by its view (a sum of n). t0's unsqueeze, held where the call began,
+    # reaches nothing: no sum of h as first made (128 predicted, 112 ran)
+    first = _stale_view_into_a_call if own else typed_flops(_stale_view_into_a_call)
+    assert _ran_and_predicted(first, x) == (7 * n,) * 2
+    # x * 1 and the two h.mul_ (n each), a sum of h as last written (its sum and t0 made
+    # again), and t0 made again: torch's as_strided_backward sums its gradient over the
+    # expanded dim, 2n (64 predicted, 96 ran)
+    second = _expanded_view_made_again if own else typed_flops(_expanded_view_made_again)
+    assert _ran_and_predicted(second, x) == (3 * n + n + 2 * n,) * 2

@@ -48,6 +48,7 @@ from .waits import (
     gradient_sum,
     quiet,
     scope,
+    view_again,
 )
 
 __all__ = ["GradientSums"]
@@ -169,12 +170,16 @@ class GradientSums:
                     event = _SUMS[size, dtype, adds] = gradient_sum(size, dtype, adds, 0, True)
             else:
                 event = gradient_sum(size, dtype, adds, key, False)
-            if context is not None and self.place is not None:
-                self.place(context, event)
-            else:
-                self.sink.add(event)
+            self._hand(event, context)
         if len(self.uses) > self._limit:
             self._prune()
+
+    def _hand(self, event: Event, context: Any) -> None:
+        """Count ``event`` where the op it comes from ran (a record's), or in the sink."""
+        if context is not None and self.place is not None:
+            self.place(context, event)
+        else:
+            self.sink.add(event)
 
     def op(
         self,
@@ -285,9 +290,19 @@ class GradientSums:
             self._replaced(tensor)
             context = self.where() if self.where is not None else None
             node = Waiting([self._input(base)], 1, None, None, context)
+            node.again = view_again(tuple(tensor.shape), tensor.stride(), tensor.dtype, self.shared)
             key = id(tensor)
             held = weakref.ref(tensor, functools.partial(self._let_go, key))
             self.waiting[key] = WaitingOutput(held, node)
+
+    def _stale(self, view: torch.Tensor | None) -> bool:
+        """Whether ``view`` is a view whose base was written in place since its node was
+        made: autograd makes it a new node when it is next used (see :meth:`_regenerate`),
+        so no backward starts from the node of its view op."""
+        if view is None or view._base is None:
+            return False
+        now = self.histories.get(weakref.ref(view._base), 0)
+        return self.made.get(weakref.ref(view), 0) != now
 
     def _unread(self, view: torch.Tensor) -> bool:
         """Whether ``view``'s view op waits and no op read its output yet."""
@@ -442,9 +457,11 @@ class GradientSums:
         if output.done or output.rootless:
             return
         if not output.off:
-            output.done = True
-            self._live(output.waiting)  # (what a backward through it would reach)
-            return
+            if not self.histories or not self._stale(output.ref()):
+                output.done = True
+                self._live(output.waiting)  # (what a backward through it would reach)
+                return
+            output.off = True  # (a backward from it starts at the node it is made again)
         output.rootless = True
         if output.readers <= 0:
             self._dead(output)
@@ -471,6 +488,8 @@ class GradientSums:
         for found, inputs in reached:
             for edge in inputs:
                 self._add(edge, 1, found.context)
+            if found.again is not None:  # (a view made again: its own backward)
+                self._hand(found.again, found.context)
 
     def _dead(self, output: WaitingOutput) -> None:
         """No backward reaches ``output``: if no other output of its op is reached, the op

@@ -31,6 +31,7 @@ __all__ = [
     "quiet",
     "reads_unseen",
     "scope",
+    "view_again",
 ]
 
 _NAME = "gradient sum"
@@ -66,6 +67,65 @@ def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: 
     event.backward = [add]
     event.source = source
     return event
+
+
+_AGAIN = "view made again"
+_AGAIN_SUM = "sum (view made again)"
+
+
+def view_again(
+    sizes: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype, shared: bool
+) -> Event | None:
+    """The event of the backward of a view autograd makes again after its base was written
+    in place (``AsStridedBackward``), if it computes: torch's ``as_strided_backward``
+    sums the gradient over each expanded dim of the view (stride 0, size over 1), the
+    last first, a sum of what is left each (``x.expand(2, n)`` made again: 2·n). None for
+    any other view (its gradient is copied into the base's)."""
+    numel = 1
+    for size in sizes:
+        numel *= size
+    flops = read = written = 0
+    for size, stride in zip(reversed(sizes), reversed(strides), strict=True):
+        if size > 1 and stride == 0:
+            flops += numel
+            read += numel
+            numel //= size
+            written += numel
+    if not flops:
+        return None
+    key = (flops, read, written, dtype)
+    if shared and (found := _AGAINS.get(key)) is not None:
+        return found  # (a record's: one event for every view alike, as for sums)
+    group = group_of(_AGAIN, shared)
+    reduce = Event(
+        op=_AGAIN_SUM,
+        func=None,
+        group=group,
+        args=(),
+        kwargs=(),
+        out=None,
+        flops=flops,
+        entry=None,
+        counted=True,
+        bytes_read=read * dtype.itemsize,
+        bytes_written=written * dtype.itemsize,
+        view=False,
+        needs_grad=False,
+        torch_counted=False,
+    )
+    event = named_event(_AGAIN, 0)  # (no forward FLOPs; its backward is the sums)
+    event.group = group
+    event.needs_grad = True
+    event.backward = [reduce]
+    if shared:
+        if len(_AGAINS) > 4096:
+            _AGAINS.clear()
+        _AGAINS[key] = event
+    return event
+
+
+#: A record's events of views made again, by FLOPs, bytes and dtype.
+_AGAINS: dict[tuple[int, int, int, torch.dtype], Event] = {}
 
 
 # A tensor an edge goes to, held weakly (an op's output may wait long for its reader):
@@ -110,7 +170,7 @@ class Waiting:
     ``places`` keep it (a record's), taken off backward if it is known not to. ``left``:
     its outputs not known dead; ``sources``: the waiting outputs it read."""
 
-    __slots__ = ("context", "event", "inputs", "left", "places", "serial", "sources")
+    __slots__ = ("again", "context", "event", "inputs", "left", "places", "serial", "sources")
 
     def __init__(
         self,
@@ -128,6 +188,8 @@ class Waiting:
         self.context = context
         self.sources: list[WaitingOutput] = []
         self.serial = next(_SERIALS)
+        # A view made again: the event of its own backward, if it computes (see view_again).
+        self.again: Event | None = None
 
 
 class WaitingOutput:
