@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float, Int
@@ -475,3 +476,31 @@ def test_a_leaf_read_in_a_records_own_code_around_calls_sums_once(later: bool) -
     # the call (exp 4, mul 8, its x's sum 4), exp 4, w * e 8, w's and e's sums 4 each
     assert ran == 16 + 4 + 8 + 4 + 4
     assert run(backward=False) == ran + (16 if later else 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "backward"),
+    [
+        # compares of temporaries only: nothing differentiable leaves the call
+        (lambda a: torch.isclose(a, torch.ones(5, 5)), 0),
+        (lambda a: torch.linalg.matrix_rank(a), 0),
+        # a softmax's temporaries inside cross_entropy reach backward through its output
+        (lambda a: F.cross_entropy(a, torch.arange(5)), 125),
+    ],
+    ids=["isclose", "matrix_rank", "cross_entropy"],
+)
+def test_a_torch_calls_own_temporaries_start_no_backward_in_a_records_own_code(
+    body: Callable[[Tensor], Tensor], backward: int
+) -> None:
+    # (a temporary torch made and let go inside isclose, |a - b|, was taken for a result
+    # the user dropped, from which a backward could start: a backward predicted where none
+    # can run)
+    a = torch.randn(5, 5, requires_grad=True)
+    with record() as predicted:
+        body(a)
+    assert predicted.total.backward_flops == backward
+    out = body(a)
+    if out.requires_grad:
+        with record() as ran:
+            body(a).backward()
+        assert ran.total.backward_flops == backward

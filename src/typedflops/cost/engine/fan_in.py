@@ -82,6 +82,7 @@ class GradientSums:
         "gone",
         "histories",
         "inside",
+        "internal",
         "made",
         "place",
         "realm",
@@ -126,6 +127,9 @@ class GradientSums:
         # run's, a record's user call), where no backward starts from it; a record's
         # own code, outside its calls, may start one from anything it held.
         self.inside: Callable[[], bool] = _always
+        # Whether a tensor let go now is a temporary of one torch call of a record's own
+        # code (``isclose``'s difference, ``matrix_rank``'s tolerance): never the user's.
+        self.internal: Callable[[], bool] = _never
 
     def count(self, tensor: torch.Tensor) -> int:
         """The edges ``tensor`` has so far (a leaf's: in this top-level call)."""
@@ -239,9 +243,14 @@ class GradientSums:
         waiting = Waiting(edges_to, len(outputs), event, places, context)
         if self.waiting:
             # (a view op's node may be replaced before anything reads it, its base written
-            # in place: in a record's own code too, it reaches backward only if its view
-            # does, so what it read waits on it)
-            lazy = self.inside() or (event is not None and getattr(event.func, "is_view", False))
+            # in place, and an op inside one torch call of a record's own code may make a
+            # temporary: in own code too, they reach backward only if their outputs do, so
+            # what they read waits on them)
+            lazy = (
+                self.inside()
+                or self.internal()
+                or (event is not None and getattr(event.func, "is_view", False))
+            )
             for tensor in chosen:
                 source = self.waiting.get(id(tensor))
                 if source is None or source.ref() is not tensor or source.done:
@@ -440,7 +449,7 @@ class GradientSums:
         found = self.waiting.get(key)
         if found is not None and found.ref() is None:
             del self.waiting[key]
-            if self.inside():
+            if self.inside() or self.internal():
                 found.off = True  # (dead: read by nothing, no backward starts from it)
             if found.copies > 0:  # (until a copy is read or gone)
                 found.let_go = True
@@ -538,6 +547,10 @@ class GradientSums:
 
 def _always() -> bool:
     return True
+
+
+def _never() -> bool:
+    return False
 
 
 def _off_graph(waiting: Waiting) -> None:

@@ -122,6 +122,11 @@ def _in_user_call() -> bool:
     return type(calls) is tuple and bool(calls) and calls[0].parent is not None
 
 
+def _in_torch_call() -> bool:
+    """Whether one torch call of a record's own code runs (its temporaries are its own)."""
+    return _current_group.get() is not None
+
+
 def _place_in(context: Any, event: Event) -> None:
     """Hand an event to the records of a context taken earlier (see :func:`_where`)."""
     if context is not None:
@@ -159,6 +164,7 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         self.sums.place = _place_in
         self.sums.realm = _realm
         self.sums.inside = _in_user_call
+        self.sums.internal = _in_torch_call
         self.naming = NamingMode(self)
         self.grouping = self.naming
         self.watch: Any = None
