@@ -26,6 +26,7 @@ from .device_runs import RUNS, RunsAsDevice, stands_for
 from .edges import replay_with
 from .events import Event
 from .frames import no_frame
+from .outputs_reached import differentiated, flowing
 from .stand_ins import META_STAND_INS
 from .tensors import TensorMeta, is_float, map_meta
 
@@ -35,19 +36,24 @@ __all__ = ["BackwardResult", "backward_of"]
 class BackwardResult:
     """The backward events of one op signature, or why they could not be found."""
 
-    __slots__ = ("edges", "events", "failure")
+    __slots__ = ("edges", "events", "failure", "flows")
 
     def __init__(
         self,
         events: list[Event],
         failure: str | None = None,
         edges: tuple[int, ...] | None = None,
+        flows: tuple[int, ...] | None = None,
     ) -> None:
         self.events = events
         self.failure = failure
         #: The inputs needing grad (their positions among them, in order) that the op's
         #: backward sends a gradient to: its edges in autograd's graph (None: not known).
         self.edges = edges
+        #: The outputs a gradient flows through (their positions among its floating-point
+        #: outputs: not a determinant's real sign, nor a layer norm's saved mean; None:
+        #: not known).
+        self.flows = flows
 
     @property
     def flops(self) -> int:
@@ -79,7 +85,7 @@ def backward_of(event: Event) -> BackwardResult:
     op (a ``torch.autograd.Function``'s backward, counted as it was seen), its own."""
     if event.func is None:
         return BackwardResult(event.backward)
-    key: Any = event.signature
+    key: Any = (event.signature, event.reached)
     if event.func in RUNS:  # (run as the device the dry run stands for runs it)
         key = (key, stands_for())
     try:
@@ -127,18 +133,18 @@ def _replay(event: Event) -> BackwardResult:
             device = RunsAsDevice() if func in RUNS else contextlib.nullcontext()
             with torch.enable_grad(), device:
                 out = func(*_lists(func, args), **kwargs)
-            skip = _DIFFERENTIATED.get(func._overloadpacket, 0)
-            target = _first_differentiable(out[skip:] if skip else out)
-            if target is None or not leaves:
-                return BackwardResult([], edges=())
-            grad = torch.ones_like(target)
+            flows = flowing(out)
+            targets = differentiated(out, event.reached)
+            if not targets or not leaves:
+                return BackwardResult([], edges=(), flows=flows)
+            seeds = [torch.ones_like(target) for target in targets]
             with counting(sink, phase="backward"):
-                grads = torch.autograd.grad(target, leaves, grad, allow_unused=True)
+                grads = torch.autograd.grad(targets, leaves, seeds, allow_unused=True)
     except Exception as exc:  # an op without a fake kernel or an autograd formula
         reason = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
         return BackwardResult(sink.events, f"{event.op} (backward: {reason})")
     edges = tuple(index for index, found in enumerate(grads) if found is not None)
-    return BackwardResult(sink.events, edges=edges)
+    return BackwardResult(sink.events, edges=edges, flows=flows)
 
 
 def _on_meta(value: Any) -> Any:
@@ -159,22 +165,6 @@ def _lists(func: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
             value = list(value)
         fixed.append(value)
     return tuple(fixed)
-
-
-#: Multi-output ops whose first output has no gradient that flows (a real determinant's
-#: sign): the output their backward is taken for.
-_DIFFERENTIATED: dict[Any, int] = {torch.ops.aten._linalg_slogdet: 1}
-
-
-def _first_differentiable(out: Any) -> torch.Tensor | None:
-    if isinstance(out, torch.Tensor):
-        return out if out.requires_grad and out.grad_fn is not None else None
-    if isinstance(out, tuple | list):
-        for item in out:
-            found = _first_differentiable(item)
-            if found is not None:
-                return found
-    return None
 
 
 # (asked inside a dry run's dispatch: its backward events are not kept for the op's

@@ -22,6 +22,7 @@ from .tensors import differentiable
 __all__ = [
     "Role",
     "edges_of",
+    "flows_of",
     "op_tensors",
     "replay_with",
     "role_tensor",
@@ -38,31 +39,44 @@ def edges_of(
     event: Event, keys: tuple[Any, Any], args: tuple[Any, ...], kwargs: Any
 ) -> tuple[int, ...] | None:
     """The inputs needing grad that ``event``'s op differentiates (their positions among
-    them; None: every one), kept on the event. Which inputs an op differentiates depends on
-    the op and on which of its inputs need grad, not on their sizes: one replay of its
-    backward per such pattern says. Asked inside ``__torch_dispatch__``, below autograd:
-    the replay runs with ``keys``, the dispatch keys outside the mode."""
+    them; None: every one), kept on the event with the outputs a gradient flows through
+    (:func:`flows_of`). Which inputs an op differentiates depends on the op and on which
+    of its inputs need grad (and are complex: a complex determinant's sign has a
+    gradient), not on their sizes: one replay of its backward per such pattern says. Asked
+    inside ``__torch_dispatch__``, below autograd: the replay runs with ``keys``, the
+    dispatch keys outside the mode."""
     found = event.__dict__.get("_edges", _UNSET)
     if found is not _UNSET:
         return found  # type: ignore[no-any-return]
     if not _REPLAY:
         return None
-    grads = tuple(t.requires_grad for t in op_tensors(args, kwargs) if differentiable(t))
+    grads = tuple(
+        (t.requires_grad, t.is_complex()) for t in op_tensors(args, kwargs) if differentiable(t)
+    )
     pattern = (event.func, grads)
-    found = _EDGES.get(pattern, _UNSET)
-    if found is _UNSET:
+    known = _EDGES.get(pattern)
+    if known is None:
         # (what the replay saves is its own: not the run's activations, nor a region's)
         with torch._C._ForceDispatchKeyGuard(*keys), _own_saves():
-            found = _REPLAY[0](event).edges
+            result = _REPLAY[0](event)
         if len(_EDGES) > 4096:
             _EDGES.clear()
-        _EDGES[pattern] = found
-    event.__dict__["_edges"] = found
-    return found  # type: ignore[no-any-return]
+        known = _EDGES[pattern] = (result.edges, result.flows)
+    event.__dict__["_edges"], event.__dict__["_flows"] = known
+    return known[0]
 
 
-#: Edges by op and by which of its inputs need grad.
-_EDGES: dict[Any, tuple[int, ...] | None] = {}
+def flows_of(event: Event) -> tuple[int, ...] | None:
+    """The outputs of ``event``'s op that a gradient flows through (their positions among
+    its floating-point outputs; None: not known), found with its edges
+    (:func:`edges_of`)."""
+    found: tuple[int, ...] | None = event.__dict__.get("_flows")
+    return found
+
+
+#: Edges and the outputs a gradient flows through, by op and by which of its inputs need
+#: grad.
+_EDGES: dict[Any, tuple[tuple[int, ...] | None, tuple[int, ...] | None]] = {}
 
 
 # The replay that finds an op's backward (see .backward, which counts with the counting

@@ -71,6 +71,10 @@ class Event:
     rerun: list[Event] = field(default_factory=list)
     # A sum of a tensor's gradients (see .fan_in): the tensor's id.
     source: int | None = None
+    # An op with several floating-point outputs of which a gradient reaches some only
+    # (``torch.var_mean(x, 1)[1]``): their positions among them (see .outputs_reached);
+    # None: every one.
+    reached: tuple[int, ...] | None = None
 
     def call(self) -> OpCall:
         """The op as a rule sees it."""

@@ -36,8 +36,9 @@ from typing import Any
 import torch
 
 from ...contract.walk import tensors_in
-from .edges import op_tensors
+from .edges import flows_of, op_tensors
 from .events import Event, Sink
+from .outputs_reached import reach
 from .tensors import differentiable
 from .waits import (
     PASSES,
@@ -261,6 +262,7 @@ class GradientSums:
                     waiting.sources.append(source)
                 else:  # (a record's own code: a reader is taken as reaching backward)
                     source.done = True
+                    reach(source)
                     self._live(source.waiting)
         if any(output is tensor for output in outputs for tensor in (*chosen, *written)):
             if clone is not None and any(clone[0] is output for output in outputs):
@@ -269,10 +271,14 @@ class GradientSums:
             return
         if event is not None and event.func is _CLONE and len(chosen) == 1:
             self._clone = (chosen[0], id(out))
-        for output in outputs:
+        flows = flows_of(event) if event is not None and len(outputs) > 1 else None
+        if flows is not None:
+            waiting.alive = len(flows)
+        for index, output in enumerate(outputs):
             key = id(output)
             ref = weakref.ref(output, functools.partial(self._let_go, key))
-            self.waiting[key] = WaitingOutput(ref, waiting)
+            made = self.waiting[key] = WaitingOutput(ref, waiting, index)
+            made.inert = flows is not None and index not in flows
         if self.histories and found and event is not None and getattr(event.func, "is_view", False):
             # (a view's node has its edge to the base's history now: the view op's own)
             base = found[0]._base if found[0]._base is not None else found[0]
@@ -390,8 +396,11 @@ class GradientSums:
         for output in (*self.waiting.values(), *self.gone):
             waiting = output.waiting
             places = waiting.places
-            if waiting.inputs is None or not places or id(waiting) in seen:
-                continue  # (decided, a dry run's own, or seen through another output)
+            if waiting.inputs is None and (waiting.count < 2 or output.done or output.inert):
+                continue  # (decided; an op with several outputs waits for each a gradient
+                # may reach: see .outputs_reached)
+            if not places or id(waiting) in seen:
+                continue  # (a dry run's own, or seen through another output)
             seen.add(id(waiting))
             for position, (where, index) in enumerate(places):
                 if where is items:
@@ -449,8 +458,14 @@ class GradientSums:
         found = self.waiting.get(key)
         if found is not None and found.ref() is None:
             del self.waiting[key]
-            if self.inside() or self.internal():
-                found.off = True  # (dead: read by nothing, no backward starts from it)
+            waiting = found.waiting
+            if not found.inert:
+                waiting.alive -= 1
+            # (dead: read by nothing, no backward starts from it; in a record's own code
+            # too where another output of its op that a gradient flows through is held:
+            # `torch.var_mean(x, 1)[1]`)
+            if self.inside() or self.internal() or found.inert or waiting.alive > 0:
+                found.off = True
             if found.copies > 0:  # (until a copy is read or gone)
                 found.let_go = True
                 self.gone.append(found)
@@ -465,9 +480,10 @@ class GradientSums:
         an op that differentiates it does."""
         if output.done or output.rootless:
             return
-        if not output.off:
+        if not (output.off or output.inert):
             if not self.histories or not self._stale(output.ref()):
                 output.done = True
+                reach(output)
                 self._live(output.waiting)  # (what a backward through it would reach)
                 return
             output.off = True  # (a backward from it starts at the node it is made again)
@@ -490,6 +506,7 @@ class GradientSums:
             for source in found.sources:
                 if not source.done:
                     source.done = True
+                    reach(source)
                     stack.append(source.waiting)
             found.sources = []
         if len(reached) > 1:  # (in the order the ops ran: a sum falls to the later edge)

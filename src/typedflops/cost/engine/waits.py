@@ -168,9 +168,26 @@ Place = tuple[list[Any], int]
 class Waiting:
     """An op's edges, counted once the op is known to reach backward; ``event``, where
     ``places`` keep it (a record's), taken off backward if it is known not to. ``left``:
-    its outputs not known dead; ``sources``: the waiting outputs it read."""
+    its outputs not known dead; ``sources``: the waiting outputs it read. An op with
+    several outputs also keeps ``count`` (its outputs), ``alive`` (those not let go),
+    ``reached`` (those a gradient reaches, see :mod:`.outputs_reached`) and ``shown``
+    (the event its places hold now: ``event``, or a copy saying which outputs are
+    reached)."""
 
-    __slots__ = ("again", "context", "event", "inputs", "left", "places", "serial", "sources")
+    __slots__ = (
+        "again",
+        "alive",
+        "context",
+        "count",
+        "event",
+        "inputs",
+        "left",
+        "places",
+        "reached",
+        "serial",
+        "shown",
+        "sources",
+    )
 
     def __init__(
         self,
@@ -181,7 +198,9 @@ class Waiting:
         context: Any = None,
     ) -> None:
         self.inputs: list[EdgeInput] | None = inputs
-        self.left = left
+        self.left = self.count = self.alive = left
+        self.reached: set[int] | None = None
+        self.shown = event
         self.event = event
         self.places = places
         # Where the op ran (a record's calls, in its thread or task): its sums go there.
@@ -198,11 +217,15 @@ class WaitingOutput:
     ``readers``: the waiting ops that differentiate it;
     ``copies``: its detached copies alive; ``let_go``: it is gone, its copies not;
     ``rootless``: decided to start no backward, it waits for its readers; ``saved``: a
-    copy autograd saved; ``done``: decided)."""
+    copy autograd saved; ``done``: decided; ``index``: its position among its op's
+    floating-point outputs; ``inert``: one of several that no gradient flows through, a
+    layer norm's saved mean: never a result a backward starts from)."""
 
     __slots__ = (
         "copies",
         "done",
+        "index",
+        "inert",
         "let_go",
         "off",
         "readers",
@@ -212,9 +235,11 @@ class WaitingOutput:
         "waiting",
     )
 
-    def __init__(self, ref: weakref.ref[torch.Tensor], waiting: Waiting) -> None:
+    def __init__(self, ref: weakref.ref[torch.Tensor], waiting: Waiting, index: int = 0) -> None:
         self.ref = ref
         self.waiting = waiting
+        self.index = index
+        self.inert = False
         self.off = False
         self.readers = 0
         self.copies = 0

@@ -1,0 +1,100 @@
+"""Which outputs of an op with several a gradient reaches, and the outputs its backward
+replay differentiates.
+
+Autograd runs an op's backward once, with a gradient for each output that one reaches
+and none (an undefined tensor) for the others; a formula skips the terms of those
+(``var_mean_backward`` without the variance's gradient is the mean's alone: 20 FLOPs
+for a 4 x 5 input, not 68; ``svd_backward`` with only ``S``'s is one product, not the
+terms of ``U`` and ``V``). So the replay of :mod:`.backward` differentiates the outputs
+that :mod:`.fan_in` finds reached: read by an op that reaches backward, or held as a
+result. The op's event says which (:attr:`.events.Event.reached`, part of the replay's
+cache key); an op whose every output is reached keeps None, as a one-output op does. A
+record's event is shared by every call of the op alike: the call's items get a copy,
+one per op event and outputs reached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...contract.walk import tensors_in
+from .edges import flows_of
+from .events import Event
+from .tensors import differentiable
+from .waits import Waiting, WaitingOutput
+
+__all__ = ["differentiated", "flowing", "reach"]
+
+#: A record's copies of a shared op event with the outputs a gradient reaches, by both.
+_COPIES: dict[tuple[Event, tuple[int, ...]], Event] = {}
+
+
+def reach(output: WaitingOutput) -> None:
+    """A gradient reaches ``output``: its op's event says so, where the op has several."""
+    waiting = output.waiting
+    if waiting.count < 2 or waiting.event is None:
+        return
+    found = waiting.reached
+    if found is None:
+        found = waiting.reached = set()
+    elif output.index in found:
+        return
+    found.add(output.index)
+    _show(waiting, tuple(sorted(found)))
+
+
+def _show(waiting: Waiting, reached: tuple[int, ...]) -> None:
+    event = waiting.event
+    assert event is not None
+    flows = flows_of(event)
+    every = len(reached) >= waiting.count or (flows is not None and set(flows) <= set(reached))
+    if waiting.places is None:  # (a dry run's own event)
+        event.reached = None if every else reached
+        return
+    shown = event if every else _copy(event, reached)
+    before, waiting.shown = waiting.shown, shown
+    for items, index in waiting.places:
+        if index < len(items) and items[index] is before:
+            items[index] = shown
+
+
+def _copy(event: Event, reached: tuple[int, ...]) -> Event:
+    key = (event, reached)
+    found = _COPIES.get(key)
+    if found is None:
+        if len(_COPIES) > 4096:
+            _COPIES.clear()
+        found = object.__new__(Event)
+        found.__dict__.update(event.__dict__)
+        found.reached = reached
+        _COPIES[key] = found
+    return found
+
+
+def differentiated(out: Any, reached: tuple[int, ...] | None) -> list[torch.Tensor]:
+    """The outputs of an op replayed (``out``) that its backward is taken for: those at
+    ``reached`` among its floating-point outputs (None: every one), each if a gradient
+    flows through it (a real determinant's sign, a layer norm's saved mean do not)."""
+    outputs = _outputs(out)
+    if reached is not None:
+        outputs = [outputs[index] for index in reached if index < len(outputs)]
+    return [t for t in outputs if _flows(t)]
+
+
+def flowing(out: Any) -> tuple[int, ...]:
+    """The positions among the floating-point outputs of an op replayed (``out``) of those
+    a gradient flows through."""
+    return tuple(index for index, tensor in enumerate(_outputs(out)) if _flows(tensor))
+
+
+def _outputs(out: Any) -> list[torch.Tensor]:
+    """An op's floating-point outputs, in the order :mod:`.fan_in` numbers them."""
+    if isinstance(out, torch.Tensor):
+        return [out] if differentiable(out) else []
+    return [t for t in tensors_in(out, depth=2) if differentiable(t)]
+
+
+def _flows(tensor: torch.Tensor) -> bool:
+    return tensor.requires_grad and tensor.grad_fn is not None
