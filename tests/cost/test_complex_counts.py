@@ -13,7 +13,7 @@ from kernel_counts import on_cpu, on_meta, recorded
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from typedflops import SpecError, estimate
+from typedflops import SpecError, estimate, record
 
 N = 12  # 4 x 3 values
 Z = Complex[Tensor, "a b"]
@@ -75,6 +75,18 @@ def test_a_complex_products_backward_is_complex_too() -> None:
     # estimate() gives complex inputs named in grad= their gradients too
     two = [Z, Z]
     assert on_meta(lambda z, w: z * w, two, SIZES, dtype=torch.complex64).backward == 2 * 6 * N
+
+
+def test_complex_gradients_that_meet_are_summed_by_parts() -> None:
+    # z read by two products: their backward 6 per value each (a complex product by a
+    # number), and the sum of z's two gradients, 2 per value (one add per part; was 1)
+    expected = 2 * 6 * N + 2 * N
+    z = torch.randn(4, 3, dtype=torch.complex128, requires_grad=True)
+    assert recorded(lambda: z * 2 + z * 3).backward == expected
+    assert on_meta(lambda z: z * 2 + z * 3, [Z], SIZES, dtype=torch.complex128).backward == expected
+    with record() as rec:
+        (z * 2 + z * 3).real.sum().backward()
+    assert (rec.total.backward_flops, rec.total.backward.exact) == (expected, True)
 
 
 def test_real_values_keep_their_counts_and_a_fused_op_in_place_counts_its_parts() -> None:

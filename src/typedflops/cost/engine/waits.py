@@ -42,6 +42,7 @@ def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: 
     """The event of ``adds`` sums of gradients of ``size`` values of ``dtype``, with no
     forward FLOPs (``source``: the tensor's ``id``, for a repeated block's bookkeeping in
     :mod:`.calls`); ``shared``: a record's, in a group of its own (as shared op events are).
+    A complex add is 2 FLOPs, one per part.
     """
     nbytes = size * dtype.itemsize
     group = group_of(_NAME, shared)
@@ -52,7 +53,7 @@ def gradient_sum(size: int, dtype: torch.dtype, adds: int, source: int, shared: 
         args=(),
         kwargs=(),
         out=None,
-        flops=adds * size,
+        flops=adds * size * (2 if dtype.is_complex else 1),
         entry=None,
         counted=True,
         bytes_read=2 * adds * nbytes,
