@@ -38,7 +38,7 @@ import torch
 from ...contract.walk import tensors_in
 from .edges import flows_of, op_tensors
 from .events import Event, Sink
-from .outputs_reached import reach
+from .outputs_reached import died, reach
 from .tensors import differentiable
 from .waits import (
     PASSES,
@@ -273,7 +273,7 @@ class GradientSums:
             self._clone = (chosen[0], id(out))
         flows = flows_of(event) if event is not None and len(outputs) > 1 else None
         if flows is not None:
-            waiting.alive = len(flows)
+            waiting.alive = waiting.open = len(flows)
         for index, output in enumerate(outputs):
             key = id(output)
             ref = weakref.ref(output, functools.partial(self._let_go, key))
@@ -526,6 +526,7 @@ class GradientSums:
             if found.done:
                 continue
             found.done = True
+            died(found)
             waiting = found.waiting
             waiting.left -= 1
             if waiting.left > 0 or waiting.inputs is None:

@@ -25,24 +25,36 @@ from .events import Event
 from .tensors import differentiable
 from .waits import Waiting, WaitingOutput
 
-__all__ = ["differentiated", "flowing", "reach"]
+__all__ = ["died", "differentiated", "flowing", "reach"]
 
 #: A record's copies of a shared op event with the outputs a gradient reaches, by both.
 _COPIES: dict[tuple[Event, tuple[int, ...]], Event] = {}
 
 
 def reach(output: WaitingOutput) -> None:
-    """A gradient reaches ``output``: its op's event says so, where the op has several."""
+    """A gradient reaches ``output`` (decided once): where its op has several, its event
+    says which once each is decided."""
     waiting = output.waiting
-    if waiting.count < 2 or waiting.event is None:
+    if waiting.count < 2 or output.inert:
         return
-    found = waiting.reached
-    if found is None:
-        found = waiting.reached = set()
-    elif output.index in found:
-        return
-    found.add(output.index)
-    _show(waiting, tuple(sorted(found)))
+    if waiting.reached is None:
+        waiting.reached = set()
+    waiting.reached.add(output.index)
+    _decided(waiting)
+
+
+def died(output: WaitingOutput) -> None:
+    """No gradient reaches ``output`` (decided once)."""
+    if output.waiting.count >= 2 and not output.inert:
+        _decided(output.waiting)
+
+
+def _decided(waiting: Waiting) -> None:
+    # (once for the op, when its last output a gradient may flow through is decided: an
+    # op with many, `x.unbind(0)` read one by one, is not shown again for each)
+    waiting.open -= 1
+    if waiting.open <= 0 and waiting.reached and waiting.event is not None:
+        _show(waiting, tuple(sorted(waiting.reached)))
 
 
 def _show(waiting: Waiting, reached: tuple[int, ...]) -> None:

@@ -170,10 +170,10 @@ class Waiting:
     """An op's edges, counted once the op is known to reach backward; ``event``, where
     ``places`` keep it (a record's), taken off backward if it is known not to. ``left``:
     its outputs not known dead; ``sources``: the waiting outputs it read. An op with
-    several outputs also keeps ``count`` (its outputs), ``alive`` (those not let go),
-    ``reached`` (those a gradient reaches, see :mod:`.outputs_reached`) and ``shown``
-    (the event its places hold now: ``event``, or a copy saying which outputs are
-    reached)."""
+    several outputs also keeps ``count`` (its outputs), ``alive`` (those a gradient flows
+    through not let go), ``open`` (those not decided yet), ``reached`` (those a gradient
+    reaches, see :mod:`.outputs_reached`) and ``shown`` (the event its places hold now:
+    ``event``, or a copy saying which outputs are reached)."""
 
     __slots__ = (
         "again",
@@ -183,6 +183,7 @@ class Waiting:
         "event",
         "inputs",
         "left",
+        "open",
         "places",
         "reached",
         "serial",
@@ -199,7 +200,7 @@ class Waiting:
         context: Any = None,
     ) -> None:
         self.inputs: list[EdgeInput] | None = inputs
-        self.left = self.count = self.alive = left
+        self.left = self.count = self.alive = self.open = left
         self.reached: set[int] | None = None
         self.shown = event
         self.event = event
