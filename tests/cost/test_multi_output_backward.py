@@ -204,3 +204,35 @@ def test_a_record_own_code_holds_what_it_keeps() -> None:
         both = torch.var_mean(x, 1)
     assert rec.total.backward_flops == 68 + 20 + 20
     del mean, both
+
+
+TWO = [M, M]
+
+# (name, body, backward): 4 x 5 inputs a and b; a product by a number is 20 multiplies,
+# and so is its backward
+FOREACH: list[tuple[str, Callable[[Tensor, Tensor], Tensor], int]] = [
+    # the first output's gradient goes to a alone: b's own product's (20) is its only one
+    ("first", lambda a, b: torch._foreach_mul([a, b], 2.0)[0].sum() + (b * 3).sum(), 40),
+    # the second's goes to b, which sums it with its product's: 20 + 20 + 20
+    ("second", lambda a, b: torch._foreach_mul([a, b], 2.0)[1].sum() + (b * 3).sum(), 60),
+    # both: 20 each, b's product's 20 and b's sum
+    ("both", lambda a, b: _both_summed(torch._foreach_mul([a, b], 2.0)) + (b * 3).sum(), 80),
+    # the second's only: b.exp()'s backward (20) is reached, a.exp()'s is not
+    ("made", lambda a, b: torch._foreach_mul([a.exp(), b.exp()], 2.0)[1].sum(), 20 + 20),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "backward"), [case[1:] for case in FOREACH], ids=[case[0] for case in FOREACH]
+)
+def test_outputs_that_send_gradients_to_different_inputs(
+    body: Callable[[Tensor, Tensor], Tensor], backward: int
+) -> None:
+    # each output of a foreach op has its own input's gradient: the inputs that get one,
+    # and so the sums where they meet, are those of the outputs reached
+    assert on_meta(body, TWO, WIDE).backward == backward
+    assert on_cpu(body, TWO, WIDE).backward == backward
+    a, b = (torch.randn(4, 5, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    with record() as rec:
+        body(a, b).backward()
+    assert rec.total.backward_flops == backward

@@ -27,6 +27,7 @@ __all__ = [
     "replay_with",
     "role_tensor",
     "roles",
+    "split_of",
     "written",
     "written_arguments",
 ]
@@ -59,11 +60,41 @@ def edges_of(
         # (what the replay saves is its own: not the run's activations, nor a region's)
         with torch._C._ForceDispatchKeyGuard(*keys), _own_saves():
             result = _REPLAY[0](event)
+            split = _split(event, result.edges, result.flows)
         if len(_EDGES) > 4096:
             _EDGES.clear()
-        known = _EDGES[pattern] = (result.edges, result.flows)
-    event.__dict__["_edges"], event.__dict__["_flows"] = known
-    return known[0]
+        known = _EDGES[pattern] = (result.edges, result.flows, split)
+    edges: tuple[int, ...] | None = known[0]
+    event.__dict__["_edges"], event.__dict__["_flows"], event.__dict__["_split"] = known
+    return edges
+
+
+def _split(
+    event: Event, edges: tuple[int, ...] | None, flows: tuple[int, ...] | None
+) -> dict[int, tuple[int, ...]] | None:
+    """The inputs each output of an op with several sends a gradient to, where they are
+    not all the op's (``torch._foreach_mul``: the k-th output's go to the k-th input
+    alone); None where each output's go to every edge, or the op has too many outputs
+    to replay one by one."""
+    if not flows or not edges or len(flows) < 2 or len(edges) < 2 or len(flows) > 64:
+        return None
+    each: dict[int, tuple[int, ...]] = {}
+    for index in flows:
+        alone = object.__new__(Event)
+        alone.__dict__.update(event.__dict__)
+        alone.reached = (index,)
+        found = _REPLAY[0](alone).edges
+        if found is None:
+            return None
+        each[index] = found
+    return None if all(found == edges for found in each.values()) else each
+
+
+def split_of(event: Event) -> dict[int, tuple[int, ...]] | None:
+    """The inputs each output of ``event``'s op sends a gradient to, where they are not
+    all its edges (see :func:`edges_of`); None: each sends one to every edge."""
+    found: dict[int, tuple[int, ...]] | None = event.__dict__.get("_split")
+    return found
 
 
 def flows_of(event: Event) -> tuple[int, ...] | None:
@@ -74,9 +105,9 @@ def flows_of(event: Event) -> tuple[int, ...] | None:
     return found
 
 
-#: Edges and the outputs a gradient flows through, by op and by which of its inputs need
-#: grad.
-_EDGES: dict[Any, tuple[tuple[int, ...] | None, tuple[int, ...] | None]] = {}
+#: Edges, the outputs a gradient flows through and the edges of each where they differ,
+#: by op and by which of its inputs need grad.
+_EDGES: dict[Any, tuple[Any, ...]] = {}
 
 
 # The replay that finds an op's backward (see .backward, which counts with the counting

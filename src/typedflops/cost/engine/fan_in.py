@@ -36,14 +36,15 @@ from typing import Any
 import torch
 
 from ...contract.walk import tensors_in
-from .edges import flows_of, op_tensors
+from .edges import flows_of, op_tensors, split_of
 from .events import Event, Sink
-from .outputs_reached import died, reach
+from .outputs_reached import died, kept, reach
 from .tensors import differentiable
 from .waits import (
     PASSES,
     EdgeInput,
     Place,
+    Split,
     Waiting,
     WaitingOutput,
     gradient_sum,
@@ -222,13 +223,14 @@ class GradientSums:
                 self._read_detached(tensor)
         inputs = [t for t in found if t.requires_grad and differentiable(t)]
         clone, self._clone = self._clone, None
-        chosen = []
+        chosen, positions = [], []
         rebased = self._rebased(written) if written else []
         for index, tensor in enumerate(inputs):
             if rebased and any(tensor is view for view, _ in rebased):
                 continue
             if edges is None or index in edges:
                 chosen.append(tensor)
+                positions.append(index)
             elif self.waiting:
                 if event is not None and event.op == "detach":
                     self._detached(tensor, outputs)
@@ -242,17 +244,22 @@ class GradientSums:
         edges_to = [self._input(t) for t in (*chosen, *bases)]
         context = self.where() if self.where is not None else None
         waiting = Waiting(edges_to, len(outputs), event, places, context)
+        source_at: list[int] = []
+        flows = flows_of(event) if event is not None and len(outputs) > 1 else None
+        split = split_of(event) if event is not None and flows is not None else None
         if self.waiting:
             # (a view op's node may be replaced before anything reads it, its base written
-            # in place, and an op inside one torch call of a record's own code may make a
-            # temporary: in own code too, they reach backward only if their outputs do, so
-            # what they read waits on them)
+            # in place, an op inside one torch call of a record's own code may make a
+            # temporary, and an op whose outputs send gradients to different inputs reaches
+            # what it read through the outputs reached: in own code too, they reach backward
+            # only if their outputs do, so what they read waits on them)
             lazy = (
                 self.inside()
                 or self.internal()
+                or split is not None
                 or (event is not None and getattr(event.func, "is_view", False))
             )
-            for tensor in chosen:
+            for tensor, position in zip(chosen, positions, strict=True):
                 source = self.waiting.get(id(tensor))
                 if source is None or source.ref() is not tensor or source.done:
                     continue
@@ -260,6 +267,7 @@ class GradientSums:
                     source.readers += 1
                     source.off = True
                     waiting.sources.append(source)
+                    source_at.append(position)
                 else:  # (a record's own code: a reader is taken as reaching backward)
                     source.done = True
                     reach(source)
@@ -271,9 +279,11 @@ class GradientSums:
             return
         if event is not None and event.func is _CLONE and len(chosen) == 1:
             self._clone = (chosen[0], id(out))
-        flows = flows_of(event) if event is not None and len(outputs) > 1 else None
         if flows is not None:
             waiting.alive = waiting.open = len(flows)
+            if split is not None:  # (`torch._foreach_mul`: each output its own input's)
+                at: list[int | None] = [*positions, *(None for _ in bases)]
+                waiting.split = Split(split, at, source_at)
         for index, output in enumerate(outputs):
             key = id(output)
             ref = weakref.ref(output, functools.partial(self._let_go, key))
@@ -501,9 +511,19 @@ class GradientSums:
             found = stack.pop()
             if found.inputs is None:
                 continue  # (decided)
-            reached.append((found, found.inputs))
+            inputs, sources = found.inputs, found.sources
+            if found.split is not None:  # (its outputs' edges differ: see .outputs_reached)
+                if found.open > 0:
+                    found.wanted = True  # (once its last output is decided)
+                    continue
+                inputs, sources, dropped = kept(found)
+                for source in dropped:
+                    source.readers -= 1
+                    if source.readers <= 0 and source.rootless:
+                        self._dead(source)
+            reached.append((found, inputs))
             found.inputs = None
-            for source in found.sources:
+            for source in sources:
                 if not source.done:
                     source.done = True
                     reach(source)
@@ -520,13 +540,14 @@ class GradientSums:
     def _dead(self, output: WaitingOutput) -> None:
         """No backward reaches ``output``: if no other output of its op is reached, the op
         costs no backward, and the ops that made what it read lose a reader."""
-        stack = [output]
+        stack, wanted = [output], []
         while stack:
             found = stack.pop()
             if found.done:
                 continue
             found.done = True
-            died(found)
+            if died(found) and found.waiting.wanted:
+                wanted.append(found.waiting)  # (its last output decided: see _live)
             waiting = found.waiting
             waiting.left -= 1
             if waiting.left > 0 or waiting.inputs is None:
@@ -538,6 +559,8 @@ class GradientSums:
                 if source.readers <= 0 and source.rootless:
                     stack.append(source)
             waiting.sources = []
+        for waiting in wanted:
+            self._live(waiting)
 
     def _check_pass(self) -> None:
         if self._pass != PASSES[0]:

@@ -23,9 +23,9 @@ from ...contract.walk import tensors_in
 from .edges import flows_of
 from .events import Event
 from .tensors import differentiable
-from .waits import Waiting, WaitingOutput
+from .waits import EdgeInput, Waiting, WaitingOutput
 
-__all__ = ["died", "differentiated", "flowing", "reach"]
+__all__ = ["died", "differentiated", "flowing", "kept", "reach"]
 
 #: A record's copies of a shared op event with the outputs a gradient reaches, by both.
 _COPIES: dict[tuple[Event, tuple[int, ...]], Event] = {}
@@ -43,18 +43,42 @@ def reach(output: WaitingOutput) -> None:
     _decided(waiting)
 
 
-def died(output: WaitingOutput) -> None:
-    """No gradient reaches ``output`` (decided once)."""
+def died(output: WaitingOutput) -> bool:
+    """No gradient reaches ``output`` (decided once); whether it was the last of its op
+    to be decided."""
     if output.waiting.count >= 2 and not output.inert:
-        _decided(output.waiting)
+        return _decided(output.waiting)
+    return False
 
 
-def _decided(waiting: Waiting) -> None:
+def _decided(waiting: Waiting) -> bool:
     # (once for the op, when its last output a gradient may flow through is decided: an
     # op with many, `x.unbind(0)` read one by one, is not shown again for each)
     waiting.open -= 1
-    if waiting.open <= 0 and waiting.reached and waiting.event is not None:
+    if waiting.open > 0:
+        return False
+    if waiting.reached and waiting.event is not None:
         _show(waiting, tuple(sorted(waiting.reached)))
+    return True
+
+
+def kept(
+    waiting: Waiting,
+) -> tuple[list[EdgeInput], list[WaitingOutput], list[WaitingOutput]]:
+    """The edges of an op whose outputs send gradients to different inputs that those
+    reached send, the outputs it read that they differentiate, and those it read that
+    they do not (no longer read by it)."""
+    split, inputs = waiting.split, waiting.inputs
+    assert split is not None and inputs is not None
+    allowed: set[int] = set()
+    for index in waiting.reached or ():
+        allowed.update(split.edges.get(index, ()))
+    edges = [edge for edge, at in zip(inputs, split.at, strict=True) if at is None or at in allowed]
+    sources: list[WaitingOutput] = []
+    dropped: list[WaitingOutput] = []
+    for source, at in zip(waiting.sources, split.source_at, strict=True):
+        (sources if at in allowed else dropped).append(source)
+    return edges, sources, dropped
 
 
 def _show(waiting: Waiting, reached: tuple[int, ...]) -> None:

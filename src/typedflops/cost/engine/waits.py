@@ -23,6 +23,7 @@ __all__ = [
     "PASSES",
     "EdgeInput",
     "Place",
+    "Split",
     "Waiting",
     "WaitingOutput",
     "backward_ran",
@@ -173,7 +174,9 @@ class Waiting:
     several outputs also keeps ``count`` (its outputs), ``alive`` (those a gradient flows
     through not let go), ``open`` (those not decided yet), ``reached`` (those a gradient
     reaches, see :mod:`.outputs_reached`) and ``shown`` (the event its places hold now:
-    ``event``, or a copy saying which outputs are reached)."""
+    ``event``, or a copy saying which outputs are reached); where its outputs send
+    gradients to different inputs, ``split`` says which (its edges wait for its last
+    output to be decided: ``wanted``, once one is reached)."""
 
     __slots__ = (
         "again",
@@ -189,6 +192,8 @@ class Waiting:
         "serial",
         "shown",
         "sources",
+        "split",
+        "wanted",
     )
 
     def __init__(
@@ -202,6 +207,8 @@ class Waiting:
         self.inputs: list[EdgeInput] | None = inputs
         self.left = self.count = self.alive = self.open = left
         self.reached: set[int] | None = None
+        self.split: Split | None = None
+        self.wanted = False
         self.shown = event
         self.event = event
         self.places = places
@@ -211,6 +218,22 @@ class Waiting:
         self.serial = next(_SERIALS)
         # A view made again: the event of its own backward, if it computes (see view_again).
         self.again: Event | None = None
+
+
+class Split:
+    """The inputs each output of an op sends a gradient to (``edges``: by output, their
+    positions among the inputs needing grad), where they differ; the position of each of
+    the op's edges (``at``: None for a view's base) and of each output it read
+    (``source_at``)."""
+
+    __slots__ = ("at", "edges", "source_at")
+
+    def __init__(
+        self, edges: dict[int, tuple[int, ...]], at: list[int | None], source_at: list[int]
+    ) -> None:
+        self.edges = edges
+        self.at = at
+        self.source_at = source_at
 
 
 class WaitingOutput:
