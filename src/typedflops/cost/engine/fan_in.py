@@ -14,16 +14,17 @@ differentiates (its backward replay says: :func:`.backward.backward_of`), and ea
 past a tensor's first adds a gradient sum: an event with no forward FLOPs whose backward
 is the add, in the row where the edge was counted. An op's edges count once it is known to
 reach backward (see :class:`GradientSums`): a branch read only off the graph
-(``x.amax().detach()``) sends no gradient. An in-place op gives its tensor a new history:
-its edges count from zero again; one through a view gives its base a new history too, with
-an edge to the old one, and a view read after its base was written is a new node with an
-edge to the base (autograd's ``CopySlices`` and regenerated views: slice assignment,
-``F.pad``'s circular mode). In a record, a backward that ran starts every count
-again (a training loop's next forward builds a new graph), and each top-level call starts
-its leaves' (parameters read by two calls are summed by neither call's own backward). A
-block repeated in a dry run makes its first call's edges to what it reaches from outside
-again (see :mod:`.calls`). Not seen: the edges of a ``torch.autograd.Function``'s own
-inputs (its forward runs with autograd off).
+(``x.amax().detach()``) sends no gradient. Of an op with several outputs, which are
+reached is noted too (its backward is theirs, see :mod:`.outputs_reached`). An in-place
+op gives its tensor a new history: its edges count from zero again; one through a view
+gives its base a new history too, with an edge to the old one, and a view read after its
+base was written is a new node with an edge to the base (autograd's ``CopySlices`` and
+regenerated views: slice assignment, ``F.pad``'s circular mode). In a record, a backward
+that ran starts every count again (a training loop's next forward builds a new graph), and
+each top-level call starts its leaves' (parameters read by two calls are summed by neither
+call's own backward). A block repeated in a dry run makes its first call's edges to what
+it reaches from outside again (see :mod:`.calls`). Not seen: the edges of a
+``torch.autograd.Function``'s own inputs (its forward runs with autograd off).
 """
 
 from __future__ import annotations
