@@ -49,6 +49,7 @@ from .waits import (
     Waiting,
     WaitingOutput,
     gradient_sum,
+    off_graph,
     quiet,
     scope,
     view_again,
@@ -554,7 +555,7 @@ class GradientSums:
             if waiting.left > 0 or waiting.inputs is None:
                 continue
             waiting.inputs = None
-            _off_graph(waiting)
+            off_graph(waiting)
             for source in waiting.sources:
                 source.readers -= 1
                 if source.readers <= 0 and source.rootless:
@@ -593,23 +594,6 @@ def _always() -> bool:
 
 def _never() -> bool:
     return False
-
-
-def _off_graph(waiting: Waiting) -> None:
-    """An op read only off the graph: no backward of it runs. A record's event is shared
-    by every call of the op alike: the call's items get a copy without backward."""
-    event = waiting.event
-    if event is None:
-        return
-    if waiting.places is None:  # (a dry run's own event)
-        event.needs_grad = False
-        return
-    copy = object.__new__(Event)
-    copy.__dict__.update(event.__dict__)
-    copy.needs_grad = False
-    for items, index in waiting.places:
-        if index < len(items) and items[index] is event:
-            items[index] = copy
 
 
 _Tensor = torch.Tensor

@@ -29,6 +29,7 @@ __all__ = [
     "backward_ran",
     "gradient_sum",
     "new_call",
+    "off_graph",
     "quiet",
     "reads_unseen",
     "scope",
@@ -289,3 +290,20 @@ def reads_unseen() -> Iterator[None]:
         yield
     finally:
         quiet.on = before
+
+
+def off_graph(waiting: Waiting) -> None:
+    """An op read only off the graph: no backward of it runs. A record's event is shared
+    by every call of the op alike: the call's items get a copy without backward."""
+    event = waiting.event
+    if event is None:
+        return
+    if waiting.places is None:  # (a dry run's own event)
+        event.needs_grad = False
+        return
+    copy = object.__new__(Event)
+    copy.__dict__.update(event.__dict__)
+    copy.needs_grad = False
+    for items, index in waiting.places:
+        if index < len(items) and items[index] is event:
+            items[index] = copy
