@@ -37,6 +37,7 @@ from .at_one import checked_at_one, with_part_at_one
 from .axes import Axis, axes_of, named_alike, named_by_call, study, third, tied
 from .events import Event
 from .fit import Fitted, Plan, Size, fit, size_value
+from .held_sizes import Held, own_held, with_held
 from .orders import order_checked
 from .rebuild import OWN
 from .rules import declared_flops
@@ -143,7 +144,10 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         if base.bound.get(name) != size
     }
     changed |= {str(symbol) for symbol in repeat.values()}
-    cost = _cost(probe, base, fitting, terms, bound, values, changed)
+    moved = {key for s in studies if not s.stuck for key in s.axis.keys}
+    moved |= {OWN + str(symbol) for symbol in repeat.values()}
+    held = (*own_held(probe.rebuild, moved), *probe.held)
+    cost = _cost(probe, base, fitting, terms, bound, values, changed, held)
     moving = any(
         s.other_ops or _moves_from_zero(runner, start, base, s.axis)
         for s in studies
@@ -522,18 +526,17 @@ def _cost(
     bound: Mapping[str, Size],
     values: Mapping[str, int],
     changed: set[str],
+    held: Sequence[Held],
 ) -> Cost:
     """The Cost: the base run's ops and counts, the terms, the call's dims and the sizes of
-    its formulas, and the sizes that no run changed."""
+    its formulas, and the sizes that no run changed (``held``: the module's own)."""
     dims = {name: size_value(size) for name, size in bound.items()}
     used = {str(symbol) for term in terms.values() for symbol in term.formula.free_symbols}
     dims.update({name: values[name] for name in sorted(used - dims.keys()) if name in values})
     fixed = {name: size for name, size in dims.items() if name not in changed}
-    # A module that cannot be built again holds its sizes (``self.d_ff``) at their values;
-    # one that can was changed in each (its submodules' names are no sizes of its own).
-    for name, size in probe.names.items() if probe.rebuild is None else ():
-        if name not in changed and name not in fixed and name not in bound:
-            fixed[name] = size
+    # The sizes the module holds that no rebuild changes (all of them, where it cannot be
+    # built again; a module passed to its constructor, where it can: :mod:`.held_sizes`).
+    fixed = with_held(fixed, held, dims, changed)
     events = base.events
     return Cost(
         forward=terms["forward"],

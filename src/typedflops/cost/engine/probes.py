@@ -44,7 +44,8 @@ from .dry_modules import (
 from .dryrun import Probe, Thunk, measure
 from .estimate_inputs import dtype_fits, no_anonymous_axis, requested_by_name, variadic_given
 from .fit import Size
-from .module_sizes import held_dims, module_dims, module_names, module_repeats
+from .held_sizes import held_sizes
+from .module_sizes import held_dims, module_dims, module_repeats
 from .rebuild import rebuild_of
 from .tensors import differentiable
 
@@ -343,7 +344,7 @@ def estimate_probe(
         variable=variable,
         build=build,
         device=device,
-        names=module_names(module),
+        held=held_sizes(module, rebuild),
         repeats=repeats,
         declared=call.declared,
         rebuild=rebuild,
@@ -428,7 +429,7 @@ def call_probe(
         variable=variable,
         build=build,
         device=device,
-        names=module_names(module),
+        held=held_sizes(module, rebuild),
         repeats=repeats,
         declared=call.declared,
         rebuild=rebuild,

@@ -57,12 +57,17 @@ OWN = "self."
 class Rebuild:
     """How to build ``module`` again: ``sizes`` are the sizes that can be changed (by the
     name a formula gives them) at their values in ``module``; ``declared`` when the module
-    names them itself (``typedflops_dims()``)."""
+    names them itself (``typedflops_dims()``). A module built by its constructor keeps the
+    arguments it was called with (``passed``, by name: what is not a size among them passes
+    through every rebuild unchanged) and the ints given in two places (``doubled``: left
+    at their values); None and none for the other ways."""
 
     module: torch.nn.Module
     sizes: dict[str, int]
     make: Make
     declared: bool = False
+    passed: Mapping[str, Any] | None = None
+    doubled: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def key(self, name: str) -> str:
         """The key of size ``name`` in a dry run's sizes."""
@@ -207,7 +212,7 @@ def _constructor(
     cls: type[torch.nn.Module], arguments: list[_Argument], module: torch.nn.Module
 ) -> Rebuild | None:
     """How ``cls`` builds ``module`` again from ``arguments``, where it builds its twin."""
-    where = _size_places(arguments)
+    where, doubled = _size_places(arguments)
     if not where:
         return None
     sizes = {name: _value_at(arguments, place) for name, place in where.items()}
@@ -240,7 +245,8 @@ def _constructor(
         return None
     if not _twins(module, twin):
         return None
-    return Rebuild(module, sizes, construct)
+    passed = {argument.name: argument.value for argument in arguments}
+    return Rebuild(module, sizes, construct, passed=passed, doubled=doubled)
 
 
 def _read_back(
@@ -334,11 +340,15 @@ def _int_fields(config: Any) -> dict[str, int]:
     }
 
 
-def _size_places(arguments: list[_Argument]) -> dict[str, tuple[str, str | None]]:
+def _size_places(
+    arguments: list[_Argument],
+) -> tuple[dict[str, tuple[str, str | None]], dict[str, int]]:
     """Each size's place among the arguments: an int argument ``(name, None)`` or a config
-    field ``(argument, field)``; a name found in two places is left out (ambiguous)."""
+    field ``(argument, field)``; a name found in two places is left out (ambiguous), and
+    returned apart with its value where both places give one."""
     where: dict[str, tuple[str, str | None]] = {}
     doubled: set[str] = set()
+    values: dict[str, set[int]] = {}
     for argument in arguments:
         places: dict[str, tuple[str, str | None]]
         if type(argument.value) is int:
@@ -352,7 +362,9 @@ def _size_places(arguments: list[_Argument]) -> dict[str, tuple[str, str | None]
             if name in where:
                 doubled.add(name)
             where[name] = place
-    return {name: place for name, place in where.items() if name not in doubled}
+            values.setdefault(name, set()).add(_value_at(arguments, place))
+    held = {name: next(iter(values[name])) for name in doubled if len(values[name]) == 1}
+    return {name: place for name, place in where.items() if name not in doubled}, held
 
 
 def _value_at(arguments: list[_Argument], place: tuple[str, str | None]) -> int:

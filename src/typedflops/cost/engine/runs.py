@@ -33,6 +33,7 @@ from .device_runs import standing_for
 from .events import Event
 from .fit import Size
 from .frames import no_frame
+from .held_sizes import Held
 from .kernels import meta_target
 from .rebuild import Rebuild
 from .saved import SavedTensors
@@ -51,13 +52,13 @@ class Probe:
     """A call that can be built at any sizes of its dims.
 
     ``dims`` are the base sizes of every dim of the call, ``variable`` those that may be
-    changed independently, ``names`` other named sizes (a module's own), ``repeats`` names
-    for a module's count of repeated blocks, ``rebuild`` how to build the module at other
-    sizes of its own (keys :meth:`Rebuild.key` in an assignment), ``build`` makes the call
-    at an assignment of sizes with its tensors on a device (``"meta"``), ``device`` the
-    device type the call would run on, ``declared`` a ``flops=`` formula replacing the
-    outermost call's count, ``pinned`` sizes (by key in an assignment) held at a value
-    that no run changes.
+    changed independently, ``held`` the sizes the module holds that no rebuild changes
+    (:mod:`.held_sizes`), ``repeats`` names for a module's count of repeated blocks,
+    ``rebuild`` how to build the module at other sizes of its own (keys
+    :meth:`Rebuild.key` in an assignment), ``build`` makes the call at an assignment of
+    sizes with its tensors on a device (``"meta"``), ``device`` the device type the call
+    would run on, ``declared`` a ``flops=`` formula replacing the outermost call's count,
+    ``pinned`` sizes (by key in an assignment) held at a value that no run changes.
     """
 
     function: str
@@ -65,7 +66,7 @@ class Probe:
     variable: list[str]
     build: Callable[[Mapping[str, Size], str], Thunk]
     device: str = "cpu"
-    names: dict[str, int] = field(default_factory=dict)
+    held: tuple[Held, ...] = ()
     repeats: dict[str, int] = field(default_factory=dict)
     declared: sympy.Expr | None = None
     rebuild: Rebuild | None = None

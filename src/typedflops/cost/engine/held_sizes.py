@@ -1,0 +1,200 @@
+"""The sizes a module holds that no rebuild changes: numbers in the formulas, listed in
+``Cost.fixed`` so that a formula says at which values of them it holds.
+
+A module rebuilt from its constructor (:mod:`.rebuild`) changes the int arguments and the
+int fields of a config passed in; what else it was given passes through unchanged:
+
+- a module passed in (``Head(Enc(8, 32), 5)``): the sizes it names (``d_model`` = 32, by
+  :func:`~.module_sizes.module_names`), or ``enc.d_model`` where the rebuild changes a size
+  of that name;
+- a list or tuple of ints (``widths=[16, 32, 16]``): each element that sizes an axis of the
+  module's weights, as ``widths[1]`` (``config.widths[1]`` inside a config);
+- an int given in two places (an argument and a config's field of one name), which the
+  rebuild leaves alone rather than pick one.
+
+Whatever way the module is built, an int global its classes' constructors read (``HIDDEN``
+in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis. A module that cannot be
+rebuilt holds all of its sizes: its names, its lists' ints and those globals.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+import torch
+
+from .module_sizes import _int_fields, module_names
+from .rebuild import Rebuild
+
+__all__ = ["Held", "held_sizes", "own_held", "with_held"]
+
+
+class Held(NamedTuple):
+    """A size held at ``size``: listed as ``name``, or as ``qualified`` (``enc.d_model``,
+    ``self.seq``) where another size has that name."""
+
+    name: str
+    qualified: str
+    size: int
+
+
+def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
+    """The sizes ``module`` holds at their values that ``rebuild`` (None: no rebuild) never
+    changes; each sizes an axis of the module's parameters or buffers."""
+    if not isinstance(module, torch.nn.Module):
+        names = module_names(module) if rebuild is None else {}
+        return tuple(Held(name, name, size) for name, size in names.items())
+    axes = {size for t in (*module.parameters(), *module.buffers()) for size in t.shape}
+    found: list[Held] = []
+    if rebuild is None:
+        found += [Held(name, name, size) for name, size in module_names(module).items()]
+        for sub in _own_classes(module):
+            for name, value in vars(sub).items():
+                if not name.startswith("_"):
+                    found += [Held(f"{name}[{i}]", f"{name}[{i}]", n) for i, n in _ints_of(value)]
+    elif not rebuild.declared:
+        if rebuild.passed is None:  # (typed submodules rebuilt in a copy: the rest held)
+            rest = module_names(module).items()
+            found += [Held(name, name, n) for name, n in rest if name not in rebuild.sizes]
+        for argument, value in (rebuild.passed or {}).items():
+            found += _passed_sizes(argument, value)
+        found += [Held(name, name, size) for name, size in rebuild.doubled.items()]
+        if rebuild.passed is not None:  # (set from ``**kwargs``, a default the call left)
+            unchanged = _unchanged_names(module, rebuild).items()
+            found += [Held(name, f"self.{name}", size) for name, size in unchanged]
+    found += [Held(name, name, size) for name, size in _globals_read(module).items()]
+    return tuple(dict.fromkeys(held for held in found if held.size in axes))
+
+
+def own_held(rebuild: Rebuild | None, moved: set[str]) -> tuple[Held, ...]:
+    """The rebuild's own sizes that no dry run changed (``moved``: the keys of the sizes
+    the runs changed): one named as a dim of the call where that dim changes alone (a
+    table at its full ``seq`` beside an input's ``seq``), one no other value builds."""
+    if rebuild is None or rebuild.declared:
+        return ()
+    return tuple(
+        Held(name, rebuild.key(name), size)
+        for name, size in rebuild.sizes.items()
+        if rebuild.key(name) not in moved
+    )
+
+
+def with_held(
+    fixed: Mapping[str, int],
+    held: Iterable[Held],
+    shown: Mapping[str, int],
+    changed: set[str],
+) -> dict[str, int]:
+    """``fixed`` with each held size added by its name, or by its qualified name where a
+    size of its formula (``shown``), one changed or one listed has the name at another
+    value or was changed; one whose name and value a dim held at it has already is that dim."""
+    result = dict(fixed)
+    for name, qualified, size in held:
+        if result.get(name) == size or (name not in changed and shown.get(name) == size):
+            continue
+        key = name
+        if name in result or name in shown or name in changed:
+            if qualified == name:
+                continue
+            key = qualified
+        result.setdefault(key, size)
+    return result
+
+
+def _unchanged_names(module: torch.nn.Module, rebuild: Rebuild) -> dict[str, int]:
+    """The sizes the module names (other than the rebuild's own) that keep their values,
+    wherever they are held, when the module is built again with each of the rebuild's
+    sizes changed alone (a ``self.hidden`` read from ``**kwargs``); none where a build
+    fails (a size that derives from those changes cannot be told from one held)."""
+    kept = {name: size for name, size in module_names(module).items() if name not in rebuild.sizes}
+    if not kept:
+        return {}
+    original = _fields_by_path(module)
+    for name, size in rebuild.sizes.items():
+        built = None
+        for value in (2 * size + 2, size + 1):
+            try:
+                with torch.device("meta"):
+                    built = rebuild.at({name: value}, None)
+                break
+            except Exception:  # (a value the constructor refuses: the next one)
+                continue
+        if built is None:
+            return {}
+        fields = _fields_by_path(built)
+        for held in list(kept):
+            places = [key for key, v in original.items() if key[1] == held and v == kept[held]]
+            if any(fields.get(key) != original[key] for key in places):
+                del kept[held]
+    return kept
+
+
+def _fields_by_path(module: torch.nn.Module) -> dict[tuple[str, str], int]:
+    """The int fields of each of the module's (non-torch) submodules, by path and name."""
+    return {
+        (path, name): value
+        for path, sub in module.named_modules(remove_duplicate=False)
+        if not type(sub).__module__.startswith("torch.")
+        for name, value in _int_fields(sub)
+    }
+
+
+def _passed_sizes(argument: str, value: Any) -> list[Held]:
+    """The sizes a constructor argument that no rebuild changes holds: each module's in a
+    module (or a list of them) passed in, the ints of a list, a config's lists of ints."""
+    modules = [value] if isinstance(value, torch.nn.Module) else []
+    if isinstance(value, list | tuple) and all(isinstance(v, torch.nn.Module) for v in value):
+        modules = [torch.nn.ModuleList(value)] if value else []
+    found: list[Held] = []
+    for passed in modules:
+        for path, sub in passed.named_modules(remove_duplicate=False):
+            if not type(sub).__module__.startswith("torch."):
+                where = f"{argument}.{path}" if path else argument
+                found += [Held(name, f"{where}.{name}", n) for name, n in _int_fields(sub)]
+    if modules:
+        return found
+    found += [Held(f"{argument}[{i}]", f"{argument}[{i}]", n) for i, n in _ints_of(value)]
+    if not isinstance(value, type) and not callable(value) and hasattr(value, "__dict__"):
+        for name, field in vars(value).items():  # a config's lists of ints
+            if not name.startswith("_"):
+                held = [(f"{name}[{i}]", f"{argument}.{name}[{i}]", n) for i, n in _ints_of(field)]
+                found += [Held(*entry) for entry in held]
+    return found
+
+
+def _ints_of(value: Any) -> list[tuple[int, int]]:
+    """The (index, int) elements of a list or tuple of ints, or none."""
+    if isinstance(value, list | tuple) and value and all(type(v) is int for v in value):
+        return list(enumerate(value))
+    return []
+
+
+def _own_classes(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The module and its submodules whose classes are not torch's own."""
+    return [sub for sub in module.modules() if not type(sub).__module__.startswith("torch.")]
+
+
+def _globals_read(module: torch.nn.Module) -> dict[str, int]:
+    """Module-level ints that the constructors of the module's (non-torch) classes read."""
+    found: dict[str, int] = {}
+    for cls in dict.fromkeys(type(sub) for sub in _own_classes(module)):
+        init = vars(cls).get("__init__")
+        code = getattr(init, "__code__", None)
+        if not isinstance(code, types.CodeType):
+            continue
+        scope: Mapping[str, Any] = getattr(init, "__globals__", {})
+        for name in _names_in(code):
+            value = scope.get(name)
+            if type(value) is int and value > 1 and not name.startswith("_"):
+                found.setdefault(name, value)
+    return found
+
+
+def _names_in(code: types.CodeType) -> Iterator[str]:
+    """The global names a code object and those nested in it (comprehensions) read."""
+    yield from code.co_names
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _names_in(constant)
