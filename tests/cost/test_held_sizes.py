@@ -14,7 +14,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from typedflops import Cost, record, typed_flops
+from typedflops import Cost, estimate, record, typed_flops
 from typedflops.nn import Embedding
 
 
@@ -281,3 +281,47 @@ def test_modules_passed_in_a_list_hold_their_sizes_under_their_paths() -> None:
     again = Stack.forward.estimate(Stack([Enc(8, 32), Enc(32, 16)], 7), b=3)  # n rebuilt
     for name, term in cost.terms.items():
         assert term.at({**cost.dims, "b": 3, "n": 7}) == again.terms[name].count, name
+
+
+def test_a_torch_layers_width_kept_nowhere_else_is_held() -> None:
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 8))
+    cost = estimate(model, Float[Tensor, "b d"], b=2, d=8)
+    # per row 2*8*32 twice and 32 for the relu; the hidden width is the first layer's
+    assert cost.exact and str(cost.formula) == "1056*b"
+    assert cost.fixed == {"d": 8, "0.out_features": 32}  # was {"d": 8}
+    x = torch.randn(2, 8)
+    with record() as rec:
+        model(x)
+    assert cost.flops == rec.total.flops == 2112
+    again = estimate(model, Float[Tensor, "b d"], b=5, d=8)
+    for name, term in cost.terms.items():
+        assert term.at({**cost.dims, "b": 5}) == again.terms[name].count, name
+    wider = nn.Sequential(nn.Linear(8, 24), nn.ReLU(), nn.Linear(24, 8))
+    assert estimate(wider, Float[Tensor, "b d"], b=2, d=8).flops == 2 * (2 * 2 * 8 * 24 + 24)
+
+
+class UnkeptBlocks(nn.Module):
+    """Blocks counted by an attribute of another name than the constructor's argument."""
+
+    def __init__(self, d: int, n: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(d, d) for _ in range(n))
+        self.n_blocks = n
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "b d"]) -> Float[Tensor, "b d"]:
+        for block in self.blocks:
+            x = torch.relu(block(x))
+        return x
+
+
+def test_a_count_of_blocks_no_rebuild_changes_is_held() -> None:
+    cost = UnkeptBlocks.forward.estimate(UnkeptBlocks(5, 3), b=3, d=5)
+    # per row, each of 3 blocks: 2*5*5 for the product and 5 for the relu
+    assert cost.exact and str(cost.formula) == "165*b"
+    assert cost.fixed == {"d": 5, "n_blocks": 3}  # was {"d": 5}
+    assert cost.flops == _recorded_forward(UnkeptBlocks(5, 3), torch.randn(3, 5)) == 495
+    again = UnkeptBlocks.forward.estimate(UnkeptBlocks(5, 3), b=4, d=5)
+    for name, term in cost.terms.items():
+        assert term.at({**cost.dims, "b": 4}) == again.terms[name].count, name
+    assert UnkeptBlocks.forward.estimate(UnkeptBlocks(5, 2), b=3, d=5).flops == 330

@@ -470,6 +470,7 @@ def test_a_width_given_equal_to_a_defaulted_one_is_not_changed_with_it(
         sizes = {"b": changes.get("b", 2), "n": 3, "d": width, "in_features": width}
         sizes["hidden_features"] = given["hidden_features"] or width
         sizes["out_features"] = given["out_features"] or width
+        sizes["fc1.out_features"] = sizes["hidden_features"]  # (the layer's, where held)
         return cost, sizes
 
     cost, _ = cost_at({})

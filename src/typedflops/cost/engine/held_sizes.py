@@ -14,7 +14,10 @@ int fields of a config passed in; what else it was given passes through unchange
 
 Whatever way the module is built, an int global its classes' constructors read (``HIDDEN``
 in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis. A module that cannot be
-rebuilt holds all of its sizes: its names, its lists' ints and those globals.
+rebuilt holds all of its sizes: its names, its count of blocks (``self.n_blocks``), its
+lists' ints, those globals, and the widths of
+its torch layers that no size listed has (``fc1.out_features`` = 32, where ``hidden`` is
+kept nowhere).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .module_sizes import _int_fields, module_names
+from .module_sizes import _int_fields, module_names, module_repeats
 from .rebuild import Rebuild
 
 __all__ = ["Held", "held_sizes", "own_held", "with_held"]
@@ -38,6 +41,9 @@ class Held(NamedTuple):
     name: str
     qualified: str
     size: int
+    #: listed only where no size listed has its value (a torch layer's width: ``fc1``'s
+    #: ``out_features`` of a module that cannot be rebuilt, its one name for it)
+    unnamed: bool = False
 
 
 def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
@@ -54,6 +60,7 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
             for name, value in vars(sub).items():
                 if not name.startswith("_"):
                     found += [Held(f"{name}[{i}]", f"{name}[{i}]", n) for i, n in _ints_of(value)]
+        found += _layer_widths(module)
     elif not rebuild.declared:
         if rebuild.passed is None:  # (typed submodules rebuilt in a copy: the rest held)
             rest = module_names(module).items()
@@ -65,7 +72,10 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
             unchanged = _unchanged_names(module, rebuild).items()
             found += [Held(name, f"self.{name}", size) for name, size in unchanged]
     found += [Held(name, name, size) for name, size in _globals_read(module).items()]
-    return tuple(dict.fromkeys(held for held in found if held.size in axes))
+    found = [held for held in found if held.size in axes]
+    if rebuild is None:  # (its count of blocks, which sizes no axis: ``self.n_blocks``)
+        found += [Held(name, name, count) for name, count in module_repeats(module).items()]
+    return tuple(dict.fromkeys(found))
 
 
 def own_held(rebuild: Rebuild | None, moved: set[str]) -> tuple[Held, ...]:
@@ -91,7 +101,9 @@ def with_held(
     size of its formula (``shown``), one changed or one listed has the name at another
     value or was changed; one whose name and value a dim held at it has already is that dim."""
     result = dict(fixed)
-    for name, qualified, size in held:
+    for name, qualified, size, unnamed in held:
+        if unnamed and size in result.values():
+            continue
         if result.get(name) == size or (name not in changed and shown.get(name) == size):
             continue
         key = name
@@ -161,6 +173,20 @@ def _passed_sizes(argument: str, value: Any) -> list[Held]:
             if not name.startswith("_"):
                 held = [(f"{name}[{i}]", f"{argument}.{name}[{i}]", n) for i, n in _ints_of(field)]
                 found += [Held(*entry) for entry in held]
+    return found
+
+
+def _layer_widths(module: torch.nn.Module) -> list[Held]:
+    """The int attributes of the module's torch layers (``in_features``, ``out_channels``),
+    by path (``fc1.out_features``): the only names a width has that the module keeps
+    nowhere else (``nn.Linear(d, hidden)`` with ``hidden`` not kept)."""
+    found: list[Held] = []
+    for path, sub in module.named_modules():
+        if type(sub).__module__.startswith("torch."):
+            for name, value in vars(sub).items():
+                if type(value) is int and value > 1 and not name.startswith("_"):
+                    where = f"{path}.{name}" if path else name
+                    found.append(Held(where, where, value, unnamed=True))
     return found
 
 
