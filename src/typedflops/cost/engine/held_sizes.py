@@ -22,6 +22,7 @@ kept nowhere).
 
 from __future__ import annotations
 
+import dis
 import types
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -219,8 +220,11 @@ def _globals_read(module: torch.nn.Module) -> dict[str, int]:
 
 
 def _names_in(code: types.CodeType) -> Iterator[str]:
-    """The global names a code object and those nested in it (comprehensions) read."""
-    yield from code.co_names
+    """The global names a code object and those nested in it (comprehensions) read (not
+    the attributes it sets: ``self.hidden`` is no global ``hidden``)."""
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and type(instruction.argval) is str:
+            yield instruction.argval
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
             yield from _names_in(constant)
