@@ -357,6 +357,8 @@ def count_custom_backwards(result: Any, mode: Any = None) -> Any:
 
 
 _JAGGED = NestedTensor
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
 
 _NESTED_KEYS = {
     "cpu": torch._C.DispatchKey.NestedTensorCPU,
@@ -440,7 +442,8 @@ class GroupingMode(TorchFunctionMode):
             if target is None:
                 return func(*args, **kwargs)
             return on_target(target, func, args, kwargs)
-        token = _group.set(Group(name, None, new_serial()))
+        plain = all(kind is _Tensor or kind is _Parameter for kind in types)
+        token = _group.set(Group(name, None, new_serial(), plain))
         try:
             if target is not None:
                 return on_target(target, func, args, kwargs)

@@ -27,11 +27,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Group:
-    """One call a user wrote (``x @ w``, ``einsum(...)``): the events it ran form one row."""
+    """One call a user wrote (``x @ w``, ``einsum(...)``): the events it ran form one row.
+    ``plain``: its tensors are plain tensors (not a subclass, such as a nested tensor,
+    whose results the gradient sums do not follow)."""
 
     name: str
     pattern: str | None
     serial: int
+    plain: bool = True
 
 
 @dataclass(eq=False)

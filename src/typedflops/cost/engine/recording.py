@@ -123,8 +123,10 @@ def _in_user_call() -> bool:
 
 
 def _in_torch_call() -> bool:
-    """Whether one torch call of a record's own code runs (its temporaries are its own)."""
-    return _current_group.get() is not None
+    """Whether one torch call of a record's own code runs on plain tensors (its temporaries
+    are its own; a nested tensor's call returns what the sums do not follow)."""
+    group = _current_group.get()
+    return group is not None and group.plain
 
 
 def _place_in(context: Any, event: Event) -> None:
