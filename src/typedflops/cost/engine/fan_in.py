@@ -16,7 +16,8 @@ is the add, in the row where the edge was counted. An op's edges count once it i
 reach backward (see :class:`GradientSums`): a branch read only off the graph
 (``x.amax().detach()``) sends no gradient. Of an op with several outputs, which are
 reached is noted too (its backward is theirs, see :mod:`.outputs_reached`). An in-place
-op gives its tensor a new history: its edges count from zero again; one through a view
+op reaches backward as others do, through the tensor it wrote (see :mod:`.in_place`), and
+gives its tensor a new history: its edges count from zero again; one through a view
 gives its base a new history too, with an edge to the old one, and a view read after its
 base was written is a new node with an edge to the base (autograd's ``CopySlices`` and
 regenerated views: slice assignment, ``F.pad``'s circular mode). In a record, a backward
@@ -39,6 +40,7 @@ import torch
 from ...contract.walk import tensors_in
 from .edges import flows_of, op_tensors, split_of
 from .events import Event, Sink
+from .in_place import regenerate, rewrite
 from .outputs_reached import died, kept, reach
 from .tensors import differentiable
 from .waits import (
@@ -52,7 +54,6 @@ from .waits import (
     off_graph,
     quiet,
     scope,
-    view_again,
 )
 
 __all__ = ["GradientSums"]
@@ -146,6 +147,8 @@ class GradientSums:
         """Add ``edges`` edges to ``tensor``: a sum for each past its first."""
         self._check_pass()
         self._add(self._input(tensor), edges)
+        if len(self.uses) > self._limit:
+            self._prune()
 
     def _input(self, tensor: torch.Tensor) -> EdgeInput:
         ref = weakref.ref(tensor)
@@ -179,8 +182,6 @@ class GradientSums:
             else:
                 event = gradient_sum(size, dtype, adds, key, False)
             self._hand(event, context)
-        if len(self.uses) > self._limit:
-            self._prune()
 
     def _hand(self, event: Event, context: Any) -> None:
         """Count ``event`` where the op it comes from ran (a record's), or in the sink."""
@@ -249,6 +250,7 @@ class GradientSums:
         source_at: list[int] = []
         flows = flows_of(event) if event is not None and len(outputs) > 1 else None
         split = split_of(event) if event is not None and flows is not None else None
+        lazy = True
         if self.waiting:
             # (a view op's node may be replaced before anything reads it, its base written
             # in place, an op inside one torch call of a record's own code may make a
@@ -277,7 +279,10 @@ class GradientSums:
         if any(output is tensor for output in outputs for tensor in (*chosen, *written)):
             if clone is not None and any(clone[0] is output for output in outputs):
                 self._saved_copy(clone)
-            self._live(waiting)  # (in place: its edges go to the history it ends, now)
+            if len(outputs) > 1:  # (its edges go to the history it ends, taken as reached)
+                self._live(waiting)
+            else:  # (its tensor's new node: see .in_place)
+                rewrite(self, waiting, outputs[0], chosen, written, bases, lazy)
             return
         if event is not None and event.func is _CLONE and len(chosen) == 1:
             self._clone = (chosen[0], id(out))
@@ -300,27 +305,8 @@ class GradientSums:
 
     def _regenerate(self, tensors: list[torch.Tensor]) -> None:
         """Views among ``tensors`` whose base was written in place since their node was
-        made: autograd makes such a view a new node (``AsStridedBackward`` of the base's
-        ``CopySlices``) when it is next read, with one edge to the base as it is now; its
-        readers read that node (it waits as an op's output would), and the view's next
-        edges go to it."""
-        for tensor in tensors:
-            base = tensor._base
-            if base is None or not base.requires_grad:
-                continue
-            now = self.histories.get(weakref.ref(base), 0)
-            ref = weakref.ref(tensor)
-            if self.made.get(ref, 0) == now:
-                continue
-            self.made[ref] = now
-            self.histories[ref] = self.histories.get(ref, 0) + 1
-            self._replaced(tensor)
-            context = self.where() if self.where is not None else None
-            node = Waiting([self._input(base)], 1, None, None, context)
-            node.again = view_again(tuple(tensor.shape), tensor.stride(), tensor.dtype, self.shared)
-            key = id(tensor)
-            held = weakref.ref(tensor, functools.partial(self._let_go, key))
-            self.waiting[key] = WaitingOutput(held, node)
+        made: new nodes reading the base as it is now (see :func:`.in_place.regenerate`)."""
+        regenerate(self, tensors)
 
     def _stale(self, view: torch.Tensor | None) -> bool:
         """Whether ``view`` is a view whose base was written in place since its node was
@@ -538,6 +524,8 @@ class GradientSums:
                 self._add(edge, 1, found.context)
             if found.again is not None:  # (a view made again: its own backward)
                 self._hand(found.again, found.context)
+        if len(self.uses) > self._limit:  # (once every edge reached is counted: one
+            self._prune()  # not yet counted may go to a tensor let go)
 
     def _dead(self, output: WaitingOutput) -> None:
         """No backward reaches ``output``: if no other output of its op is reached, the op
