@@ -96,8 +96,9 @@ SIZES = {"b": 2, "h": 4, "s": 16, "d": 64}
 def test_attention_for_a_gpu_is_its_fused_kernel_on_any_machine() -> None:
     """bfloat16 for CUDA: flash attention (what an H100 runs), FlopCounterMode's 4bhs^2d
     forward and 2.5x that backward; beyond its arguments it keeps its output and a float32
-    log-sum-exp per query and head. float32: the memory-efficient kernel, the same FLOPs and
-    a float32 output. With only math allowed: the s x s matrices are kept and the softmax
+    log-sum-exp per query and head (a typed function, with no weights to say where it runs,
+    is costed as kernels_of says: before, as a CPU's kernels). float32: the
+    memory-efficient kernel, the same FLOPs and a float32 output. With only math allowed: the s x s matrices are kept and the softmax
     counted."""
     grad = ("q", "k", "v")
     with kernels_of("cuda"):
@@ -109,8 +110,11 @@ def test_attention_for_a_gpu_is_its_fused_kernel_on_any_machine() -> None:
     for fused in (flash, efficient):
         assert fused.matmul_formula == 4 * b * h * s**2 * d
         assert fused.backward_formula == 10 * b * h * s**2 * d
-    assert sympy.expand(flash.activation_formula) == 2 * b * h * s * d + 4 * b * h * s
-    assert sympy.expand(efficient.activation_formula) == 4 * b * h * s * d + 4 * b * h * s
+    # (and its random state: a seed of two uint64 words and a uint64 offset, 24 bytes)
+    assert sympy.expand(flash.activation_formula) == 2 * b * h * s * d + 4 * b * h * s + 24
+    # the memory-efficient kernel's log-sum-exp has its queries padded to a multiple of 32
+    # (16 -> 32), and its seed and offset are two int64s
+    assert efficient.activation_bytes == 4 * 2 * 4 * 16 * 64 + 4 * 2 * 4 * 32 + 16
     assert math.backward_formula != flash.backward_formula
     assert sympy.degree(math.activation_formula, s) == 2
 

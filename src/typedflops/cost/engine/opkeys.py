@@ -73,6 +73,7 @@ class Plan:
     """
 
     __slots__ = (
+        "custom",
         "found",
         "keep",
         "metadata",
@@ -126,6 +127,10 @@ class Plan:
         namespace = getattr(func, "namespace", "aten")
         # (keyed by its outputs too: an op whose outputs its arguments do not fix, or one
         # RUNS runs as the device a record on meta stands for)
+        # A custom op runs with grad mode off inside its own autograd forward, where its
+        # backward is still to come, and under torch.no_grad, where none is: grad mode does
+        # not tell them apart, so its events made with grad mode off are not kept.
+        self.custom = namespace != "aten"
         self.outputs = namespace != "aten" or _DYNAMIC in getattr(func, "tags", ()) or func in RUNS
         # Every positional argument a tensor (``mm``, ``relu``, ``add.Tensor``): called
         # without keywords, keyed by tensor_key.
@@ -262,6 +267,8 @@ def op_key(
     if plan.offsets and _given_offsets(plan, args, kwargs):
         return None
     grad = _grad_enabled()
+    if not grad and plan.custom:
+        return None  # (a custom op: with grad mode off, inside its autograd or not)
     key: tuple[Any, ...] = (plan, grad)
     seen: list[Any] = []
     numbers = plan.numbers

@@ -45,6 +45,7 @@ from .dryrun import Probe, Thunk, measure
 from .estimate_inputs import dtype_fits, no_anonymous_axis, requested_by_name, variadic_given
 from .fit import Size
 from .held_sizes import held_sizes
+from .kernels import meta_target
 from .module_sizes import held_dims, module_dims, module_repeats
 from .rebuild import rebuild_of
 from .tensors import differentiable
@@ -322,6 +323,10 @@ def estimate_probe(
     )
     if device == "cpu" and others:
         device = module_device(others[0]) or device
+    if meta_target() is not None and not any(map(module_device, (module, *others))):
+        # No tensor says where the call runs (a function, a module without weights): it
+        # runs as the device kernels_of names, as the same call on meta tensors records.
+        device = "meta"
 
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
         target, own_runner = with_module(module, rebuild, run_device, assignment, dtype, rebuilt)

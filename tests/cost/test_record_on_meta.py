@@ -1,0 +1,123 @@
+"""One thing, one count, on meta: inside ``kernels_of(device)`` a ``record()`` of a call on
+meta tensors and ``estimate()`` of the same call count the same kernels (FLOPs forward and
+backward, matmul FLOPs, bytes, ops left uncounted), whatever made the call's device plain:
+a module's weights, or, for a function or a module without weights, ``kernels_of`` alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+
+import typedflops
+from typedflops import record
+from typedflops.cost.engine.kernels import kernels_of
+
+N = 2 * 3 * 8  # the elements normalised
+
+
+def _counts(cost: typedflops.Cost) -> tuple[object, ...]:
+    return (
+        cost.flops,
+        cost.backward_flops,
+        cost.matmul_flops,
+        cost.bytes_read,
+        cost.bytes_written,
+        cost.uncounted,
+    )
+
+
+def _recorded_on_meta(model: nn.Module, x_grad: bool) -> typedflops.Cost:
+    x = torch.empty(2, 3, 8, device="meta", requires_grad=x_grad)
+    with record() as rec:
+        model(x)
+    return rec.total
+
+
+# CUDA's fused kernel (docs/costs.md): 4 FLOPs per element forward with a weight, 3 without;
+# backward 8 per element for the input's gradient, 2 for the weight's. A CPU runs the
+# decomposition: 210 forward (with the weight), its backward as autograd composes it.
+@pytest.mark.parametrize(
+    ("target", "x_grad", "w_grad", "forward", "backward"),
+    [
+        ("cuda", False, True, 4 * N, 2 * N),
+        ("cuda", True, True, 4 * N, 8 * N + 2 * N),
+        ("cuda", True, False, 4 * N, 8 * N),
+        ("cuda", False, False, 4 * N, 0),
+        ("cpu", False, True, 210, 2 * N),
+        ("cpu", True, True, 210, 546),
+        ("cpu", False, False, 210, 0),
+    ],
+)
+def test_rms_norm_on_meta_is_counted_alike_by_record_and_estimate(
+    target: str, x_grad: bool, w_grad: bool, forward: int, backward: int
+) -> None:
+    with torch.device("meta"):
+        norm = nn.RMSNorm(8)
+    norm.weight.requires_grad_(w_grad)
+    with kernels_of(target):
+        cost = typedflops.estimate(
+            norm, Float[Tensor, "b s d"], grad=("x",) if x_grad else (), b=2, s=3, d=8
+        )
+        recorded = _recorded_on_meta(norm, x_grad)
+    assert (cost.flops, cost.backward_flops) == (forward, backward)
+    assert _counts(recorded) == _counts(cost)
+
+
+class Unweighted(nn.Module):
+    """RMS norm without a weight: a module with no tensor to say where it runs."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, (8,))
+
+
+def _rms_norm(x: Tensor, w: Tensor) -> Tensor:
+    return F.rms_norm(x, (8,), w)
+
+
+def test_a_module_without_weights_runs_as_kernels_of_says() -> None:
+    """Its estimate costed a CPU's decomposition (162 FLOPs, 872 bytes read) inside
+    kernels_of("cuda"), where the record on meta costs CUDA's fused kernel: 3 per element."""
+    model = Unweighted()
+    with kernels_of("cuda"):
+        cost = typedflops.estimate(model, Float[Tensor, "b s d"], b=2, s=3, d=8)
+        recorded = _recorded_on_meta(model, False)
+    assert (cost.flops, cost.backward_flops) == (3 * N, 0)
+    assert _counts(recorded) == _counts(cost)
+    with kernels_of("cpu"):
+        cpu = typedflops.estimate(model, Float[Tensor, "b s d"], b=2, s=3, d=8)
+        recorded = _recorded_on_meta(model, False)
+    assert cpu.flops == 162
+    assert _counts(recorded) == _counts(cpu)
+
+
+def test_a_function_runs_as_kernels_of_says() -> None:
+    """A function given a weight on meta: CUDA's fused kernel (192 FLOPs, 224 bytes read,
+    216 written; the estimate gave the CPU's 210, 872 and 648)."""
+    w = torch.ones(8, device="meta", requires_grad=True)
+    x = torch.empty(2, 3, 8, device="meta")
+    for target, read in (("cuda", 224), ("cpu", 872)):
+        with kernels_of(target):
+            cost = typedflops.estimate(_rms_norm, Float[Tensor, "b s d"], w=w, b=2, s=3, d=8)
+            with record() as rec:
+                _rms_norm(x, w)
+        assert cost.bytes_read == read
+        assert _counts(rec.total) == _counts(cost)
+
+
+def test_no_backward_is_predicted_under_no_grad_after_a_record_with_grad() -> None:
+    """A custom op (the fused RMS norm's stand-in) runs with grad mode off inside its own
+    autograd forward: its event kept from there said a backward was to come, and a later
+    record under no_grad predicted it (96 FLOPs, the weight's gradient)."""
+    with torch.device("meta"):
+        norm = nn.RMSNorm(8)
+    x = torch.empty(2, 3, 8, device="meta")
+    found = []
+    for grad in (True, False, True):
+        with kernels_of("cuda"), torch.set_grad_enabled(grad), record() as rec:
+            norm(x)
+        found.append((rec.total.flops, rec.total.backward_flops))
+    assert found == [(4 * N, 2 * N), (4 * N, 0), (4 * N, 2 * N)]
