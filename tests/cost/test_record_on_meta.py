@@ -121,3 +121,36 @@ def test_no_backward_is_predicted_under_no_grad_after_a_record_with_grad() -> No
             norm(x)
         found.append((rec.total.flops, rec.total.backward_flops))
     assert found == [(4 * N, 2 * N), (4 * N, 0), (4 * N, 2 * N)]
+
+
+class Masked(nn.Module):
+    """Attention with a boolean mask made inside (6 queries, 6 keys)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        mask = torch.ones(6, 6, dtype=torch.bool, device=x.device).tril()
+        return F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+
+def test_a_boolean_mask_is_made_additive_before_a_fused_attention_kernel() -> None:
+    """Torch turns a boolean mask into an additive one in the inputs' dtype before the CPU's
+    flash kernel and the memory-efficient kernel: two 4-byte scalars written, ``where``
+    reading the 36-byte mask and both scalars and writing 144 bytes, which the kernel then
+    reads in place of the boolean mask (+108). A CPU run records it; the estimate on meta
+    passed the boolean mask on (1,572 bytes read and 1,728 written, short by 152 each)."""
+    model = Masked()
+    on_meta_x = torch.empty(2, 4, 6, 8, device="meta")
+    with kernels_of("cpu"):
+        cost = typedflops.estimate(model, Float[Tensor, "b h s d"], b=2, h=4, s=6, d=8)
+        with record() as on_meta:
+            model(on_meta_x)
+    x = torch.randn(2, 4, 6, 8)
+    with record() as real:
+        model(x)
+    attention = [op for op in cost.ops if op.op == "scaled_dot_product_attention"]
+    assert [(op.bytes_read, op.bytes_written) for op in attention] == [(1724, 1880)]
+    assert _counts(on_meta.total) == _counts(real.total) == _counts(cost)
+    with kernels_of("cuda"):  # float32: the memory-efficient kernel, the same conversion
+        gpu = typedflops.estimate(model, Float[Tensor, "b h s d"], b=2, h=4, s=6, d=8)
+        with record() as gpu_meta:
+            model(on_meta_x)
+    assert _counts(gpu_meta.total) == _counts(gpu)

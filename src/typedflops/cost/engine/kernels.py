@@ -331,6 +331,8 @@ def attention_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
         call["scale"],
     )
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if choice in (_FLASH, _EFFICIENT) and mask is not None and mask.dtype == torch.bool:
+        mask = _additive(mask, q.dtype)
     if choice == _FLASH and target == "cpu":
         return aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, dropout_p, causal, attn_mask=mask, scale=scale
@@ -349,6 +351,15 @@ def attention_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
             q, k, v, mask, grad, dropout_p, causal, scale=scale
         )[0]
     return SDPA(*args, **kwargs)
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask as torch hands it to the flash (CPU) and memory-efficient
+    kernels: an additive mask in the inputs' dtype, 0 where kept and -inf where masked out
+    (``convert_boolean_attn_mask``: two scalars, then ``where``)."""
+    neg = torch.scalar_tensor(float("-inf"), dtype=dtype, device=mask.device)
+    zero = torch.scalar_tensor(0.0, dtype=dtype, device=mask.device)
+    return torch.where(mask, zero, neg)
 
 
 def _channels_last(x: torch.Tensor) -> bool:
