@@ -96,9 +96,10 @@ SIZES = {"b": 2, "h": 4, "s": 16, "d": 64}
 def test_attention_for_a_gpu_is_its_fused_kernel_on_any_machine() -> None:
     """bfloat16 for CUDA: flash attention (what an H100 runs), FlopCounterMode's 4bhs^2d
     forward and 2.5x that backward; beyond its arguments it keeps its output and a float32
-    log-sum-exp per query and head (a typed function, with no weights to say where it runs,
-    is costed as kernels_of says: before, as a CPU's kernels). float32: the
-    memory-efficient kernel, the same FLOPs and a float32 output. With only math allowed: the s x s matrices are kept and the softmax
+    log-sum-exp per query and head, and flash its random-number state (a typed function,
+    with no weights to say where it runs, is costed as kernels_of says). float32: the
+    memory-efficient kernel, the same FLOPs and a float32 output, its log-sum-exp padded to
+    32 queries. With only math allowed: the s x s matrices are kept and the softmax
     counted."""
     grad = ("q", "k", "v")
     with kernels_of("cuda"):
