@@ -59,47 +59,29 @@ def stands_for() -> str | None:
 aten = torch.ops.aten
 
 
-def _batch_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    training: bool,
-    momentum: float,
-    eps: float,
-) -> Any:
-    """``native_batch_norm``; on meta, not training, with the empty statistics a device's
-    kernel returns."""
-    out = aten.native_batch_norm.default(
-        x, weight, bias, running_mean, running_var, training, momentum, eps
-    )
-    if not x.is_meta:
-        return out
-    if not training:
-        return _without_statistics(out)
-    return _cpu_statistics(out, x, (weight, bias, running_mean, running_var))
+def _batch_norm(op: Any) -> Any:
+    """``native_batch_norm`` (``_native_batch_norm_legit`` with running statistics: ``op``);
+    on meta, not training, with the empty statistics a device's kernel returns, and in
+    training with the statistics' dtype of the device stood for."""
 
+    def run(
+        x: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        running_mean: torch.Tensor | None,
+        running_var: torch.Tensor | None,
+        training: bool,
+        momentum: float,
+        eps: float,
+    ) -> Any:
+        out = op(x, weight, bias, running_mean, running_var, training, momentum, eps)
+        if not x.is_meta:
+            return out
+        if not training:
+            return _without_statistics(out)
+        return _cpu_statistics(out, x, (weight, bias, running_mean, running_var))
 
-def _batch_norm_legit(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor,
-    running_var: torch.Tensor,
-    training: bool,
-    momentum: float,
-    eps: float,
-) -> Any:
-    """``_native_batch_norm_legit`` with running statistics, as :func:`_batch_norm`."""
-    out = aten._native_batch_norm_legit.default(
-        x, weight, bias, running_mean, running_var, training, momentum, eps
-    )
-    if not x.is_meta:
-        return out
-    if not training:
-        return _without_statistics(out)
-    return _cpu_statistics(out, x, (weight, bias, running_mean, running_var))
+    return run
 
 
 def _layer_norm(
@@ -137,7 +119,7 @@ def _batch_norm_no_training(
     momentum: float,
     eps: float,
 ) -> Any:
-    """``_native_batch_norm_legit_no_training``, as :func:`_batch_norm`."""
+    """``_native_batch_norm_legit_no_training``, as :func:`_batch_norm` not training."""
     out = aten._native_batch_norm_legit_no_training.default(
         x, weight, bias, running_mean, running_var, momentum, eps
     )
@@ -209,9 +191,9 @@ def _embedding_bag_forward_only(*args: Any, **kwargs: Any) -> Any:
 #: What runs an op on meta in place of calling it (see the module).
 RUNS: dict[Any, Any] = {
     aten._thnn_fused_lstm_cell.default: fused_lstm_cell,
-    aten.native_batch_norm.default: _batch_norm,
+    aten.native_batch_norm.default: _batch_norm(aten.native_batch_norm.default),
     aten._native_batch_norm_legit_no_training.default: _batch_norm_no_training,
-    aten._native_batch_norm_legit.default: _batch_norm_legit,
+    aten._native_batch_norm_legit.default: _batch_norm(aten._native_batch_norm_legit.default),
     aten.native_layer_norm.default: _layer_norm,
     aten._embedding_bag.default: _embedding_bag,
     aten._embedding_bag_forward_only.default: _embedding_bag_forward_only,
