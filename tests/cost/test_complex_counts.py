@@ -4,6 +4,7 @@ subtract), a divide 11, a multiply-add of a matrix product 8; other functions on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -121,3 +122,31 @@ def test_estimate_builds_complex_inputs_at_complex64_and_refuses_a_dtype_they_ca
     # ids stay integers under a floating dtype
     lookup = estimate(nn.Embedding(5, 4), Int[Tensor, "n"], dtype=torch.bfloat16, n=3)
     assert lookup.bytes_written == 3 * 4 * 2
+
+
+@pytest.mark.parametrize(
+    ("body", "backward"),
+    [
+        # a multiply of complex values 6, its backward a multiply (and a conjugate) per operand
+        (lambda a, b: a * b, 288),
+        # torch copies the conjugate view below autograd before the multiply: the same backward
+        (lambda a, b: a * b.conj(), 288),
+        # and b's two gradients summed (2 a value), the second product's one operand's 144
+        (lambda a, b: a * b.conj() + b.conj() * 2, 480),
+    ],
+    ids=["product", "conjugate view", "conjugate view read twice"],
+)
+def test_a_conjugate_views_backward_is_predicted_as_it_runs(
+    body: Callable[[Tensor, Tensor], Tensor], backward: int
+) -> None:
+    a = torch.randn(4, 6, dtype=torch.complex64, requires_grad=True)
+    b = torch.randn(4, 6, dtype=torch.complex64, requires_grad=True)
+    with record() as predicted:
+        body(a, b)
+    with record() as ran:
+        out = body(a, b)
+        out.backward(torch.ones_like(out))
+    assert predicted.total.backward_flops == ran.total.backward_flops == backward
+    assert ran.total.exact
+    cost = estimate(body, Complex[Tensor, "4 6"], Complex[Tensor, "4 6"], grad=["a", "b"])
+    assert cost.backward_flops == backward and cost.exact

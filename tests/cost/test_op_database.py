@@ -24,10 +24,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from torch.testing._internal.common_methods_invocations import op_db
 
-# Listed uncounted in both, but a prediction does not list an FFT's backward ops where a
-# record whose block runs the backward does (left as it is: the forward is named).
-_KNOWN = {"fft.hfft2", "fft.hfftn"}
-
 
 def _sample(op: Any) -> tuple[Callable[..., Any], list[Tensor]] | None:
     """The op's first float32 sample as a function of its tensors, and the tensors; None
@@ -63,7 +59,7 @@ def _sample(op: Any) -> tuple[Callable[..., Any], list[Tensor]] | None:
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    OPS = [op for op in op_db[::6] if op.name not in _KNOWN and _sample(op) is not None]
+    OPS = [op for op in op_db[::6] if _sample(op) is not None]
 
 
 @pytest.mark.filterwarnings("ignore")

@@ -94,6 +94,25 @@ _SPARSE_FROM_DENSE = {
 }
 
 
+_CLONE = torch.ops.aten.clone.default
+
+
+def follow_materialized(source: Any, out: Any) -> None:
+    """A conjugate (or negative) view copied into a tensor of its own below autograd (the
+    fallback torch runs before an op that takes no such view: ``x * y.conj()``, an FFT of
+    a conjugate) hands the op a copy that needs no gradient, where autograd differentiates
+    the op for the view: the copy takes the view's need, so the op's backward is seen."""
+    if (
+        type(source) is torch.Tensor
+        and source.requires_grad
+        and (source.is_conj() or source.is_neg())
+        and isinstance(out, torch.Tensor)
+        and not out.requires_grad
+        and torch.is_grad_enabled()
+    ):
+        out.requires_grad_(True)
+
+
 def _without_values(tensor: Any) -> bool:
     """Whether ``tensor`` is a strided tensor of a dry run (meta or fake: no values)."""
     return (
@@ -192,6 +211,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             out = RUNS.get(func, func)(*args, **kwargs)
             if key is not None:
                 keep_outputs(key, out)
+        if func is _CLONE:
+            follow_materialized(args[0], out)
         event = make_event(func, found, args, kwargs, out)
         if inside_rule():
             event.flops = 0  # a registered Python function's rule gives its count

@@ -73,6 +73,7 @@ class Plan:
     """
 
     __slots__ = (
+        "clone",
         "custom",
         "found",
         "keep",
@@ -89,6 +90,7 @@ class Plan:
 
     def __init__(self, func: Any) -> None:
         self.metadata = func in _METADATA
+        self.clone = func is torch.ops.aten.clone.default  # (see counter.follow_materialized)
         overload = isinstance(func, torch._ops.OpOverload)
         # What calling the op does (OpOverload.__call__ is one more Python frame).
         # (an op torch's meta kernel refuses in a way the device does not: see RUNS)

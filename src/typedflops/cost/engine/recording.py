@@ -32,7 +32,7 @@ import torch
 
 from ...contract.function import counting_frame
 from .backward_ran import ran_in_backward
-from .counter import CountingMode, GroupingMode
+from .counter import CountingMode, GroupingMode, follow_materialized
 from .events import Event, Group
 from .events import _group as _current_group
 from .functions import inside_rule
@@ -202,9 +202,13 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
             return CountingMode.__torch_dispatch__(self, func, types, args, kwargs)
         if kwargs:
             out = plan.run(*args, **kwargs)
+            if plan.clone:
+                follow_materialized(args[0], out)
             key = op_key(plan, args, kwargs, out)
         else:
             out = plan.run(*args)
+            if plan.clone:
+                follow_materialized(args[0], out)
             if plan.view:
                 key = view_key(plan, args) or op_key(plan, args, None, out)
             elif plan.tensors and len(args) == 2:  # (mm, add: the usual op, keyed here)
