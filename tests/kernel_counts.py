@@ -67,3 +67,14 @@ def flop_counter_total(body: Callable[[], Tensor]) -> int:
     with FlopCounterMode(display=False) as counter:
         body().sum().backward()
     return int(counter.get_total_flops())
+
+
+def ran_and_predicted(function: Callable[[Tensor], Tensor]) -> tuple[int, int]:
+    """The backward FLOPs that ran for ``function(x)`` (x 4x4, requiring grad), and a
+    record's prediction without the backward."""
+    x = torch.randn(4, 4)
+    with record() as ran:
+        function(x.clone().requires_grad_()).backward()
+    with record() as predicted:
+        function(x.clone().requires_grad_())
+    return ran.total.backward_flops, predicted.total.backward_flops

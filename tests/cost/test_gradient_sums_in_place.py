@@ -17,6 +17,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
+from kernel_counts import ran_and_predicted
 from torch import Tensor, nn
 
 from typedflops import estimate, record, typed_flops
@@ -54,16 +55,6 @@ def _run(x: Tensor, steps: list[_Step], used: int) -> Tensor:
     return total
 
 
-def _ran_and_predicted(function: Callable[[Tensor], Tensor]) -> tuple[int, int]:
-    """The backward FLOPs that ran for ``function(x)``, and a record's prediction."""
-    x = torch.randn(4, 4)
-    with record() as ran:
-        function(x.clone().requires_grad_()).backward()
-    with record() as predicted:
-        function(x.clone().requires_grad_())
-    return ran.total.backward_flops, predicted.total.backward_flops
-
-
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(
     steps=st.lists(
@@ -85,7 +76,7 @@ def test_in_place_ops_whose_results_go_unused_predict_the_backward_that_runs(
     def program(x: Float[Tensor, "4 4"]) -> Float[Tensor, ""]:
         return _run(x, steps, used)
 
-    ran, predicted = _ran_and_predicted(program)
+    ran, predicted = ran_and_predicted(program)
     assert predicted == ran
     cost = estimate(program, grad=("x",))
     assert (cost.backward_flops, cost.exact) == (ran, True)
@@ -100,7 +91,7 @@ def test_an_in_place_op_whose_result_no_op_reads_costs_no_backward() -> None:
     def program(x: Float[Tensor, "4 4"]) -> Float[Tensor, ""]:
         return _run(x, steps, 0b10)
 
-    assert _ran_and_predicted(program) == (32, 32)
+    assert ran_and_predicted(program) == (32, 32)
     assert estimate(program, grad=("x",)).backward_flops == 32
 
 

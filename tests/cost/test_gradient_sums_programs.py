@@ -10,15 +10,14 @@ is read by a later op or summed into its result, so each reaches the backward th
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
+from kernel_counts import ran_and_predicted
 from torch import Tensor
 
-from typedflops import record, typed_flops
+from typedflops import typed_flops
 
 _Step = tuple[str, int, int]
 
@@ -127,16 +126,6 @@ def _run(x: Tensor, steps: list[_Step]) -> Tensor:
     return total
 
 
-def _ran_and_predicted(function: Callable[[Tensor], Tensor]) -> tuple[int, int]:
-    """The backward FLOPs that ran for ``function(x)``, and a record's prediction."""
-    x = torch.randn(4, 4)
-    with record() as ran:
-        function(x.clone().requires_grad_()).backward()
-    with record() as predicted:
-        function(x.clone().requires_grad_())
-    return ran.total.backward_flops, predicted.total.backward_flops
-
-
 def _check(steps: list[_Step]) -> None:
     """The program run in a record's own code and as a decorated call: the backward that
     ran and the one predicted, all four alike."""
@@ -145,9 +134,9 @@ def _check(steps: list[_Step]) -> None:
     def program(x: Float[Tensor, "4 4"]) -> Float[Tensor, ""]:
         return _run(x, steps)
 
-    ran, predicted = _ran_and_predicted(lambda x: _run(x, steps))
+    ran, predicted = ran_and_predicted(lambda x: _run(x, steps))
     assert predicted == ran
-    assert _ran_and_predicted(program) == (ran, ran)
+    assert ran_and_predicted(program) == (ran, ran)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
@@ -173,4 +162,4 @@ def test_a_chain_of_views_sums_only_where_a_tensor_has_two_readers() -> None:
     # product's gradient (16), exp's (12), and one sum of s's 12 values (read by its slice
     # and by exp); h, the slice of s, its transpose and its unsqueeze have one reader each
     steps = [("slice", 0, 0), ("slice", 1, 0), ("t", 2, 0), ("unsqueeze", 3, 0), ("exp", 1, 0)]
-    assert _ran_and_predicted(lambda x: _run(x, steps)) == (16 + 12 + 12, 16 + 12 + 12)
+    assert ran_and_predicted(lambda x: _run(x, steps)) == (16 + 12 + 12, 16 + 12 + 12)

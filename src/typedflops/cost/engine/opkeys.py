@@ -127,13 +127,13 @@ class Plan:
             if raw and argument.name in _OFFSETS
         )
         namespace = getattr(func, "namespace", "aten")
-        # (keyed by its outputs too: an op whose outputs its arguments do not fix, or one
-        # RUNS runs as the device a record on meta stands for)
         # A custom op runs with grad mode off inside its own autograd forward, where its
         # backward is still to come, and under torch.no_grad, where none is: grad mode does
         # not tell them apart, so its events made with grad mode off are not kept.
         self.custom = namespace != "aten"
-        self.outputs = namespace != "aten" or _DYNAMIC in getattr(func, "tags", ()) or func in RUNS
+        # (keyed by its outputs too: an op whose outputs its arguments do not fix, or one
+        # RUNS runs as the device a record on meta stands for)
+        self.outputs = self.custom or _DYNAMIC in getattr(func, "tags", ()) or func in RUNS
         # Every positional argument a tensor (``mm``, ``relu``, ``add.Tensor``): called
         # without keywords, keyed by tensor_key.
         positional = [str(a.type) for a in arguments if not a.kwarg_only]
