@@ -24,6 +24,8 @@ from .contract.classes import typed_class
 from .contract.function import CheckedFunction
 from .cost.model import estimate, formula_at
 from .cost.types import Cost
+from .cost.untyped import estimate as estimate_model
+from .cost.untyped import holds_annotations
 from .errors import SpecError
 from .syntax.symbolic import negative_for_every_size
 from .timing.bench import Measurement, benchmark
@@ -96,10 +98,8 @@ class TypedFunction(CheckedFunction[P, R]):
         The formulas are fitted from dry runs at other sizes and checked (see
         :attr:`Cost.exact`); ``flops=`` replaces the forward count.
         """
-        if not args and any(_holds_annotations(value) for value in dims.values()):
+        if not args and any(holds_annotations(value) for value in dims.values()):
             # (a list or dict of annotations, ``xs=[Float[Tensor, "n d"]] * 3``: built in place)
-            from .cost.untyped import estimate as estimate_model
-
             return estimate_model(self, dtype=dtype, grad=grad, **dims)
         cost = estimate(self, args, dims, dtype, tuple(grad))
         if not args:  # a method's estimate depends on its object: not kept
@@ -272,12 +272,3 @@ def _contains_tensor_annotation(hint: Any) -> bool:
     if is_tensor_annotation(hint):
         return True
     return any(_contains_tensor_annotation(arg) for arg in typing.get_args(hint))
-
-
-def _holds_annotations(value: Any) -> bool:
-    """Whether ``value`` is a list, tuple or dict holding tensor annotations."""
-    if isinstance(value, dict):
-        value = list(value.values())
-    if not isinstance(value, (list, tuple)):
-        return False
-    return any(is_tensor_annotation(item) or _holds_annotations(item) for item in value)

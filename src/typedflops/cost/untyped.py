@@ -22,7 +22,7 @@ from .engine.dry_modules import refuse_script
 from .model import estimate as estimate_checked
 from .types import Cost
 
-__all__ = ["estimate"]
+__all__ = ["estimate", "holds_annotations"]
 
 
 def estimate(
@@ -253,6 +253,12 @@ class _Container:
 
     kind: type
     items: dict[Any, Any] | list[Any]
+
+
+def holds_annotations(value: Any) -> bool:
+    """Whether ``value`` is a dict, list or tuple holding tensor annotations (an input
+    :func:`estimate` builds in place)."""
+    return not is_tensor_annotation(value) and any(True for _ in _hints(value))
 
 
 def _hints(value: Any) -> Iterator[Any]:
