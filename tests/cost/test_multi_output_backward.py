@@ -206,6 +206,38 @@ def test_a_record_own_code_holds_what_it_keeps() -> None:
     del mean, both
 
 
+DROPPED: list[tuple[str, Callable[[Tensor], Any]]] = [
+    ("var_mean", lambda x: torch.var_mean(x, 1)),
+    ("var_mean-mean", lambda x: torch.var_mean(x, 1)[1]),
+    ("var_mean-var", lambda x: torch.var_mean(x, 1)[0]),
+    ("std_mean", lambda x: torch.std_mean(x, 1)),
+    ("aminmax", lambda x: torch.aminmax(x, dim=1)),
+    ("qr", lambda x: torch.linalg.qr(x)),
+    ("svd", lambda x: torch.linalg.svd(x, full_matrices=False)),
+    ("slogdet", lambda x: torch.linalg.slogdet(x[:, :4])),
+]
+
+
+@pytest.mark.parametrize("body", [case[1] for case in DROPPED], ids=[case[0] for case in DROPPED])
+def test_outputs_dropped_by_a_records_own_code_are_what_the_function_returns(
+    body: Callable[[Tensor], Any],
+) -> None:
+    # a tuple of outputs dropped whole is a result each, as an estimate of the function
+    # returning it takes each; one picked out of it is the result alone: the prediction
+    # is the backward from every output returned
+    x = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    with record() as predicted:
+        body(x)
+    with record() as ran:
+        out = body(x)
+        outputs = out if isinstance(out, tuple) else (out,)
+        sum(o.sum() for o in outputs if o.is_floating_point()).backward()
+    cost = typedflops.estimate(body, M, dtype=torch.float64, grad=("x",), m=4, n=5)
+    # (the sums' backward is free: a gradient spread, the scalars' adds pass it on)
+    assert predicted.total.backward_flops == ran.total.backward_flops == cost.backward_flops
+    assert ran.total.exact
+
+
 TWO = [M, M]
 
 # (name, body, backward): 4 x 5 inputs a and b; a product by a number is 20 multiplies,

@@ -41,7 +41,7 @@ from ...contract.walk import tensors_in
 from .edges import flows_of, op_tensors, split_of
 from .events import Event, Sink
 from .in_place import regenerate, rewrite
-from .outputs_reached import died, kept, reach
+from .outputs_reached import died, dropped_unread, kept, reach, read_one
 from .tensors import differentiable
 from .waits import (
     PASSES,
@@ -267,6 +267,8 @@ class GradientSums:
                 source = self.waiting.get(id(tensor))
                 if source is None or source.ref() is not tensor or source.done:
                     continue
+                for dropped in read_one(source.waiting):  # (see .outputs_reached)
+                    self._decide(dropped)
                 if lazy:  # (it reaches backward if a reader does)
                     source.readers += 1
                     source.off = True
@@ -462,15 +464,25 @@ class GradientSums:
             # (dead: read by nothing, no backward starts from it; in a record's own code
             # too where another output of its op that a gradient flows through is held:
             # `torch.var_mean(x, 1)[1]`)
-            if self.inside() or self.internal() or found.inert or waiting.alive > 0:
+            own = not (self.inside() or self.internal() or found.inert)
+            if not own or waiting.alive > 0:
                 found.off = True
-            if found.copies > 0:  # (until a copy is read or gone)
-                found.let_go = True
-                self.gone.append(found)
-                if len(self.gone) > self._limit:
-                    self.gone = [output for output in self.gone if not output.done]
+            if own and waiting.count > 1 and not waiting.read:
+                for output in dropped_unread(found):  # (see .outputs_reached)
+                    self._gone(output)
+                if waiting.dropped:
+                    self.gone.append(found)  # (decided when the others are, or at settle)
             else:
-                self._decide(found)
+                self._gone(found)
+
+    def _gone(self, found: WaitingOutput) -> None:
+        if found.copies > 0:  # (until a copy is read or gone)
+            found.let_go = True
+            self.gone.append(found)
+            if len(self.gone) > self._limit:
+                self.gone = [output for output in self.gone if not output.done]
+        else:
+            self._decide(found)
 
     def _decide(self, output: WaitingOutput) -> None:
         """An output let go, or held where a call begins or returns or the run ends: a

@@ -11,10 +11,17 @@ result. The op's event says which (:attr:`.events.Event.reached`, part of the re
 cache key); an op whose every output is reached keeps None, as a one-output op does. A
 record's event is shared by every call of the op alike: the call's items get a copy,
 one per op event and outputs reached.
+
+In a record's own code an output let go unread may be a loss a backward starts from
+(:mod:`.fan_in`); of an op with several, one let go while another is held is not
+(``torch.var_mean(x, 1)[1]``: the variance is dead), unless every output is let go before
+any is read (``torch.var_mean(x, 1)`` dropped whole): each is then a result, as each is
+of a function returning the tuple.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -25,7 +32,7 @@ from .events import Event
 from .tensors import differentiable
 from .waits import EdgeInput, Waiting, WaitingOutput
 
-__all__ = ["died", "differentiated", "flowing", "kept", "reach"]
+__all__ = ["died", "differentiated", "dropped_unread", "flowing", "kept", "reach", "read_one"]
 
 #: A record's copies of a shared op event with the outputs a gradient reaches, by both.
 _COPIES: dict[tuple[Event, tuple[int, ...]], Event] = {}
@@ -41,6 +48,40 @@ def reach(output: WaitingOutput) -> None:
         waiting.reached = set()
     waiting.reached.add(output.index)
     _decided(waiting)
+
+
+def dropped_unread(output: WaitingOutput) -> list[WaitingOutput]:
+    """An output of an op with several let go in a record's own code, no output of the op
+    read yet: those to decide now. While another is held, none: it waits in the op's
+    ``dropped`` (off; decided once one is read, or at settle); the last one let go: it,
+    and those waiting if the same instruction let them go (the tuple dropped whole), each
+    a result."""
+    waiting = output.waiting
+    site = _site()
+    if waiting.alive > 0:
+        if waiting.dropped is None:
+            waiting.dropped = []
+        waiting.dropped.append((site, output))
+        return []
+    found, waiting.dropped = waiting.dropped or [], None
+    together = [each for at, each in found if at == site]
+    for each in together:
+        each.off = False
+    return [output, *together, *(each for at, each in found if at != site)]
+
+
+def _site() -> tuple[int, int, int]:
+    """The instruction of the user's code that let a tensor go (its weak reference's
+    callback runs inside it: three frames up, past :mod:`.fan_in`'s and this one's)."""
+    frame = sys._getframe(3)
+    return id(frame.f_code), id(frame), frame.f_lasti
+
+
+def read_one(waiting: Waiting) -> list[WaitingOutput]:
+    """An op read an output of ``waiting``'s op: those let go before, to decide now (off)."""
+    waiting.read = True
+    found, waiting.dropped = waiting.dropped or [], None
+    return [output for _, output in found if not output.done]
 
 
 def died(output: WaitingOutput) -> bool:

@@ -177,19 +177,24 @@ class Waiting:
     reaches, see :mod:`.outputs_reached`) and ``shown`` (the event its places hold now:
     ``event``, or a copy saying which outputs are reached); where its outputs send
     gradients to different inputs, ``split`` says which (its edges wait for its last
-    output to be decided: ``wanted``, once one is reached)."""
+    output to be decided: ``wanted``, once one is reached). In a record's own code,
+    ``dropped`` holds its outputs let go while another was held and none was read yet
+    (``read``), each with the instruction that let it go: results if the last one is let
+    go by the same (see :mod:`.outputs_reached`)."""
 
     __slots__ = (
         "again",
         "alive",
         "context",
         "count",
+        "dropped",
         "event",
         "inputs",
         "left",
         "open",
         "places",
         "reached",
+        "read",
         "serial",
         "shown",
         "sources",
@@ -210,6 +215,8 @@ class Waiting:
         self.reached: set[int] | None = None
         self.split: Split | None = None
         self.wanted = False
+        self.read = False
+        self.dropped: list[tuple[Any, WaitingOutput]] | None = None
         self.shown = event
         self.event = event
         self.places = places
