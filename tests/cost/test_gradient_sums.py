@@ -504,3 +504,44 @@ def test_a_torch_calls_own_temporaries_start_no_backward_in_a_records_own_code(
         with record() as ran:
             body(a).backward()
         assert ran.total.backward_flops == backward
+
+
+class _Drops(nn.Module):
+    """A plain module whose forward drops what it does not need, as people write it: the
+    attention weights and the recurrent layer's last state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.rnn = nn.GRU(16, 16, batch_first=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out, _ = self.attn(x, x, x)
+        y, _ = self.rnn(out)
+        return y
+
+
+def _drops_in_a_helper(x: Tensor) -> Tensor:
+    mean = torch.var_mean(x, 1)[1]  # (the variance, let go here, is no result)
+    return mean
+
+
+def test_tensors_let_go_in_functions_the_record_block_called_start_no_backward() -> None:
+    # a record's own code is the code in its block: what a module's forward or a helper
+    # drops there is a local no backward starts from, as inside a decorated call (the
+    # GRU's h_n, let go in forward, was taken for a result: its last state summed two
+    # gradients in the prediction, one where it ran)
+    torch.manual_seed(0)
+    model = _Drops()
+    x = torch.randn(2, 5, 16)
+    with record() as predicted:
+        model(x)
+    with record() as ran:
+        model(x).sum().backward()
+    cost = estimate(model, Float[Tensor, "batch seq 16"], batch=2, seq=5)
+    assert predicted.total.backward_flops == ran.total.backward_flops == cost.backward_flops
+    assert ran.total.exact
+    a = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    with record() as helper:
+        _drops_in_a_helper(a)
+    assert helper.total.backward_flops == 20  # (the mean's gradient spread over its rows)

@@ -84,6 +84,7 @@ class GradientSums:
         "_limit",
         "_pass",
         "detached",
+        "elsewhere",
         "gone",
         "histories",
         "inside",
@@ -133,8 +134,10 @@ class GradientSums:
         # own code, outside its calls, may start one from anything it held.
         self.inside: Callable[[], bool] = _always
         # Whether a tensor let go now is a temporary of one torch call of a record's own
-        # code (``isclose``'s difference, ``matrix_rank``'s tolerance): never the user's.
+        # code (``isclose``'s difference, ``matrix_rank``'s tolerance), or let go in a
+        # function its block called (``elsewhere``): never the user's.
         self.internal: Callable[[], bool] = _never
+        self.elsewhere: Callable[[], bool] = _never
 
     def count(self, tensor: torch.Tensor) -> int:
         """The edges ``tensor`` has so far (a leaf's: in this top-level call)."""
@@ -464,7 +467,7 @@ class GradientSums:
             # (dead: read by nothing, no backward starts from it; in a record's own code
             # too where another output of its op that a gradient flows through is held:
             # `torch.var_mean(x, 1)[1]`)
-            own = not (self.inside() or self.internal() or found.inert)
+            own = not (self.inside() or self.internal() or found.inert or self.elsewhere())
             if not own or waiting.alive > 0:
                 found.off = True
             if own and waiting.count > 1 and not waiting.read:

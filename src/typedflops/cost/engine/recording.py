@@ -122,6 +122,17 @@ def _in_user_call() -> bool:
     return type(calls) is tuple and bool(calls) and calls[0].parent is not None
 
 
+def _let_go_elsewhere() -> bool:
+    """Whether a tensor let go now is let go outside the code of every record block open
+    here (in a function a block called, a plain module's forward): a local no backward
+    starts from, as inside a decorated call."""
+    calls = _frame.get()
+    if type(calls) is not tuple:
+        return False
+    site = sys._getframe(2)  # (past this and the weak reference's callback)
+    return all(call.session.block is not site for call in calls)
+
+
 def _in_torch_call() -> bool:
     """Whether one torch call of a record's own code runs on plain tensors (its temporaries
     are its own; a nested tensor's call returns what the sums do not follow)."""
@@ -167,6 +178,7 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         self.sums.realm = _realm
         self.sums.inside = _in_user_call
         self.sums.internal = _in_torch_call
+        self.sums.elsewhere = _let_go_elsewhere
         self.naming = NamingMode(self)
         self.grouping = self.naming
         self.watch: Any = None

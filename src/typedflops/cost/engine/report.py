@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import sys
 import time
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -169,6 +171,17 @@ def _text(formula: sympy.Expr) -> str:
     return str(formula)
 
 
+_CONTEXTLIB = contextlib.__file__
+
+
+def _block_frame() -> types.FrameType | None:
+    """The frame of the code inside the ``with record()`` block (past contextlib's)."""
+    frame: types.FrameType | None = sys._getframe(2)  # (past this and record's generator)
+    while frame is not None and frame.f_code.co_filename == _CONTEXTLIB:
+        frame = frame.f_back
+    return frame
+
+
 @contextlib.contextmanager
 def record() -> Iterator[Recorder]:
     """Record every decorated call and op run inside the block, in this thread or asyncio
@@ -193,6 +206,7 @@ def record() -> Iterator[Recorder]:
     mine = [c for c in outer if c.session.thread == session.thread] if type(outer) is tuple else []
     ours = (*mine, session.root)
     token = counting_frame.set(ours)
+    session.block = _block_frame()
     session.mode = entered()
     start = time.perf_counter()
     try:
@@ -206,6 +220,7 @@ def record() -> Iterator[Recorder]:
                 session.mode.again.settle()  # (checkpointed regions that ended in the block)
             session.mode.sums.settle()  # (the sums of what the block's results were made from)
         left()
+        session.block = None
         current = counting_frame.get()
         session.close(current)
         if current is ours:

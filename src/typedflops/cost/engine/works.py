@@ -210,6 +210,10 @@ class RecordSession:
         self.backward_ran = BackwardRan()
         #: The recording mode of its thread (set when the record opens).
         self.mode: RecordingMode | None = None
+        #: The frame of the code inside the ``with record()`` block while it is open: a
+        #: tensor let go unread there may be a loss a backward starts from; one let go in
+        #: a function it called (``out, _ = self.rnn(x)`` in a module's forward) is not.
+        self.block: types.FrameType | None = None
 
     def body(self, function: CheckedFunction[..., Any]) -> _Body:
         """What this record reads of ``function`` (read on its first call)."""
