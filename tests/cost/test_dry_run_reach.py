@@ -3,6 +3,7 @@ argument, a global, a closure), and ends in a count or in one line that says why
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
@@ -218,6 +219,12 @@ def _branch(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
     return -x
 
 
+@typed_flops
+def _logged(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    print(f"mean {x.mean():.3f}", file=io.StringIO())
+    return x * 2
+
+
 def _line_of(function: Callable[..., Any], text: str) -> str:
     import inspect
 
@@ -244,6 +251,12 @@ _VALUES = "its result depends on the tensors' values, not only their shapes; rec
         ),
         (_item, {"n": 3, "d": 4}, "a tensor's value", "return x * float(x.max().item())"),
         (_branch, {"n": 3, "d": 4}, "a tensor's value", "if x.sum() > 0:"),
+        (
+            _logged,
+            {"n": 3, "d": 4},
+            "a tensor's value formatted",
+            'print(f"mean {x.mean():.3f}", file=io.StringIO())',
+        ),
     ],
 )
 def test_a_body_that_depends_on_values_is_one_line_naming_the_op_and_the_line(

@@ -320,14 +320,18 @@ def body_error(probe: Probe, exc: BaseException) -> SpecError:
         reason = f"{type(exc).__name__}: {reason}"
     where = _user_line(exc)
     at = f" at {where}" if where else ""
-    if "numpy" in reason and "tensor subclasses" in reason:
+    # (a value read outside torch's ops: a NumPy copy, a number formatted, f"{loss:.3f}")
+    read = ".numpy()" if "numpy" in reason and "tensor subclasses" in reason else None
+    if isinstance(exc, TypeError) and reason.startswith("unsupported format string passed"):
+        read = 'a tensor\'s value formatted (f"{x:.3f}")'
+    if read is not None:
         error = DryRunError.at(
             f"{probe.function}()",
-            f"a dry run cannot go past .numpy(){at}: its result depends on the tensors' "
+            f"a dry run cannot go past {read}{at}: its result depends on the tensors' "
             "values, not only their shapes",
             hint="record a real run instead (with typedflops.record() as rec: ...)",
         )
-        error.reads_values = f".numpy(){at}"
+        error.reads_values = f"{read}{at}"
         return error
     sizes = ", ".join(f"{name}={size}" for name, size in probe.dims.items())
     if not sizes:  # (every size a number: none to change)
