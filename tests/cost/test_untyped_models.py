@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections import OrderedDict
 from typing import Any
 
@@ -191,6 +192,27 @@ def test_a_grouped_conv_net_is_costed_as_its_kernels_run(groups: int) -> None:
     # backward: each convolution's input and weight gradients (2 x 2 x its products) ...
     conv_backward = [e for e in rec.total.ops if e.op.startswith("conv")]
     assert sum(op.backward_flops for op in conv_backward) == 2 * 2 * convs
+
+
+def test_real_tensors_alone_cost_that_call_with_a_number_for_formula() -> None:
+    # as FlopCounterMode and fvcore are called: the model and an example input (its meta
+    # copy runs; nothing is named, so the formula is the count)
+    model = nn.Sequential(nn.Embedding(100, 16), nn.Linear(16, 100))
+    ids = torch.randint(0, 100, (2, 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cost = estimate(model, ids)
+    with record() as ran:
+        model(ids).sum().backward()
+    assert (cost.flops, cost.formula, cost.exact) == (32_000, 32_000, True)
+    assert cost.flops + 2 * 5 * 100 == ran.total.flops  # (less the loss's sum)
+    assert cost.backward_flops == ran.total.backward_flops
+    literal = estimate(model, Int[Tensor, "2 5"])
+    assert (cost.forward, cost.backward, cost.bytes) == (
+        literal.forward,
+        literal.backward,
+        literal.bytes,
+    )
 
 
 def test_a_checked_model_needs_no_annotations() -> None:
