@@ -170,6 +170,39 @@ def test_what_a_dry_run_assigns_to_the_callers_modules_is_put_back() -> None:
     assert fresh.last is None and "seen" not in vars(fresh.inner) and "cache" not in fresh._buffers
 
 
+class _Rotary(nn.Module):
+    """A table made on first use and kept, its method's object not named ``self``."""
+
+    def __init__(this) -> None:
+        super().__init__()
+        this.table: Tensor | None = None
+
+    @typed_flops
+    def forward(this, x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+        if this.table is None or this.table.shape != x.shape:
+            this.table = torch.outer(torch.arange(x.shape[0]).float(), torch.ones(x.shape[1]))
+        return x * this.table.cos()
+
+
+def test_the_fit_of_a_records_row_leaves_the_callers_modules_as_they_were() -> None:
+    # the dry runs that fit a record's rows called a model passed as an argument (or a
+    # method's object not named self) as it was: what the body assigned on meta stayed on
+    # it (the next real call crashed mixing meta and cpu, or kept a storage-less cache)
+    model, rotary = _Caching(), _Rotary()
+    x = torch.ones(2, D)
+    counts = []
+    for _ in range(2):
+        with record() as rec:
+            _through_caching(model, x)
+            rotary(x)
+        counts.append((rec.total.flops, rec.total.backward_flops))
+        assert model.last is not None and model.last.device.type == "cpu"
+        assert model.cache.device.type == "cpu" and model.inner.seen == 2
+        assert rotary.table is not None and rotary.table.device.type == "cpu"
+    # the table's outer product (2 x D multiplies) is made by the first call only
+    assert counts[0][0] - counts[1][0] == 2 * D and counts[0][1] == counts[1][1]
+
+
 def test_a_dry_run_with_a_dtype_casts_modules_in_arguments() -> None:
     cost = _through.estimate(_Mlp(), batch=B, d=D, dtype=torch.bfloat16)
     as_float = _through.estimate(_Mlp(), batch=B, d=D)

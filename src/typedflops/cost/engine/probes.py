@@ -403,11 +403,17 @@ def call_probe(
         variable += [n for n in own if n not in variable and n not in repeats]
     devices = [value.device for _, value, _ in found.values()]
     device = devices[0] if devices else module_device(module) or "cpu"
+    # (a model passed as an argument, or a method's object not named self: its state on
+    # meta, and what the body assigns to it put back, as for self)
+    others = argument_modules(
+        (*(positional[1:] if module is not None else positional), *named.values()), module
+    )
 
     rebuilt: dict[Any, torch.nn.Module] = {}
 
     def build(assignment: Mapping[str, Size], run_device: str) -> Thunk:
-        target, runner = with_module(module, rebuild, run_device, assignment, None, rebuilt)
+        target, own_runner = with_module(module, rebuild, run_device, assignment, None, rebuilt)
+        runner = with_modules(own_runner, others, run_device, None)
         call_args = [materialize(a, run_device) for a in positional]
         call_kwargs = {k: materialize(v, run_device) for k, v in named.items()}
         if module is not None:
