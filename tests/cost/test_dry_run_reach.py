@@ -203,6 +203,32 @@ def test_the_fit_of_a_records_row_leaves_the_callers_modules_as_they_were() -> N
     assert counts[0][0] - counts[1][0] == 2 * D and counts[0][1] == counts[1][1]
 
 
+_GLOBAL_CACHING = _Caching()
+
+
+@typed_flops
+def _through_a_global(x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch d"]:
+    return _GLOBAL_CACHING(x) * 2
+
+
+def test_what_a_dry_run_assigns_to_a_module_it_reaches_otherwise_is_put_back() -> None:
+    # a global model (or one held by another object) is no argument: its parameters are
+    # read as they are, and what its forward assigns was left on it, storage-less
+    model = _GLOBAL_CACHING
+    real = _through_a_global(torch.ones(2, D))
+    with record() as rec:
+        _through_a_global(torch.ones(2, D))
+    for batch, cost in ((B, _through_a_global.estimate(batch=B, d=D)), (2, rec.total)):
+        assert cost.flops == batch * (2 * D * D + D)  # (addmm's 2·D·D a row, the doubling)
+        assert model.last is not None and model.last.device.type == "cpu"
+        assert torch.equal(model.last * 2, real) and model.inner.seen == 2
+        assert model.cache.device.type == "cpu" and model.cache.shape == (2, D)
+    assert torch.nn.Module.__setattr__ is _MODULE_SETATTR  # (nothing left installed)
+
+
+_MODULE_SETATTR = torch.nn.Module.__setattr__
+
+
 def test_a_dry_run_with_a_dtype_casts_modules_in_arguments() -> None:
     cost = _through.estimate(_Mlp(), batch=B, d=D, dtype=torch.bfloat16)
     as_float = _through.estimate(_Mlp(), batch=B, d=D)

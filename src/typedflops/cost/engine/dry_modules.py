@@ -4,8 +4,9 @@ and everything else about them left as the caller had it.
 A dry run calls the caller's own modules (``self``, a model passed as an argument) with
 their parameters and buffers swapped for copies on ``meta`` (or built again at other sizes,
 see :mod:`.rebuild`); what the body assigns to them while it runs (``self.last = y``, a
-cache, a buffer registered in ``forward``) is put back afterwards, and an object that is not
-a module runs as a shallow copy of itself.
+cache, a buffer registered in ``forward``) is put back afterwards, as it is on any other
+module the body reaches (see :mod:`.module_assignments`), and an object that is not a
+module runs as a shallow copy of itself.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ...errors import SpecError
 from .dryrun import Thunk
 from .fit import Size
 from .function_backward import dry_runs_own
+from .module_assignments import noted, put_back
 from .rebuild import Rebuild
 from .tensors import differentiable
 
@@ -193,30 +195,12 @@ def _attributes_kept(module: torch.nn.Module) -> Iterator[None]:
     >>> hasattr(lin, "last"), "cache" in lin._buffers
     (False, False)
     """
-    kept: list[tuple[torch.nn.Module, list[tuple[dict[str, Any], dict[str, Any]]]]] = [
-        (
-            sub,
-            [
-                (store, dict(store))
-                for store in (sub._parameters, sub._buffers, sub._modules, sub.__dict__)
-            ],
-        )
-        for sub in module.modules()
-    ]
+    kept = [noted(sub) for sub in module.modules()]
     try:
         yield
     finally:
-        for _, stores in kept:
-            for store, saved in stores:  # (its own attributes last)
-                if not _same(store, saved):
-                    store.clear()
-                    store.update(saved)
-
-
-def _same(now: Mapping[str, Any], before: Mapping[str, Any]) -> bool:
-    """Whether a dict holds the same objects it held (compared by identity: ``==`` on a
-    tensor is a tensor)."""
-    return now.keys() == before.keys() and all(now[key] is value for key, value in before.items())
+        for stores in kept:
+            put_back(stores)
 
 
 def argument_modules(values: Sequence[Any], own: Any) -> list[torch.nn.Module]:

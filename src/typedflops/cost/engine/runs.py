@@ -35,6 +35,7 @@ from .fit import Size
 from .frames import no_frame
 from .held_sizes import Held
 from .kernels import meta_target
+from .module_assignments import assignments_put_back
 from .rebuild import Rebuild
 from .saved import SavedTensors
 from .session import RunSession
@@ -144,6 +145,7 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
     ):
         thunk = probe.build(assignment, device)
         with (
+            assignments_put_back(),
             session.active(),
             torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
         ):
