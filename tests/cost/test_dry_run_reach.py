@@ -229,6 +229,24 @@ def test_what_a_dry_run_assigns_to_a_module_it_reaches_otherwise_is_put_back() -
 _MODULE_SETATTR = torch.nn.Module.__setattr__
 
 
+@typed_flops
+def _keeping(x: Float[Tensor, "n d"], state: dict[str, Any]) -> Float[Tensor, "n d"]:
+    y = x * 2
+    state["last"] = y
+    state.setdefault("seen", []).append(y)
+    return y
+
+
+def test_what_a_dry_run_puts_in_a_callers_container_stays_off_it() -> None:
+    # a record's fit called the body with the caller's own dict: its list held a meta
+    # tensor per dry run (12 after one call)
+    state: dict[str, Any] = {}
+    with record() as rec:
+        _keeping(torch.ones(3, 4), state)
+    assert rec.total.flops == 12 and str(rec.total.formula) == "d*n"
+    assert state["last"].device.type == "cpu" and len(state["seen"]) == 1
+
+
 def test_a_dry_run_with_a_dtype_casts_modules_in_arguments() -> None:
     cost = _through.estimate(_Mlp(), batch=B, d=D, dtype=torch.bfloat16)
     as_float = _through.estimate(_Mlp(), batch=B, d=D)

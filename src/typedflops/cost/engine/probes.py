@@ -87,18 +87,24 @@ def stub(value: Any) -> Any:
         return TensorStub(tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
     if isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value):
         return type(value)(stub(v) for v in value)
+    if type(value) is dict and any(isinstance(v, torch.Tensor) for v in value.values()):
+        return {key: stub(v) for key, v in value.items()}
     return value
 
 
 def materialize(value: Any, device: str) -> Any:
-    """A storage-less tensor for a stub, on ``device``, recursively in lists and tuples."""
+    """A storage-less tensor for a stub, on ``device``, recursively in lists and tuples; a
+    list, tuple, set or dict copied (what a dry run's body puts in one, ``state["h"] = h``,
+    stays off the caller's)."""
     if isinstance(value, TensorStub):
         tensor = torch.empty(value.shape, dtype=value.dtype, device=device)
         return tensor.requires_grad_(value.requires_grad) if differentiable(tensor) else tensor
     if isinstance(value, torch.Tensor):
         return value
-    if isinstance(value, list | tuple) and any(isinstance(v, TensorStub) for v in value):
+    if type(value) in (list, tuple, set):
         return type(value)(materialize(v, device) for v in value)
+    if type(value) is dict:
+        return {key: materialize(v, device) for key, v in value.items()}
     return value
 
 
