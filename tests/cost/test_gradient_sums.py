@@ -521,16 +521,15 @@ class _Drops(nn.Module):
         return y
 
 
-def _drops_in_a_helper(x: Tensor) -> Tensor:
-    mean = torch.var_mean(x, 1)[1]  # (the variance, let go here, is no result)
-    return mean
+def _drops_in_a_helper(x: Tensor) -> None:
+    torch.var_mean(x, 1)[1].sum()  # (a loss computed and let go: the block's own code)
 
 
-def test_tensors_let_go_in_functions_the_record_block_called_start_no_backward() -> None:
-    # a record's own code is the code in its block: what a module's forward or a helper
-    # drops there is a local no backward starts from, as inside a decorated call (the
-    # GRU's h_n, let go in forward, was taken for a result: its last state summed two
-    # gradients in the prediction, one where it ran)
+def test_tensors_let_go_in_a_modules_forward_the_record_block_called_start_no_backward() -> None:
+    # what a module's forward drops is a local no backward starts from, as in an estimate
+    # of the module (the GRU's h_n, let go in forward, was taken for a result: its last
+    # state summed two gradients in the prediction, one where it ran); a plain function
+    # the block calls is the block's own code: what it drops may be a loss
     torch.manual_seed(0)
     model = _Drops()
     x = torch.randn(2, 5, 16)

@@ -135,7 +135,7 @@ class GradientSums:
         self.inside: Callable[[], bool] = _always
         # Whether a tensor let go now is a temporary of one torch call of a record's own
         # code (``isclose``'s difference, ``matrix_rank``'s tolerance), or let go in a
-        # function its block called (``elsewhere``): never the user's.
+        # module's forward its block called (``elsewhere``): never the user's.
         self.internal: Callable[[], bool] = _never
         self.elsewhere: Callable[[], bool] = _never
 

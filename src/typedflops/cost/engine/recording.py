@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from types import FrameType
 from collections.abc import Callable
 from typing import Any
 
@@ -123,14 +124,24 @@ def _in_user_call() -> bool:
 
 
 def _let_go_elsewhere() -> bool:
-    """Whether a tensor let go now is let go outside the code of every record block open
-    here (in a function a block called, a plain module's forward): a local no backward
-    starts from, as inside a decorated call."""
+    """Whether a tensor let go now is let go inside a module's forward that the code of a
+    record block open here called (``out, _ = self.rnn(x)``): a local no backward starts
+    from, as in an estimate of the module. A plain function the block called is its own
+    code (``train_step()`` computing a loss)."""
     calls = _frame.get()
     if type(calls) is not tuple:
         return False
-    site = sys._getframe(2)  # (past this and the weak reference's callback)
-    return all(call.session.block is not site for call in calls)
+    frame: FrameType | None = sys._getframe(2)  # (past this and the weak reference's callback)
+    while frame is not None:
+        if frame.f_code is _CALL_IMPL:
+            return True
+        if any(call.session.block is frame for call in calls):
+            return False
+        frame = frame.f_back
+    return False
+
+
+_CALL_IMPL = torch.nn.Module._call_impl.__code__
 
 
 def _in_torch_call() -> bool:

@@ -211,8 +211,8 @@ class RecordSession:
         #: The recording mode of its thread (set when the record opens).
         self.mode: RecordingMode | None = None
         #: The frame of the code inside the ``with record()`` block while it is open: a
-        #: tensor let go unread there may be a loss a backward starts from; one let go in
-        #: a function it called (``out, _ = self.rnn(x)`` in a module's forward) is not.
+        #: tensor let go unread in a module's forward it called (``out, _ = self.rnn(x)``)
+        #: is no loss a backward starts from, one it or a function it called lets go may be.
         self.block: types.FrameType | None = None
 
     def body(self, function: CheckedFunction[..., Any]) -> _Body:
