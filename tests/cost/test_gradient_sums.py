@@ -517,7 +517,7 @@ class _Drops(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         out, _ = self.attn(x, x, x)
-        y, _ = self.rnn(out)
+        y: Tensor = self.rnn(out)[0]  # (h_n let go here)
         return y
 
 

@@ -318,7 +318,10 @@ class CheckedFunction(Generic[P, R]):
             except ContractError as exc:
                 raise exc.with_traceback(None) from None
         finally:
-            call_scope.reset(token)
+            try:  # noqa: SIM105 (a context manager costs more, here on each call)
+                call_scope.reset(token)
+            except LookupError:  # (gone already: see contract.scope.call_scope)
+                pass
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
         if _observers:
@@ -407,7 +410,10 @@ class CheckedFunction(Generic[P, R]):
                     frame, self, args, kwargs, state, coroutine
                 )
         finally:
-            call_scope.reset(token)
+            try:  # noqa: SIM105 (a context manager costs more, here on each call)
+                call_scope.reset(token)
+            except LookupError:  # (gone already: see contract.scope.call_scope)
+                pass
         self.check_return(result, state)
         if _observers:
             notify_observers(self, args, kwargs, state)

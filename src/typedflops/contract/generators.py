@@ -49,7 +49,10 @@ def checked_generator(
             _check_return(contract, stop.value, state)
             return stop.value
         finally:
-            call_scope.reset(token)
+            try:  # noqa: SIM105 (a context manager costs more, here on each call)
+                call_scope.reset(token)
+            except LookupError:  # (gone already: see contract.scope.call_scope)
+                pass
         try:
             contract.check_yield(item, state)
         except ContractError as error:
@@ -82,7 +85,10 @@ async def checked_async_generator(
         except StopAsyncIteration:
             return
         finally:
-            call_scope.reset(token)
+            try:  # noqa: SIM105 (a context manager costs more, here on each call)
+                call_scope.reset(token)
+            except LookupError:  # (gone already: see contract.scope.call_scope)
+                pass
         try:
             contract.check_yield(item, state)
         except ContractError as error:

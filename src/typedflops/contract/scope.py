@@ -139,7 +139,10 @@ is_compiling: Callable[[], bool] = getattr(
 )
 
 # The innermost checked call of this thread or asyncio task (a ContextVar: tasks and threads
-# each see their own).
+# each see their own). Its resets, and those of the cost engine's variables, let a
+# LookupError go: the variable gone where the reset would delete it is the state the reset
+# leaves (a generator abandoned while it held a value, closed by the garbage collector
+# inside another block, is one way to end there).
 call_scope: ContextVar[CallState | None] = ContextVar("typedflops_call", default=None)
 
 

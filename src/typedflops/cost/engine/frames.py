@@ -82,7 +82,10 @@ def in_frame(frame: Frame | None) -> Iterator[None]:
     try:
         yield
     finally:
-        _frame.reset(token)
+        try:  # noqa: SIM105 (a context manager costs more, here on each call)
+            _frame.reset(token)
+        except LookupError:  # (gone already: see contract.scope.call_scope)
+            pass
 
 
 def no_frame() -> contextlib.AbstractContextManager[None]:
@@ -102,4 +105,7 @@ def owned_by(frame: Frame | None) -> Iterator[None]:
     try:
         yield
     finally:
-        _owner.reset(token)
+        try:  # noqa: SIM105 (a context manager costs more, here on each call)
+            _owner.reset(token)
+        except LookupError:  # (gone already: see contract.scope.call_scope)
+            pass

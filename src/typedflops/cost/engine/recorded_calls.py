@@ -108,7 +108,10 @@ def count_recorded_call(
             _abandon(inner, calls)
             raise
         finally:
-            call_scope.reset(scope_token)
+            try:  # noqa: SIM105 (a context manager costs more, here on each call)
+                call_scope.reset(scope_token)
+            except LookupError:  # (gone already: see contract.scope.call_scope)
+                pass
             _restore(frame_token, calls, inner)
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
@@ -132,7 +135,10 @@ def _restore(token: Any, calls: tuple[Call, ...], inner: tuple[Call, ...]) -> No
     """Give back the records' frame a call's body found. Records that closed in the body
     leave it; those that opened there and are still open stay (their roots)."""
     current = _frame.get()
-    _frame.reset(token)
+    try:  # noqa: SIM105 (a context manager costs more, here on each call)
+        _frame.reset(token)
+    except LookupError:  # (gone already: see contract.scope.call_scope)
+        pass
     if current is inner:
         return  # (the usual)
     sessions = {call.session for call in inner}

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from types import FrameType
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch

@@ -224,7 +224,10 @@ def record() -> Iterator[Recorder]:
         current = counting_frame.get()
         session.close(current)
         if current is ours:
-            counting_frame.reset(token)
+            try:  # noqa: SIM105 (a context manager costs more, here on each call)
+                counting_frame.reset(token)
+            except LookupError:  # (gone already: see contract.scope.call_scope)
+                pass
         elif type(current) is tuple:
             # closed before a record opened inside it (an ExitStack, enter and exit by
             # hand): the records still open go on
