@@ -135,7 +135,7 @@ def _let_go_elsewhere() -> bool:
     while frame is not None:
         if frame.f_code is _CALL_IMPL:
             return True
-        if any(call.session.block is frame for call in calls):
+        if any(call.session.block == (id(frame), frame.f_code) for call in calls):
             return False
         frame = frame.f_back
     return False

@@ -174,12 +174,13 @@ def _text(formula: sympy.Expr) -> str:
 _CONTEXTLIB = contextlib.__file__
 
 
-def _block_frame() -> types.FrameType | None:
-    """The frame of the code inside the ``with record()`` block (past contextlib's)."""
+def _block_frame() -> tuple[int, types.CodeType] | None:
+    """The frame of the code inside the ``with record()`` block (past contextlib's), by its
+    id and code."""
     frame: types.FrameType | None = sys._getframe(2)  # (past this and record's generator)
     while frame is not None and frame.f_code.co_filename == _CONTEXTLIB:
         frame = frame.f_back
-    return frame
+    return None if frame is None else (id(frame), frame.f_code)
 
 
 @contextlib.contextmanager

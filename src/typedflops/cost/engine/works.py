@@ -213,7 +213,9 @@ class RecordSession:
         #: The frame of the code inside the ``with record()`` block while it is open: a
         #: tensor let go unread in a module's forward it called (``out, _ = self.rnn(x)``)
         #: is no loss a backward starts from, one it or a function it called lets go may be.
-        self.block: types.FrameType | None = None
+        #: Kept as its id and code (a frame held would keep its locals alive after it
+        #: returns, where a record is closed elsewhere).
+        self.block: tuple[int, types.CodeType] | None = None
 
     def body(self, function: CheckedFunction[..., Any]) -> _Body:
         """What this record reads of ``function`` (read on its first call)."""
