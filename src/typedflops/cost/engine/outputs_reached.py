@@ -72,8 +72,12 @@ def dropped_unread(output: WaitingOutput) -> list[WaitingOutput]:
 
 def _site() -> tuple[int, int, int]:
     """The instruction of the user's code that let a tensor go (its weak reference's
-    callback runs inside it: three frames up, past :mod:`.fan_in`'s and this one's)."""
-    frame = sys._getframe(3)
+    callback runs inside it: three frames up, past :mod:`.fan_in`'s and this one's; none
+    in a thread of autograd's engine, which runs no Python code of its own)."""
+    try:
+        frame = sys._getframe(3)
+    except ValueError:
+        return 0, 0, 0
     return id(frame.f_code), id(frame), frame.f_lasti
 
 

@@ -131,7 +131,10 @@ def _let_go_elsewhere() -> bool:
     calls = _frame.get()
     if type(calls) is not tuple:
         return False
-    frame: FrameType | None = sys._getframe(2)  # (past this and the weak reference's callback)
+    try:
+        frame: FrameType | None = sys._getframe(2)  # (past this and the weak reference's callback)
+    except ValueError:  # (a thread of autograd's engine: no Python frame)
+        return False
     while frame is not None:
         if frame.f_code is _CALL_IMPL:
             return True
