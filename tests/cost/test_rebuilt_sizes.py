@@ -6,6 +6,7 @@ apart by changing each alone; a size no rebuild can change stays a number, liste
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,7 +20,7 @@ from jaxtyping import Float, Int
 from nanogpt import GPT, MLP, Block, GPTConfig
 from torch import Tensor, nn
 
-from typedflops import Cost, estimate, typed_flops
+from typedflops import Cost, estimate, record, typed_flops
 from typedflops.nn import TransformerConfig, TransformerLM
 
 SLOW = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -557,3 +558,51 @@ def test_two_pairs_of_stuck_sizes_at_one_value_are_two_ties(
         for name, term in cost.terms.items():
             values = {"batch": batch, "seq": seq, "d": width}
             assert term.at(values) == again.terms[name].count, (name, term, seq, width)
+
+
+_NORM = functools.partial(nn.LayerNorm, eps=1e-6)
+
+
+class _Factories(nn.Module):
+    """Layer factories as torchvision and timm take them, kept by nothing but the layers."""
+
+    def __init__(
+        self,
+        dim: int,
+        norm_layer: Callable[..., nn.Module] = _NORM,
+        act: Callable[..., nn.Module] = nn.GELU,
+    ) -> None:
+        super().__init__()
+        self.norm = norm_layer(dim)
+        self.fc = nn.Linear(dim, 4 * dim)
+        self.act = act()
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.act(self.fc(self.norm(x)))
+        return out
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {},
+        {"norm_layer": functools.partial(nn.LayerNorm, eps=1e-3)},
+        {"norm_layer": functools.partial(nn.LayerNorm, elementwise_affine=False)},
+        {"act": functools.partial(nn.GELU, approximate="tanh")},
+        {"act": nn.ReLU},
+    ],
+    ids=["defaults", "eps", "no-affine", "tanh", "relu"],
+)
+def test_a_module_built_with_layer_factories_is_rebuilt_at_other_widths(
+    given: dict[str, Any],
+) -> None:
+    # a factory given (a partial, another class) is kept by nothing but the layer it built:
+    # it was taken at its default, the twin differed, and the width stayed a number; the
+    # layers tell what built them, and the formula names the width, exact where it holds
+    cost = estimate(_Factories(16, **given), Float[Tensor, "n dim"], n=4, dim=16)
+    assert {str(s) for s in cost.formula.free_symbols} == {"dim", "n"}
+    assert cost.exact and "dim" not in cost.fixed
+    symbols = {str(s): s for s in cost.formula.free_symbols}
+    with record() as ran:
+        _Factories(32, **given)(torch.randn(3, 32))
+    assert cost.formula.subs({symbols["n"]: 3, symbols["dim"]: 32}) == ran.total.flops

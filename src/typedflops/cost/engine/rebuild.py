@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import inspect
 import io
 import warnings
@@ -199,7 +200,57 @@ def _by_constructor(module: torch.nn.Module, known: Mapping[str, int]) -> Rebuil
         if found is None:
             break
         unread.remove(found)  # the others are tried again with this one given
-    return _constructor(cls, arguments, module)
+    built = _constructor(cls, arguments, module)
+    if built is None:  # (a layer factory given, kept by nothing: ``norm_layer=partial(...)``)
+        for index, factory in _factories_held(module, arguments):
+            given = [*arguments]
+            given[index] = dataclasses.replace(arguments[index], value=factory)
+            built = _constructor(cls, given, module)
+            if built is not None:
+                break
+    return built
+
+
+def _factories_held(
+    module: torch.nn.Module, arguments: list[_Argument]
+) -> Iterator[tuple[int, Any]]:
+    """For each argument at a default layer factory (a class, or a ``functools.partial`` of
+    one), the factories a submodule was built by as far as it tells (the one of the
+    argument's name, ``act``, else one of the default's class): its class, and a partial of
+    it with the options the submodule keeps (its constructor's parameters held as plain
+    values, sizes left out: ``eps=1e-5``)."""
+    for index, argument in enumerate(arguments):
+        default = _factory_class(argument.value)
+        if default is None:
+            continue
+        named = module._modules.get(argument.name)
+        built = (
+            [named] if named is not None else [s for s in module.modules() if type(s) is default]
+        )
+        for sub in built[:1]:
+            target = type(sub)
+            yield index, target
+            try:
+                parameters = inspect.signature(target.__init__).parameters
+            except (TypeError, ValueError):
+                continue
+            # (bools, floats and strings: an int or a tuple of them is a size it is given)
+            options = {
+                name: held
+                for name in parameters
+                if name != "self" and isinstance(held := vars(sub).get(name), bool | float | str)
+            }
+            if options:
+                yield index, functools.partial(target, **options)
+
+
+def _factory_class(value: Any) -> type[torch.nn.Module] | None:
+    """The module class a layer factory builds (the class, or a ``functools.partial`` of
+    it), or None for anything else."""
+    target = value.func if isinstance(value, functools.partial) else value
+    if isinstance(target, type) and issubclass(target, torch.nn.Module):
+        return target
+    return None
 
 
 def _axis_sizes(module: torch.nn.Module) -> list[int]:
@@ -261,8 +312,8 @@ def _read_back(
     for key in (name, f"_{name}"):
         if key in own and not isinstance(own[key], torch.Tensor):
             return own[key]
-    if name in module._modules:
-        return module._modules[name]
+    if name in module._modules and _factory_class(parameter.default) is None:
+        return module._modules[name]  # (not where the parameter builds it: ``act=nn.GELU``)
     found = _held_by_submodules(module, name)
     if found is not _MISSING:
         return found
