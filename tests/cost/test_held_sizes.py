@@ -7,6 +7,7 @@ its symbols; a size that a rebuild does change (``d_model // n_heads``) is not l
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 import sympy
@@ -16,6 +17,13 @@ from torch import Tensor, nn
 
 from typedflops import Cost, estimate, record, typed_flops
 from typedflops.nn import Embedding
+
+
+def _each_term_predicts(cost: Cost, sizes: Mapping[str, Any], again: Cost) -> None:
+    """Each term of ``cost`` at ``sizes`` (its own dims otherwise) is ``again``'s count:
+    the estimate at those sizes, its module rebuilt."""
+    for name, term in cost.terms.items():
+        assert term.at({**cost.dims, **sizes}) == again.terms[name].count, (name, sizes)
 
 
 def _recorded_forward(module: nn.Module, x: Tensor) -> int:
@@ -63,8 +71,7 @@ def test_a_module_passed_to_the_constructor_holds_its_sizes() -> None:
     # n is rebuilt: the formula gives the count of Head(Enc(8, 32), 7) at b=4
     again = Head.forward.estimate(Head(Enc(8, 32), 7), b=4)
     assert cost.forward.at({**cost.dims, "b": 4, "n": 7}) == again.flops == 4 * (512 + 448)
-    for name, term in cost.terms.items():
-        assert term.at({**cost.dims, "b": 4, "n": 7}) == again.terms[name].count, name
+    _each_term_predicts(cost, {"b": 4, "n": 7}, again)
     # d_model is held: at another encoder the count differs from the formula's
     other = Head.forward.estimate(Head(Enc(8, 24), 5), b=3)
     assert other.flops == 3 * (2 * 8 * 24 + 2 * 24 * 5) != cost.flops
@@ -125,8 +132,7 @@ def test_a_global_the_constructor_reads_is_held() -> None:
     assert cost.fixed == {"HIDDEN": 48}  # was {}
     assert cost.flops == _recorded_forward(ReadsAGlobal(8), torch.randn(48, 8)) == 76032
     again = ReadsAGlobal.forward.estimate(ReadsAGlobal(12), b=5)
-    for name, term in cost.terms.items():
-        assert term.at({"b": 5, "d": 12}) == again.terms[name].count, name
+    _each_term_predicts(cost, {"b": 5, "d": 12}, again)
 
 
 class KeywordWidth(nn.Module):
@@ -151,8 +157,7 @@ def test_a_width_from_keyword_arguments_is_held() -> None:
     assert cost.fixed == {"hidden": 64}  # was {}
     assert cost.flops == _recorded_forward(KeywordWidth(8), torch.randn(2, 8)) == 4224
     again = KeywordWidth.forward.estimate(KeywordWidth(12), b=3)  # d rebuilt
-    for name, term in cost.terms.items():
-        assert term.at({"b": 3, "d": 12}) == again.terms[name].count, name
+    _each_term_predicts(cost, {"b": 3, "d": 12}, again)
     # at another hidden width the count is not the formula's: 64 is held
     assert KeywordWidth.forward.estimate(KeywordWidth(8, hidden=20), b=2).flops == 1320
 
@@ -187,8 +192,7 @@ def test_a_width_derived_from_rebuilt_sizes_is_not_held() -> None:
     for changed in ({"d_model": 48}, {"n_heads": 2}, {"b": 3, "s": 6}):
         sizes = {"d_model": 32, "n_heads": 4, "b": 2, "s": 4, **changed}
         again = _heads(**sizes)
-        for name, term in cost.terms.items():
-            assert term.at({**cost.dims, **changed}) == again.terms[name].count, (name, changed)
+        _each_term_predicts(cost, changed, again)
 
 
 class Table(nn.Module):
@@ -218,8 +222,7 @@ def test_a_size_named_as_a_dim_that_changes_alone_is_held_under_its_key() -> Non
     assert cost.flops == _recorded_forward(Table(16, 8), torch.randn(2, 8, 8)) == 2432
     for module, sizes in ((Table(16, 12), {"d": 12}), (Table(16, 8), {"b": 3, "seq": 5})):
         again = Table.forward.estimate(module, **{"b": 2, "seq": 8, **sizes})
-        for name, term in cost.terms.items():
-            assert term.at({**cost.dims, **sizes}) == again.terms[name].count, (name, sizes)
+        _each_term_predicts(cost, sizes, again)
     assert Table.forward.estimate(Table(32, 8), b=2, seq=8).flops == 2432 + 16 * 8 * 2
 
 
@@ -248,8 +251,7 @@ def test_a_typed_submodules_size_that_no_run_changes_is_held() -> None:
     assert cost.fixed == {"h": 24, "d_model": 8, "hidden": 24}  # was {"h": 24}
     assert cost.flops == _recorded_forward(model(), torch.randint(0, 10, (2, 3))) == 2304
     again = OverATypedTable.forward.estimate(model(), b=3, s=5)
-    for name, term in cost.terms.items():
-        assert term.at({**cost.dims, "b": 3, "s": 5}) == again.terms[name].count, name
+    _each_term_predicts(cost, {"b": 3, "s": 5}, again)
     assert OverATypedTable.forward.estimate(model(d_model=12), b=2, s=3).flops == 3456
 
 
@@ -279,8 +281,7 @@ def test_modules_passed_in_a_list_hold_their_sizes_under_their_paths() -> None:
     real = _recorded_forward(Stack([Enc(8, 32), Enc(32, 16)], 5), torch.randn(2, 8))
     assert cost.flops == real == 3392
     again = Stack.forward.estimate(Stack([Enc(8, 32), Enc(32, 16)], 7), b=3)  # n rebuilt
-    for name, term in cost.terms.items():
-        assert term.at({**cost.dims, "b": 3, "n": 7}) == again.terms[name].count, name
+    _each_term_predicts(cost, {"b": 3, "n": 7}, again)
 
 
 def test_a_torch_layers_width_kept_nowhere_else_is_held() -> None:
@@ -294,8 +295,7 @@ def test_a_torch_layers_width_kept_nowhere_else_is_held() -> None:
         model(x)
     assert cost.flops == rec.total.flops == 2112
     again = estimate(model, Float[Tensor, "b d"], b=5, d=8)
-    for name, term in cost.terms.items():
-        assert term.at({**cost.dims, "b": 5}) == again.terms[name].count, name
+    _each_term_predicts(cost, {"b": 5}, again)
     wider = nn.Sequential(nn.Linear(8, 24), nn.ReLU(), nn.Linear(24, 8))
     assert estimate(wider, Float[Tensor, "b d"], b=2, d=8).flops == 2 * (2 * 2 * 8 * 24 + 24)
 
@@ -322,6 +322,5 @@ def test_a_count_of_blocks_no_rebuild_changes_is_held() -> None:
     assert cost.fixed == {"d": 5, "n_blocks": 3}  # was {"d": 5}
     assert cost.flops == _recorded_forward(UnkeptBlocks(5, 3), torch.randn(3, 5)) == 495
     again = UnkeptBlocks.forward.estimate(UnkeptBlocks(5, 3), b=4, d=5)
-    for name, term in cost.terms.items():
-        assert term.at({**cost.dims, "b": 4}) == again.terms[name].count, name
+    _each_term_predicts(cost, {"b": 4}, again)
     assert UnkeptBlocks.forward.estimate(UnkeptBlocks(5, 2), b=3, d=5).flops == 330

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,7 +23,7 @@ from ...errors import SpecError
 from .dryrun import Thunk
 from .fit import Size
 from .function_backward import dry_runs_own
-from .module_assignments import noted, put_back
+from .module_assignments import assignments_put_back
 from .rebuild import Rebuild
 from .tensors import differentiable
 
@@ -158,7 +158,7 @@ def with_module(
                 state[name] = counter
 
     def run(thunk: Thunk) -> Any:
-        with _attributes_kept(module):
+        with assignments_put_back((module,)):
             if not state:
                 return thunk()
             with _reparametrize_module(module, state, strict=False):
@@ -180,27 +180,6 @@ def refuse_script(module: torch.nn.Module) -> None:
                 "which a dry run cannot run",
                 hint="estimate the module it was made from, or record() a real run",
             )
-
-
-@contextlib.contextmanager
-def _attributes_kept(module: torch.nn.Module) -> Iterator[None]:
-    """Put back, after a dry run, what its body assigned to the modules it ran
-    (``self.last = y``, a cache, a buffer registered in ``forward``): the caller's modules
-    never keep a dry run's storage-less tensors.
-
-    >>> lin = torch.nn.Linear(2, 2)
-    >>> with _attributes_kept(lin):
-    ...     lin.last = torch.empty(2, device="meta")
-    ...     lin.register_buffer("cache", torch.empty(2, device="meta"))
-    >>> hasattr(lin, "last"), "cache" in lin._buffers
-    (False, False)
-    """
-    kept = [noted(sub) for sub in module.modules()]
-    try:
-        yield
-    finally:
-        for stores in kept:
-            put_back(stores)
 
 
 def argument_modules(values: Sequence[Any], own: Any) -> list[torch.nn.Module]:
@@ -232,7 +211,7 @@ def with_modules(
     def run(thunk: Thunk) -> Any:
         with contextlib.ExitStack() as stack:
             for module, state in states:
-                stack.enter_context(_attributes_kept(module))
+                stack.enter_context(assignments_put_back((module,)))
                 stack.enter_context(_reparametrize_module(module, state, strict=False))
             return runner(thunk)
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
-__all__ = ["Stores", "assignments_put_back", "noted", "put_back", "stores_of"]
+__all__ = ["assignments_put_back"]
 
 
 #: A module's attribute stores (parameters, buffers, submodules, its own attributes), each
@@ -20,13 +20,13 @@ __all__ = ["Stores", "assignments_put_back", "noted", "put_back", "stores_of"]
 Stores = list[tuple[dict[str, Any], dict[str, Any]]]
 
 
-def stores_of(module: torch.nn.Module) -> Stores:
+def _stores_of(module: torch.nn.Module) -> Stores:
     """``module``'s attribute stores as they are now (its own attributes last)."""
     held = (module._parameters, module._buffers, module._modules, module.__dict__)
     return [(store, dict(store)) for store in held]
 
 
-def put_back(stores: Stores) -> None:
+def _put_back(stores: Stores) -> None:
     """Each store as it was, where it holds other objects now (compared by identity:
     ``==`` on a tensor is a tensor)."""
     for store, saved in stores:
@@ -59,7 +59,7 @@ def _noting(name: str) -> Callable[..., Any]:
     def method(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         kept = _touched.kept
         if kept is not None and id(self) not in kept and "_parameters" in self.__dict__:
-            kept[id(self)] = (self, stores_of(self))
+            kept[id(self)] = (self, _stores_of(self))
         return original(self, *args, **kwargs)
 
     method.__name__ = name
@@ -69,45 +69,45 @@ def _noting(name: str) -> Callable[..., Any]:
 _NOTING = {name: _noting(name) for name in _ORIGINAL}
 
 
-def noted(module: torch.nn.Module) -> Stores:
-    """``module``'s stores as they are now, noted as its state before the dry run open in
-    this thread, if one is and has not noted it (before a dry run swaps its tensors: its
-    first assignment may come after)."""
-    stores = stores_of(module)
-    kept = _touched.kept
-    if kept is not None and id(module) not in kept:
-        kept[id(module)] = (module, stores)
-    return stores
-
-
 @contextlib.contextmanager
-def assignments_put_back() -> Iterator[None]:
+def assignments_put_back(modules: Iterable[torch.nn.Module] = ()) -> Iterator[None]:
     """Put back, after the block (a dry run's body), what it assigned to any module that
-    existed before it: a global model, one reached through another object (``self`` and
-    the arguments are kept by :func:`with_module` and :func:`with_modules`). Other threads'
-    assignments go through untouched.
+    existed before it (``self.last = y``, a buffer registered in ``forward``, a global
+    model's cache): ``modules`` (those a dry run swaps to storage-less copies, and their
+    submodules) as they are now, the others as they were when first assigned to. Nested
+    blocks join the outermost, which puts back; other threads' assignments go through
+    untouched.
 
     >>> lin = torch.nn.Linear(2, 2)
     >>> with assignments_put_back():
     ...     lin.last = torch.empty(2, device="meta")
-    >>> hasattr(lin, "last")
-    False
+    ...     lin.register_buffer("cache", torch.empty(2, device="meta"))
+    >>> hasattr(lin, "last"), "cache" in lin._buffers
+    (False, False)
     """
-    if _touched.kept is not None:  # (nested: the outermost puts back)
+    outermost = _touched.kept is None
+    if outermost:
+        with _install_lock:
+            if _installed[0] == 0:
+                for name, method in _NOTING.items():
+                    setattr(_module, name, method)
+            _installed[0] += 1
+        _touched.kept = {}
+    kept = _touched.kept
+    assert kept is not None
+    for module in modules:
+        for sub in module.modules():
+            if id(sub) not in kept:
+                kept[id(sub)] = (sub, _stores_of(sub))
+    if not outermost:
         yield
         return
-    with _install_lock:
-        if _installed[0] == 0:
-            for name, method in _NOTING.items():
-                setattr(_module, name, method)
-        _installed[0] += 1
-    _touched.kept = {}
     try:
         yield
     finally:
-        kept, _touched.kept = _touched.kept, None
+        _touched.kept = None
         for _, stores in kept.values():
-            put_back(stores)
+            _put_back(stores)
         with _install_lock:
             _installed[0] -= 1
             if _installed[0] == 0:
