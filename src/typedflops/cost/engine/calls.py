@@ -112,7 +112,7 @@ class CallHandle:
             return
         if self.kind == "count" and session.mode is not None:
             with in_frame(self.frame):  # (its result, held, reaches backward: its own)
-                session.mode.sums.settle()
+                session.mode.sums.settle(boundary=True)
         sizes = dict(bound)
         declared = self.fn.declared
         parent = self.frame.parent
@@ -195,7 +195,7 @@ def begin_call(
     assert isinstance(session, RunSession)
     if session.mode is not None:
         # (what made its arguments reaches backward: counted where it was made, outside it)
-        session.mode.sums.settle()
+        session.mode.sums.settle(boundary=True)
     child = session.child(fn.name, fn.declared is not None)
     if child is frame:
         return CallHandle(session, child, fn, args, kwargs, "inline")

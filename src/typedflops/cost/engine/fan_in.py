@@ -40,7 +40,8 @@ import torch
 from ...contract.walk import tensors_in
 from .edges import flows_of, op_tensors, split_of
 from .events import Event, Sink
-from .in_place import regenerate, rewrite
+from .held_views import HeldView, hold, reached, read_held, take_credit
+from .in_place import rebased_views, regenerate, rewrite
 from .outputs_reached import died, dropped_unread, kept, reach, read_one
 from .tensors import differentiable
 from .waits import (
@@ -83,10 +84,13 @@ class GradientSums:
         "_clone",
         "_limit",
         "_pass",
+        "credits",
         "detached",
         "elsewhere",
         "gone",
+        "held_views",
         "histories",
+        "holding",
         "inside",
         "internal",
         "made",
@@ -95,6 +99,7 @@ class GradientSums:
         "shared",
         "sink",
         "uses",
+        "view_parents",
         "waiting",
         "where",
     )
@@ -113,6 +118,12 @@ class GradientSums:
         # goes to (see `_regenerate`).
         self.made: dict[weakref.ref[torch.Tensor], int] = {}
         self.waiting: dict[int, WaitingOutput] = {}
+        # Views held at a call's boundary whose edge may yet reach nothing (see
+        # .held_views), by id; whether such an edge is being counted.
+        self.held_views: dict[int, HeldView] = {}
+        self.view_parents: dict[int, list[int]] = {}
+        self.credits: dict[Any, int] = {}
+        self.holding = False
         # Detached copies of waiting outputs, by the copy's id; outputs let go while a
         # copy lives.
         self.detached: dict[int, tuple[weakref.ref[torch.Tensor], WaitingOutput]] = {}
@@ -166,6 +177,8 @@ class GradientSums:
     def _add(self, edge: EdgeInput, edges: int, context: Any = None) -> None:
         # (each way in checks the pass first: a decision never straddles two)
         ref, key, leaf, size, dtype, history, call = edge
+        if self.held_views and not self.holding:
+            reached(self, ref())
         realm = self.realm(context) if self.realm is not None else None
         # (tensors are known by their weak reference, one per tensor: a tensor let go
         # keeps its count while an edge to it waits, and a new one never shares it; a
@@ -175,6 +188,8 @@ class GradientSums:
         before = self.uses.get(found, 0)
         self.uses[found] = before + edges
         adds = edges if before else edges - 1
+        if adds > 0 and self.credits:
+            adds = take_credit(self, found, adds)
         if adds > 0:
             if self.shared:  # (a record's: one event for every sum alike, as for ops)
                 event = _SUMS.get((size, dtype, adds))
@@ -230,7 +245,7 @@ class GradientSums:
         inputs = [t for t in found if t.requires_grad and differentiable(t)]
         clone, self._clone = self._clone, None
         chosen, positions = [], []
-        rebased = self._rebased(written) if written else []
+        rebased = rebased_views(self, written) if written else []
         for index, tensor in enumerate(inputs):
             if rebased and any(tensor is view for view, _ in rebased):
                 continue
@@ -242,6 +257,8 @@ class GradientSums:
                     self._detached(tensor, outputs)
                 else:
                     self._read_off(tensor)
+        if self.held_views:  # (read before its base is written: see .held_views)
+            read_held(self, chosen, event, outputs)
         if self.histories:  # (a tensor was written in place: a view read may be a new node)
             self._regenerate(chosen)
         bases = [base for _, base in rebased] if outputs else []
@@ -327,25 +344,6 @@ class GradientSums:
         found = self.waiting.get(id(view))
         return found is not None and found.ref() is view and not found.done and not found.readers
 
-    def _rebased(self, written: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The views among ``written`` whose base gets autograd's ``CopySlices`` edge from
-        the op writing them, each with its base. Not one whose view op read the base itself
-        and no op read yet: that op stands for the edge. A view of another view
-        (``h[:, 2:4][1:]``) no op read has its node replaced (it read nothing of the base
-        directly), and the edge goes to the base."""
-        found = []
-        for view in written:
-            base = view._base
-            if base is None or not base.requires_grad:
-                continue
-            if self._unread(view):
-                inputs = self.waiting[id(view)].waiting.inputs
-                if inputs and len(inputs) == 1 and inputs[0][0]() is base:
-                    continue
-                self._replaced(view)
-            found.append((view, base))
-        return found
-
     def _replaced(self, view: torch.Tensor) -> None:
         """``view`` has a new node: its view op's output starts no backward now, and its
         op reaches backward only through the ops that read it before."""
@@ -373,18 +371,20 @@ class GradientSums:
             if self.detached:
                 self._read_detached(tensor)
 
-    def settle(self, started: bool = False) -> None:
+    def settle(self, started: bool = False, boundary: bool = False) -> None:
         """Count the edges of the ops whose output is still held (a result, a tensor the
         user keeps) and no op read: each may reach backward; and of the ops that made what
         they read. Every waiting op is decided. ``started``: a backward started from
-        something held (the seed ``.backward()`` makes reads its root): all held is."""
+        something held (the seed ``.backward()`` makes reads its root): all held is.
+        ``boundary``: a decorated call begins or returns (a view's edge counted then is
+        taken back if its base is written first, see :mod:`.held_views`)."""
         if not started:
             self._check_pass()
         for key, output in list(self.waiting.items()):
             self.waiting.pop(key, None)
             if started and not (output.rootless or output.saved):
                 output.off = False
-            self._decide(output)
+            self._decide(output, boundary)
         for output in self.gone:
             self._decide(output)
         self.gone.clear()
@@ -487,7 +487,7 @@ class GradientSums:
         else:
             self._decide(found)
 
-    def _decide(self, output: WaitingOutput) -> None:
+    def _decide(self, output: WaitingOutput, boundary: bool = False) -> None:
         """An output let go, or held where a call begins or returns or the run ends: a
         backward may start from it unless it is ``off``; then it reaches backward only if
         an op that differentiates it does."""
@@ -497,7 +497,10 @@ class GradientSums:
             if not self.histories or not self._stale(output.ref()):
                 output.done = True
                 reach(output)
-                self._live(output.waiting)  # (what a backward through it would reach)
+                if boundary:
+                    hold(self, output)  # (a view's edge: see .held_views)
+                else:
+                    self._live(output.waiting)  # (what a backward through it would reach)
                 return
             output.off = True  # (a backward from it starts at the node it is made again)
         output.rootless = True
@@ -573,6 +576,9 @@ class GradientSums:
             # then the next forward's edges count from zero
             self._pass = PASSES[0]
             self.settle(started=True)
+            self.held_views.clear()
+            self.view_parents.clear()
+            self.credits.clear()
             self.uses.clear()
             self.histories.clear()
             self.made.clear()

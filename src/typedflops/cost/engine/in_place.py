@@ -25,13 +25,14 @@ from typing import Any, Protocol
 
 import torch
 
+from .held_views import HeldSums, written_views
 from .outputs_reached import reach
 from .waits import EdgeInput, Waiting, WaitingOutput, view_again
 
-__all__ = ["regenerate", "rewrite"]
+__all__ = ["rebased_views", "regenerate", "rewrite"]
 
 
-class GradientSums(Protocol):
+class GradientSums(HeldSums, Protocol):
     """What of :class:`.fan_in.GradientSums` a write reads and changes."""
 
     waiting: dict[int, WaitingOutput]
@@ -84,6 +85,29 @@ def rewrite(
         sums._decide(old)
     held = weakref.ref(holder, functools.partial(sums._let_go, key))
     sums.waiting[key] = WaitingOutput(held, waiting)
+
+
+def rebased_views(
+    sums: GradientSums, written: Sequence[torch.Tensor]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The views among ``written`` whose base gets autograd's ``CopySlices`` edge from the
+    op writing them, each with its base. Not one whose view op read the base itself and no
+    op read yet: that op stands for the edge (so does a view held at a call's boundary, see
+    :mod:`.held_views`). A view of another view (``h[:, 2:4][1:]``) no op read has its node
+    replaced (it read nothing of the base directly), and the edge goes to the base."""
+    standing = written_views(sums, written) if sums.held_views else []
+    found = []
+    for view in written:
+        base = view._base
+        if base is None or not base.requires_grad or any(view is v for v in standing):
+            continue
+        if sums._unread(view):
+            inputs = sums.waiting[id(view)].waiting.inputs
+            if inputs and len(inputs) == 1 and inputs[0][0]() is base:
+                continue
+            sums._replaced(view)
+        found.append((view, base))
+    return found
 
 
 def regenerate(sums: GradientSums, tensors: list[torch.Tensor]) -> None:

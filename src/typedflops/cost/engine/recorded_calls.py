@@ -91,7 +91,7 @@ def count_recorded_call(
         if deep:
             sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
         if mode is not None and mode.sums.waiting:
-            mode.sums.settle()  # (what made its arguments: counted outside it, see .fan_in)
+            mode.sums.settle(boundary=True)  # (what made its arguments: outside it, see .fan_in)
         frame_token = _frame.set(inner)
         scope_token = call_scope.set(state)
         try:
@@ -103,7 +103,7 @@ def count_recorded_call(
             if mode is not None and mode.again.regions:
                 mode.again.settle()
             if mode is not None and mode.sums.waiting:
-                mode.sums.settle()
+                mode.sums.settle(boundary=True)
         except BaseException:
             _abandon(inner, calls)
             raise

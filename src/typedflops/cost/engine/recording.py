@@ -305,6 +305,11 @@ def launched_from() -> Any:
     return None
 
 
+_TENSOR_BACKWARD = torch.Tensor.backward
+_BACKWARD = torch.autograd.backward
+_GRAD = torch.autograd.grad
+
+
 class NamingMode(GroupingMode):
     """Names each top-level torch call the user made outside decorated calls (``matmul``,
     ``softmax``): the ops it runs form one row of a breakdown. On ``meta`` tensors inside
@@ -318,6 +323,11 @@ class NamingMode(GroupingMode):
         calls = _frame.get()
         if type(calls) is not tuple or calls[-1].function is not None:
             return None  # nothing recorded, or inside a decorated call (named by sites)
+        if func is _TENSOR_BACKWARD or func is _BACKWARD or func is _GRAD:
+            # a backward begins here, from what the block holds: decided now, as the
+            # engine's first op would (a GPU runs them on a thread of its own, which a
+            # record of torch 2.11 does not see)
+            self.counter.sums.settle(started=True)
         return super().name(func)
 
     def target(self, func: Any, args: tuple[Any, ...], name: str | None) -> str | None:

@@ -1,0 +1,191 @@
+"""Views held where a decorated call begins or returns, whose edge may yet reach nothing.
+
+A view is a node of its own with one edge to what it views (``h.unsqueeze(0)``) until its
+base is written in place: autograd then makes the view a new node the next time it is
+read, with an edge to the base as written (see :func:`.in_place.regenerate`), and nothing
+reaches its view op's node. Where a view is held at a decorated call's boundary (the call's
+result, a slice made before the call), :meth:`.fan_in.GradientSums.settle` decides that a
+backward may start from it and counts its view op's edge there, in the call's row, as a
+dry run of the call alone does. The edge is noted until something reaches the view (an
+edge to it is counted: an op that differentiates it reaches backward), and taken back if
+its base is written first: its count, and a sum a later edge added because of it (the
+next edge counted to the same tensor adds one sum less).
+A view written itself, no op having read it, keeps its edge: it stands for the edge
+autograd's ``CopySlices`` gives the base (see :mod:`.in_place`).
+
+Not taken back: a sum the edge added where it was counted (the base had an edge already),
+the ops that made what the view read (they stay reached), and a view op's own backward
+where it computes (``expand``'s sum).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from .events import Event
+from .waits import Waiting, WaitingOutput
+
+__all__ = ["HeldSums", "HeldView", "hold", "reached", "read_held", "take_credit", "written_views"]
+
+
+class HeldSums(Protocol):
+    """What of :class:`.fan_in.GradientSums` a held view reads and changes."""
+
+    uses: dict[Any, int]
+    held_views: dict[int, HeldView]
+    view_parents: dict[int, list[int]]
+    credits: dict[Any, int]
+    holding: bool
+    realm: Callable[[Any], Any] | None
+
+    def _live(self, waiting: Waiting) -> None: ...
+
+
+class HeldView:
+    """A view held at a call's boundary whose edge was counted there: the view and its
+    base (weakly), the keys in ``uses`` of the edges its view ops added (those that added
+    no sum), and the held views it views (``parents``: reached through it)."""
+
+    __slots__ = ("base", "keys", "parents", "ref", "stands")
+
+    def __init__(
+        self,
+        ref: weakref.ref[torch.Tensor],
+        base: weakref.ref[torch.Tensor],
+        keys: list[Any],
+        parents: list[int],
+        stands: bool,
+    ) -> None:
+        self.ref = ref
+        self.base = base
+        self.keys = keys
+        self.parents = parents
+        # Whether its edge goes to its base itself (it stands for CopySlices' if written).
+        self.stands = stands
+
+
+def hold(sums: HeldSums, output: WaitingOutput) -> None:
+    """Count the edges of ``output``'s op, decided at a call's boundary, noting them if it
+    is a view's (see module): its own and those of the view ops it alone read
+    (``h.unsqueeze(0).expand(2, n)``)."""
+    waiting = output.waiting
+    view = output.ref()
+    if view is None or view._base is None or not _viewing(waiting):
+        sums._live(waiting)
+        return
+    keys: list[Any] = []
+    chain, viewed = [waiting], None
+    while chain:
+        found = chain.pop()
+        for ref, _, leaf, _, _, history, call in found.inputs or ():
+            realm = sums.realm(found.context) if sums.realm is not None else None
+            key = (ref, realm, history, call if leaf else None)
+            if not sums.uses.get(key, 0):  # (one that adds a sum is kept)
+                keys.append(key)
+            if viewed is None:
+                viewed = ref()
+        for source in found.sources:
+            if not source.done and source.readers <= 1 and _viewing(source.waiting):
+                chain.append(source.waiting)
+    sums.holding = True
+    try:
+        sums._live(waiting)
+    finally:
+        sums.holding = False
+    parents = sums.view_parents.pop(id(view), [])
+    if viewed is not None and id(viewed) in sums.held_views and id(viewed) not in parents:
+        parents.append(id(viewed))
+    stands = viewed is view._base and len(waiting.inputs or ()) <= 1
+    held = HeldView(weakref.ref(view), weakref.ref(view._base), keys, parents, stands)
+    sums.held_views[id(view)] = held
+
+
+def take_credit(sums: HeldSums, key: Any, adds: int) -> int:
+    """The sums an edge to ``key`` adds, less those a view's edge taken back made before."""
+    credit = sums.credits.pop(key, 0)
+    if credit > adds:
+        sums.credits[key] = credit - adds
+    return max(adds - credit, 0)
+
+
+def _viewing(waiting: Waiting) -> bool:
+    """Whether ``waiting`` is a view op's, with one edge."""
+    event = waiting.event
+    inputs = waiting.inputs
+    return (
+        event is not None
+        and getattr(event.func, "is_view", False)
+        and inputs is not None
+        and len(inputs) == 1
+    )
+
+
+def reached(sums: HeldSums, tensor: torch.Tensor | None) -> None:
+    """``tensor``'s node is read (an op that differentiates it, an edge to it counted):
+    if it is a view held, its edge stays, and so do those of the held views it views."""
+    if tensor is None:
+        return
+    stack = [id(tensor)]
+    while stack:
+        key = stack.pop()
+        found = sums.held_views.pop(key, None)
+        if found is not None:
+            stack.extend(found.parents)
+        else:
+            stack.extend(sums.view_parents.pop(key, ()))
+    if not sums.held_views:
+        sums.view_parents.clear()
+
+
+def read_held(
+    sums: HeldSums,
+    chosen: Sequence[torch.Tensor],
+    event: Event | None,
+    outputs: Sequence[torch.Tensor],
+) -> None:
+    """An op differentiates ``chosen``: a view op's output reaches the held views it read
+    only if it is reached itself (``h.unsqueeze(0)`` held, then ``.view(-1)`` of it);
+    another op reaches them."""
+    if event is not None and getattr(event.func, "is_view", False) and len(outputs) == 1:
+        held, pending = sums.held_views, sums.view_parents
+        parents = [id(t) for t in chosen if id(t) in held or id(t) in pending]
+        if parents:
+            pending[id(outputs[0])] = parents
+        return
+    for tensor in chosen:
+        reached(sums, tensor)
+
+
+def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """An op writes ``tensors`` in place: the held views of their bases reach nothing now,
+    their edges are taken back; a held view written itself whose edge goes to its base
+    keeps it, standing for the base's (returned: no other edge is made for it)."""
+    bases = set()
+    for tensor in tensors:
+        bases.add(id(tensor._base if tensor._base is not None else tensor))
+    standing: list[torch.Tensor] = []
+    held = sums.held_views
+    for key, found in list(held.items()):
+        view, viewed = found.ref(), found.base()
+        if view is None or viewed is None:
+            del held[key]
+            continue
+        if id(viewed) not in bases:
+            continue
+        del held[key]
+        if found.stands and any(view is tensor for tensor in tensors):
+            standing.append(view)
+            continue
+        for edge in found.keys:
+            count = sums.uses.get(edge, 0)
+            if count > 0:
+                sums.uses[edge] = count - 1
+            if count > 1:  # (a later edge added a sum this one made: the next adds none)
+                sums.credits[edge] = sums.credits.get(edge, 0) + 1
+    if not held:
+        sums.view_parents.clear()
+    return standing
