@@ -20,7 +20,8 @@ from ..contract.annotation import is_tensor_annotation, tensor_spec
 from ..contract.function import CheckedFunction
 from ..contract.walk import tensors_in
 from ..errors import SpecError
-from .engine.dry_modules import refuse_script
+from .engine.dry_modules import has_lazy, initialize_lazy, lazy_on_meta, refuse_script
+from .engine.probes import default_dtype, shape_at
 from .model import estimate as estimate_checked
 from .types import Cost
 
@@ -79,6 +80,8 @@ def estimate(
         True
     """
     owner, call = _target(model)
+    if owner is not None:
+        model = owner
     signature = _forward_signature(call, owner)
     names = list(signature.parameters)
     positional = _positional_names(signature)
@@ -146,8 +149,28 @@ def estimate(
             "estimate(model, Float[Tensor, 'batch d'], batch=...)",
         )
     wrapper = _wrapper(model, owner, positional, arguments, specs, shapes)
+    if owner is not None and has_lazy(owner):
+        built = _meta_inputs(specs, dims, dtype)
+        if built is not None:
+            initialize_lazy(_label(model), owner, wrapper.__wrapped__, built)
     objects = (owner,) if owner is not None else ()
     return estimate_checked(wrapper, objects, dims, dtype, tuple(grad))
+
+
+def _meta_inputs(
+    specs: Mapping[str, Any], dims: Mapping[str, Any], dtype: torch.dtype | None
+) -> dict[str, torch.Tensor] | None:
+    """The annotated inputs as meta tensors at the sizes given (None: a size is missing,
+    which the estimate says)."""
+    inputs: dict[str, torch.Tensor] = {}
+    for name, hint in specs.items():
+        spec = tensor_spec(hint)
+        try:
+            shape = shape_at(spec, dims)
+        except (KeyError, TypeError, ValueError):
+            return None
+        inputs[name] = torch.empty(shape, dtype=default_dtype(spec, dtype), device="meta")
+    return inputs
 
 
 def _a_size(value: Any) -> bool:
@@ -169,6 +192,7 @@ def _target(model: Any) -> tuple[torch.nn.Module | None, Callable[..., Any]]:
     """The module (if any) and the function whose parameters the inputs fill."""
     if isinstance(model, torch.nn.Module):
         refuse_script(model)
+        model = lazy_on_meta(model)  # (a lazy layer not initialized: see there)
         return model, type(model).forward
     if not callable(model):
         raise SpecError.at("estimate()", f"{model!r} is not a module or a function")

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 from torch.nn.utils.stateless import _reparametrize_module
 
 from ...errors import SpecError
@@ -31,6 +32,9 @@ __all__ = [
     "argument_modules",
     "copied_on",
     "copy_on",
+    "has_lazy",
+    "initialize_lazy",
+    "lazy_on_meta",
     "module_device",
     "module_state",
     "own_copy",
@@ -180,6 +184,58 @@ def refuse_script(module: torch.nn.Module) -> None:
                 "which a dry run cannot run",
                 hint="estimate the module it was made from, or record() a real run",
             )
+
+
+def lazy_on_meta(module: torch.nn.Module) -> torch.nn.Module:
+    """``module``, or where a layer of it is lazy and not initialized yet (``nn.LazyLinear``
+    before its first call) a copy of it on ``meta``, its uninitialized parameters and
+    buffers left uninitialized there, for a call on meta inputs to initialize them as a
+    first real call would (see :func:`initialize_lazy`); ``module`` stays as the caller has
+    it (its tensors are not copied: the copy holds storage-less ones, tied ones tied)."""
+    if not has_lazy(module):
+        return module
+    tensors = (*module.parameters(), *module.buffers())
+    memo: dict[int, Any] = {}
+    for tensor in tensors:
+        if isinstance(tensor, UninitializedParameter | UninitializedBuffer):
+            lazy: Any = type(tensor)  # (its stubs give it Parameter's constructor)
+            memo[id(tensor)] = lazy(tensor.requires_grad, device="meta", dtype=tensor.dtype)
+        elif isinstance(tensor, torch.nn.Parameter):
+            meta = torch.empty_like(tensor, device="meta")
+            memo[id(tensor)] = torch.nn.Parameter(meta, requires_grad=tensor.requires_grad)
+        else:
+            memo[id(tensor)] = torch.empty_like(tensor, device="meta")
+    return copy.deepcopy(module, memo)
+
+
+def has_lazy(module: torch.nn.Module) -> bool:
+    """Whether a lazy layer of ``module`` is not initialized yet."""
+    tensors = (*module.parameters(), *module.buffers())
+    return any(isinstance(t, UninitializedParameter | UninitializedBuffer) for t in tensors)
+
+
+def initialize_lazy(
+    label: str, module: torch.nn.Module, call: Callable[..., Any], inputs: dict[str, Any]
+) -> None:
+    """Initialize the lazy layers of ``module`` (a copy on meta, see :func:`lazy_on_meta`)
+    by one call of ``call`` on ``inputs``, meta tensors at the sizes given, before any dry
+    run reads the shapes of its weights."""
+    try:
+        with torch.no_grad():
+            call(module, **inputs)
+    except Exception as error:
+        raise SpecError.at(
+            f"estimate({label})",
+            "its lazy layers cannot be initialized by a call at these sizes "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
+            hint="call the model once on a real input first, or give sizes it can run at",
+        ) from error
+    if has_lazy(module):
+        raise SpecError.at(
+            f"estimate({label})",
+            "a lazy layer is not initialized by a call at these sizes (the call never reached it)",
+            hint="call the model once on a real input first",
+        )
 
 
 def argument_modules(values: Sequence[Any], own: Any) -> list[torch.nn.Module]:

@@ -57,9 +57,11 @@ __all__ = [
     "call_dims",
     "call_probe",
     "check_sizes",
+    "default_dtype",
     "estimate_probe",
     "method_needs_object",
     "plain_probe",
+    "shape_at",
     "stub",
 ]
 
@@ -206,7 +208,8 @@ def _group(size: Size) -> tuple[int, ...]:
     return (size,) if isinstance(size, int) else tuple(size)
 
 
-def _default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
+def default_dtype(spec: TensorSpec, dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype an input annotated ``spec`` is built with (``dtype``, where it allows it)."""
     allowed = spec.dtypes
     if allowed is None:
         return dtype or torch.float32
@@ -343,7 +346,7 @@ def estimate_probe(
             kwargs[key] = copied_on(run_device, value, dtype)
         for p in build_params:
             shape = shape_at(p.spec, assignment)
-            tensor = torch.empty(shape, dtype=_default_dtype(p.spec, dtype), device=run_device)
+            tensor = torch.empty(shape, dtype=default_dtype(p.spec, dtype), device=run_device)
             if p.name in grad and differentiable(tensor):
                 tensor.requires_grad_(True)
             kwargs[p.name] = tensor

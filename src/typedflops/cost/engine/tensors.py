@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 
 __all__ = [
     "TensorMeta",
@@ -80,7 +81,15 @@ def nbytes_of(meta: TensorMeta) -> int:
 _ITEMSIZE: dict[torch.dtype, int] = {}
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_LAZY = (UninitializedParameter, UninitializedBuffer)
+
+
 def _describe_tensor(tensor: torch.Tensor) -> TensorMeta:
+    if type(tensor) not in _PLAIN and isinstance(tensor, _LAZY):
+        # a lazy layer's weight before its first call initializes it (no shape to read)
+        size = tuple(tensor.size())
+        return TensorMeta(size, (1,) * len(size), tensor.dtype, tensor.device.type, False)
     dtype = tensor.dtype
     if dtype not in _ITEMSIZE:
         _ITEMSIZE[dtype] = tensor.element_size()
