@@ -24,7 +24,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from typedflops import record, typed_flops
+from typedflops import estimate, record, typed_flops
 
 E, HEADS, FF, BATCH, SEQ = 16, 2, 32, 2, 5
 TOKENS = BATCH * SEQ
@@ -141,3 +141,31 @@ def test_a_call_without_grad_has_formulas_fitted_without_grad(mode: Mode) -> Non
     assert rec.total.exact
     (row,) = with_grad.calls
     assert row.cost().exact and row.cost().backward_flops == 2 * 5 * 4 * 3 + 5 * 3
+
+
+class _PaddedEncoder(nn.Module):
+    """``nn.TransformerEncoder`` given a padding mask: where its fast path may run, it first
+    checks the mask's alignment (``logical_not``, a value per token) before it decides."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(E, HEADS, FF, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        mask = torch.zeros(x.shape[0], x.shape[1], dtype=torch.bool)
+        mask[:, -1] = True
+        out: Tensor = self.encoder(x, src_key_padding_mask=mask)
+        return out
+
+
+def test_an_estimate_counts_what_a_record_counts_with_the_fast_path_off() -> None:
+    # a dry run ran the mask's check a record (fast path off) does not: 10 FLOPs apart
+    torch.manual_seed(0)
+    model = _PaddedEncoder().eval()
+    cost = estimate(model, Float[Tensor, "b s 16"], b=BATCH, s=SEQ)
+    with record() as ran:
+        model(torch.randn(BATCH, SEQ, E))
+    assert cost.flops == ran.total.flops
+    assert "logical_not" not in {op.op for op in cost.ops}
+    assert torch.backends.mha.get_fastpath_enabled()  # (set back)

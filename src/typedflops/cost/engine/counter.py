@@ -35,6 +35,7 @@ from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .edges import edges_of, written, written_arguments
 from .events import Event, Group, Sink, _group, named_event, new_serial
 from .fan_in import GradientSums
+from .fast_path import fast_path_off
 from .frames import current_frame, no_frame
 from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
 from .functions import inside_rule, watching
@@ -495,7 +496,7 @@ def counting(
     mode = CountingMode(sink, phase)
     mode.target = target
     mode.to_meta = target is not None  # a dry run on meta tensors
-    with mode:
+    with fast_path_off(), mode:  # (as in a record: see .fast_path)
         if phase == "forward":
             mode.grouping = GroupingMode(mode)
             with mode.grouping, watching(sink):

@@ -32,6 +32,9 @@ from .waits import Waiting, WaitingOutput
 __all__ = ["HeldSums", "HeldView", "hold", "reached", "read_held", "take_credit", "written_views"]
 
 
+_LIMIT = 4096
+
+
 class HeldSums(Protocol):
     """What of :class:`.fan_in.GradientSums` a held view reads and changes."""
 
@@ -101,7 +104,11 @@ def hold(sums: HeldSums, output: WaitingOutput) -> None:
         parents.append(id(viewed))
     stands = viewed is view._base and len(waiting.inputs or ()) <= 1
     held = HeldView(weakref.ref(view), weakref.ref(view._base), keys, parents, stands)
-    sums.held_views[id(view)] = held
+    views = sums.held_views
+    views[id(view)] = held
+    if len(views) > _LIMIT:  # (views let go, read by nothing since: nothing to take back)
+        for gone in [k for k, found in views.items() if found.ref() is None]:
+            del views[gone]
 
 
 def take_credit(sums: HeldSums, key: Any, adds: int) -> int:

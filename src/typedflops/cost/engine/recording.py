@@ -36,6 +36,7 @@ from .backward_ran import ran_in_backward
 from .counter import CountingMode, GroupingMode, follow_materialized
 from .events import Event, Group
 from .events import _group as _current_group
+from .fast_path import hold_fast_path, release_fast_path
 from .functions import inside_rule
 from .kernels import _meta_target as _target
 from .kernels import meta_target, runs_otherwise
@@ -382,7 +383,7 @@ def entered() -> RecordingMode:
     if state.depth > 1 and state.mode is not None:
         return state.mode
     forget_events()
-    _hold_fast_path()
+    hold_fast_path()
     keep_dynamo_out(RecordingMode)
     mode = RecordingMode()
     mode.__enter__()  # type: ignore[no-untyped-call]
@@ -405,7 +406,7 @@ def left() -> None:
         return
     mode, state.mode = state.mode, None
     mode.open = False
-    _release_fast_path()
+    release_fast_path()
     if mode.watch is not None:
         sys.setprofile(mode.watch.previous)
     _remove(
@@ -422,33 +423,6 @@ def left() -> None:
         lambda: torch._C._pop_torch_dispatch_stack(None),
         torch._C._push_on_torch_dispatch_stack,
     )
-
-
-# nn.MultiheadAttention and nn.TransformerEncoderLayer run a fused inference kernel (their
-# "fast path") unless a torch-function mode is active or torch.backends.mha says not to.
-# Outside decorated calls a record's naming mode keeps it off; inside them no function mode
-# runs, so it is turned off while any record is open: a module is counted as the same ops
-# (projections, attention, norms) inside a decorated call, outside one and in a dry run.
-_fast_path_lock = threading.Lock()
-_fast_path_holders = 0
-_fast_path_before = True
-
-
-def _hold_fast_path() -> None:
-    global _fast_path_holders, _fast_path_before
-    with _fast_path_lock:
-        if _fast_path_holders == 0:
-            _fast_path_before = torch.backends.mha.get_fastpath_enabled()
-            torch.backends.mha.set_fastpath_enabled(False)
-        _fast_path_holders += 1
-
-
-def _release_fast_path() -> None:
-    global _fast_path_holders
-    with _fast_path_lock:
-        _fast_path_holders -= 1
-        if _fast_path_holders == 0 and not torch.backends.mha.get_fastpath_enabled():
-            torch.backends.mha.set_fastpath_enabled(_fast_path_before)
 
 
 def _remove(
