@@ -588,10 +588,12 @@ class _Factories(nn.Module):
         {},
         {"norm_layer": functools.partial(nn.LayerNorm, eps=1e-3)},
         {"norm_layer": functools.partial(nn.LayerNorm, elementwise_affine=False)},
+        # (kept only as whether the layer has a bias)
+        {"norm_layer": functools.partial(nn.LayerNorm, bias=False)},
         {"act": functools.partial(nn.GELU, approximate="tanh")},
         {"act": nn.ReLU},
     ],
-    ids=["defaults", "eps", "no-affine", "tanh", "relu"],
+    ids=["defaults", "eps", "no-affine", "no-bias", "tanh", "relu"],
 )
 def test_a_module_built_with_layer_factories_is_rebuilt_at_other_widths(
     given: dict[str, Any],

@@ -234,12 +234,15 @@ def _factories_held(
                 parameters = inspect.signature(target.__init__).parameters
             except (TypeError, ValueError):
                 continue
-            # (bools, floats and strings: an int or a tuple of them is a size it is given)
-            options = {
-                name: held
-                for name in parameters
-                if name != "self" and isinstance(held := vars(sub).get(name), bool | float | str)
-            }
+            # (bools, floats and strings: an int or a tuple of them is a size it is given;
+            # a flag kept only as whether its weight exists: `LayerNorm(d, bias=False)`)
+            options: dict[str, Any] = {}
+            for name, parameter in parameters.items():
+                held = vars(sub).get(name)
+                if name != "self" and isinstance(held, bool | float | str):
+                    options[name] = held
+                elif isinstance(parameter.default, bool) and name in sub._parameters:
+                    options[name] = sub._parameters[name] is not None
             if options:
                 yield index, functools.partial(target, **options)
 
