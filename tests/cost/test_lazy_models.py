@@ -96,3 +96,36 @@ def test_a_lazy_layer_a_call_cannot_initialize_is_named() -> None:
         "estimate(Sequential): its lazy layers cannot be initialized by a call at these "
         "sizes (RuntimeError: "
     )
+
+
+def test_a_lazy_model_without_its_sizes_says_which_are_missing() -> None:
+    with pytest.raises(SpecError) as caught:
+        estimate(_lazy_mlp(), Float[Tensor, "b 16"])
+    assert str(caught.value).splitlines()[0] == (
+        "estimate(Sequential): its lazy layers are initialized by a call at the sizes "
+        "given, and b is not given; pass b=..."
+    )
+
+
+class _Usual(nn.Module):
+    """Written as people write it: a lazy head over any leading dims, a tensor made inside
+    ``forward``, batch 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.LazyLinear(12)
+        self.out = nn.Linear(12, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        scale = torch.ones(x.shape[-1], device=x.device)
+        out: Tensor = self.out(torch.relu(self.proj(x * scale)))
+        return out
+
+
+def test_a_lazy_module_written_the_usual_way_over_any_leading_dims() -> None:
+    lazy = _Usual()
+    cost = estimate(lazy, Float[Tensor, "... 7"], ellipsis=(1, 5))
+    x = torch.randn(1, 5, 7)
+    with record() as ran:
+        lazy(x)
+    assert (cost.flops, cost.exact) == (ran.total.flops, True)

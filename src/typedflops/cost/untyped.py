@@ -151,8 +151,16 @@ def estimate(
     wrapper = _wrapper(model, owner, positional, arguments, specs, shapes)
     if owner is not None and has_lazy(owner):
         built = _meta_inputs(specs, dims, dtype)
-        if built is not None:
-            initialize_lazy(_label(model), owner, wrapper.__wrapped__, built)
+        if built is None:  # (its weights have no shapes yet: no dry run can read them)
+            missing = sorted({d for hint in specs.values() for d in _dims_of(hint)} - set(dims))
+            raise SpecError.at(
+                f"estimate({_label(model)})",
+                f"its lazy layers are initialized by a call at the sizes given, and "
+                f"{', '.join(missing) or 'a size'} {'is' if len(missing) < 2 else 'are'} "
+                "not given",
+                hint=f"pass {', '.join(f'{m}=...' for m in missing) or 'every size'}",
+            )
+        initialize_lazy(_label(model), owner, wrapper.__wrapped__, built)
     objects = (owner,) if owner is not None else ()
     return estimate_checked(wrapper, objects, dims, dtype, tuple(grad))
 

@@ -162,6 +162,9 @@ def read_held(
         parents = [id(t) for t in chosen if id(t) in held or id(t) in pending]
         if parents:
             pending[id(outputs[0])] = parents
+            if len(pending) > _LIMIT:  # (too many to follow: the held views' edges stay,
+                held.clear()  # as counted where they were held)
+                pending.clear()
         return
     for tensor in chosen:
         reached(sums, tensor)
