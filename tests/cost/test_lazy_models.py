@@ -117,7 +117,7 @@ class _Usual(nn.Module):
         self.out = nn.Linear(12, 3)
 
     def forward(self, x: Tensor) -> Tensor:
-        scale = torch.ones(x.shape[-1], device=x.device)
+        scale = torch.ones(x.shape[-1])  # (on the default device)
         out: Tensor = self.out(torch.relu(self.proj(x * scale)))
         return out
 

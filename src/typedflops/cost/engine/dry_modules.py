@@ -221,7 +221,7 @@ def initialize_lazy(
     by one call of ``call`` on ``inputs``, meta tensors at the sizes given, before any dry
     run reads the shapes of its weights."""
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.device("meta"):  # (as a dry run: meta the default device)
             call(module, **inputs)
     except Exception as error:
         raise SpecError.at(
