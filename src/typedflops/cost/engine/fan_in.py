@@ -121,7 +121,7 @@ class GradientSums:
         # Views held at a call's boundary whose edge may yet reach nothing (see
         # .held_views), by id; whether such an edge is being counted.
         self.held_views: dict[int, HeldView] = {}
-        self.view_parents: dict[int, list[int]] = {}
+        self.view_parents: dict[int, tuple[weakref.ref[torch.Tensor], list[int]]] = {}
         self.credits: dict[Any, int] = {}
         self.holding = False
         # Detached copies of waiting outputs, by the copy's id; outputs let go while a
@@ -245,6 +245,8 @@ class GradientSums:
         inputs = [t for t in found if t.requires_grad and differentiable(t)]
         clone, self._clone = self._clone, None
         chosen, positions = [], []
+        if written and self.held_views:  # (what it reads reaches them before it writes)
+            read_held(self, [t for t in inputs if all(t is not w for w in written)], event, [])
         rebased = rebased_views(self, written) if written else []
         for index, tensor in enumerate(inputs):
             if rebased and any(tensor is view for view, _ in rebased):

@@ -7,15 +7,19 @@ reaches its view op's node. Where a view is held at a decorated call's boundary 
 result, a slice made before the call), :meth:`.fan_in.GradientSums.settle` decides that a
 backward may start from it and counts its view op's edge there, in the call's row, as a
 dry run of the call alone does. The edge is noted until something reaches the view (an
-edge to it is counted: an op that differentiates it reaches backward), and taken back if
-its base is written first: its count, and a sum a later edge added because of it (the
-next edge counted to the same tensor adds one sum less).
+edge to it is counted: an op that differentiates it reaches backward; what an op writing
+in place reads reaches before its write), and taken back if its base is written first: its
+count, and a sum it or a later edge added because of it (the next edge counted to the same
+tensor adds one sum less).
 A view written itself, no op having read it, keeps its edge: it stands for the edge
 autograd's ``CopySlices`` gives the base (see :mod:`.in_place`).
 
-Not taken back: a sum the edge added where it was counted (the base had an edge already),
-the ops that made what the view read (they stay reached), and a view op's own backward
-where it computes (``expand``'s sum).
+A view op's own backward where it computes (``expand``'s sum) stays in the call's row; the
+view made again when next read costs its own backward in its place (``as_strided``'s sum
+over the same expanded dims), so that one is not counted again.
+Not taken back: a sum the edge added where no later edge comes to take it from, the ops
+that made what the view read (they stay reached), and a computing view op's backward
+where the view is never read again.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = ["HeldSums", "HeldView", "hold", "reached", "read_held", "take_credit"
 
 
 _LIMIT = 4096
+_EXPAND = torch.ops.aten.expand.default
 
 
 class HeldSums(Protocol):
@@ -40,7 +45,7 @@ class HeldSums(Protocol):
 
     uses: dict[Any, int]
     held_views: dict[int, HeldView]
-    view_parents: dict[int, list[int]]
+    view_parents: dict[int, tuple[weakref.ref[torch.Tensor], list[int]]]
     credits: dict[Any, int]
     holding: bool
     realm: Callable[[Any], Any] | None
@@ -51,21 +56,24 @@ class HeldSums(Protocol):
 class HeldView:
     """A view held at a call's boundary whose edge was counted there: the view and its
     base (weakly), the keys in ``uses`` of the edges its view ops added (those that added
-    no sum), and the held views it views (``parents``: reached through it)."""
+    no sum), those view ops (``ops``: their own backward), and the held views it views
+    (``parents``: reached through it)."""
 
-    __slots__ = ("base", "keys", "parents", "ref", "stands")
+    __slots__ = ("base", "keys", "ops", "parents", "ref", "stands")
 
     def __init__(
         self,
         ref: weakref.ref[torch.Tensor],
         base: weakref.ref[torch.Tensor],
         keys: list[Any],
+        ops: list[Waiting],
         parents: list[int],
         stands: bool,
     ) -> None:
         self.ref = ref
         self.base = base
         self.keys = keys
+        self.ops = ops
         self.parents = parents
         # Whether its edge goes to its base itself (it stands for CopySlices' if written).
         self.stands = stands
@@ -81,14 +89,15 @@ def hold(sums: HeldSums, output: WaitingOutput) -> None:
         sums._live(waiting)
         return
     keys: list[Any] = []
+    ops: list[Waiting] = []
     chain, viewed = [waiting], None
     while chain:
         found = chain.pop()
+        ops.append(found)
         for ref, _, leaf, _, _, history, call in found.inputs or ():
             realm = sums.realm(found.context) if sums.realm is not None else None
             key = (ref, realm, history, call if leaf else None)
-            if not sums.uses.get(key, 0):  # (one that adds a sum is kept)
-                keys.append(key)
+            keys.append(key)
             if viewed is None:
                 viewed = ref()
         for source in found.sources:
@@ -99,11 +108,12 @@ def hold(sums: HeldSums, output: WaitingOutput) -> None:
         sums._live(waiting)
     finally:
         sums.holding = False
-    parents = sums.view_parents.pop(id(view), [])
-    if viewed is not None and id(viewed) in sums.held_views and id(viewed) not in parents:
+    pending = sums.view_parents.pop(id(view), None)
+    parents = pending[1] if pending is not None and pending[0]() is view else []
+    if viewed is not None and _holds(sums, viewed, False) and id(viewed) not in parents:
         parents.append(id(viewed))
     stands = viewed is view._base and len(waiting.inputs or ()) <= 1
-    held = HeldView(weakref.ref(view), weakref.ref(view._base), keys, parents, stands)
+    held = HeldView(weakref.ref(view), weakref.ref(view._base), keys, ops, parents, stands)
     views = sums.held_views
     views[id(view)] = held
     if len(views) > _LIMIT:  # (views let go, read by nothing since: nothing to take back)
@@ -131,19 +141,50 @@ def _viewing(waiting: Waiting) -> bool:
     )
 
 
+def _expands(ops: list[Waiting]) -> bool:
+    """Whether one of a held view's ``ops`` is an ``expand`` (its backward sums what it
+    repeats, as the view's node made again would)."""
+    return any(op.event is not None and op.event.func is _EXPAND for op in ops)
+
+
+def _alive(ref: weakref.ref[torch.Tensor], known: Any, entries: dict[int, Any], key: int) -> bool:
+    """Whether an entry is of ``known`` (of a tensor alive, where unknown); one whose
+    tensor is gone is dropped."""
+    tensor = ref()
+    if tensor is None:
+        del entries[key]
+        return False
+    return known is None or tensor is known
+
+
+def _holds(sums: HeldSums, tensor: torch.Tensor, pending: bool) -> bool:
+    """Whether ``tensor`` is a held view (or, if ``pending``, a view op's output that
+    reads one)."""
+    found = sums.held_views.get(id(tensor))
+    if found is not None and found.ref() is tensor:
+        return True
+    waits = sums.view_parents.get(id(tensor)) if pending else None
+    return waits is not None and waits[0]() is tensor
+
+
 def reached(sums: HeldSums, tensor: torch.Tensor | None) -> None:
     """``tensor``'s node is read (an op that differentiates it, an edge to it counted):
     if it is a view held, its edge stays, and so do those of the held views it views."""
     if tensor is None:
         return
-    stack = [id(tensor)]
+    # (by id, each entry checked to be of the tensor it was made for: an id outlives it)
+    stack: list[tuple[int, torch.Tensor | None]] = [(id(tensor), tensor)]
     while stack:
-        key = stack.pop()
-        found = sums.held_views.pop(key, None)
-        if found is not None:
-            stack.extend(found.parents)
-        else:
-            stack.extend(sums.view_parents.pop(key, ()))
+        key, known = stack.pop()
+        found = sums.held_views.get(key)
+        if found is not None and _alive(found.ref, known, sums.held_views, key):
+            del sums.held_views[key]
+            stack.extend((parent, None) for parent in found.parents)
+            continue
+        pending = sums.view_parents.get(key)
+        if pending is not None and _alive(pending[0], known, sums.view_parents, key):
+            del sums.view_parents[key]
+            stack.extend((parent, None) for parent in pending[1])
     if not sums.held_views:
         sums.view_parents.clear()
 
@@ -159,9 +200,9 @@ def read_held(
     another op reaches them."""
     if event is not None and getattr(event.func, "is_view", False) and len(outputs) == 1:
         held, pending = sums.held_views, sums.view_parents
-        parents = [id(t) for t in chosen if id(t) in held or id(t) in pending]
+        parents = [id(t) for t in chosen if _holds(sums, t, True)]
         if parents:
-            pending[id(outputs[0])] = parents
+            pending[id(outputs[0])] = (weakref.ref(outputs[0]), parents)
             if len(pending) > _LIMIT:  # (too many to follow: the held views' edges stay,
                 held.clear()  # as counted where they were held)
                 pending.clear()
@@ -196,6 +237,8 @@ def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch
                 sums.uses[edge] = count - 1
             if count > 1:  # (a later edge added a sum this one made: the next adds none)
                 sums.credits[edge] = sums.credits.get(edge, 0) + 1
+        if _expands(found.ops) and not any(view is tensor for tensor in tensors):
+            sums.credits[found.ref] = 1  # (its view ops' backward sums, counted: see module)
     if not held:
         sums.view_parents.clear()
     return standing
