@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ...contract.walk import tensors_in
+from .custom_ops import generated_for_custom_op
 from .events import Event
 from .outputs_reached import read_one
 from .tensors import differentiable
@@ -69,6 +70,9 @@ def _apply_frame() -> FrameType | None:
 
 
 def _inputs(frame: FrameType) -> list[torch.Tensor]:
+    cls = frame.f_locals.get("cls")
+    if isinstance(cls, type) and generated_for_custom_op(cls):
+        return []  # (a torch.library custom op's: its replay counts its edges)
     args = frame.f_locals.get("args", ())
     return [t for t in tensors_in(args) if t.requires_grad and differentiable(t)]
 
