@@ -257,6 +257,11 @@ def test_a_checked_model_needs_no_annotations() -> None:
             lambda m: estimate(m, Int[Tensor, "b s"], input_ids=Int[Tensor, "b s"], b=1, s=1),
             "estimate(_CausalLM): input_ids is given twice (by position and name)",
         ),
+        (  # (was an AttributeError from inside the dry run)
+            lambda m: estimate(m, Int[Tensor, "b s"], b=1, s=1, dtype="bfloat16"),  # type: ignore[arg-type]
+            "estimate(_CausalLM): dtype='bfloat16' is not a torch.dtype; write "
+            "dtype=torch.bfloat16",
+        ),
     ],
 )
 def test_bad_requests_are_spec_errors(call: Any, message: str) -> None:
@@ -510,3 +515,36 @@ def test_a_body_failing_at_fixed_sizes_is_named_without_sizes_to_change() -> Non
         "(return x @ torch.ones(3, 2)): a and b must have same reduction dim, but got "
         "[4, 5] X [3, 2]."
     )
+
+
+def test_operands_of_different_dtypes_fail_as_on_every_device() -> None:
+    # meta's kernels of mm, addmm and convolution take operands of different dtypes, which
+    # every device refuses: an estimate counted 1,088 FLOPs of a call that cannot run
+    half = nn.Linear(8, 16).half()
+    with pytest.raises(SpecError, match="addmm: expected its operands to have the same dtype, "
+                       "but got float16 and float32 and float16"):  # fmt: skip
+        estimate(half, Float[Tensor, "b 8"], b=4)
+    conv = nn.Conv2d(3, 4, 3, bias=False).half()
+    with pytest.raises(SpecError, match="convolution: expected its operands to have the same "
+                       "dtype, but got float32 and float16"):  # fmt: skip
+        estimate(conv, Float[Tensor, "b 3 8 8"], b=1)
+    with pytest.raises(SpecError, match="mm: expected its operands to have the same dtype"):
+        estimate(torch.mm, Float[Tensor, "n k"], Int[Tensor, "k m"], n=2, k=3, m=4)
+    from jaxtyping import Float16
+
+    assert estimate(half, Float16[Tensor, "b 8"], b=4).flops == 2 * 4 * 8 * 16
+
+
+@typed_flops
+def _doubled(x: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
+    return x * 2
+
+
+def test_grad_given_one_name_as_a_string_is_that_name() -> None:
+    # (its letters were taken as names: "grad names i, n, p, t, u")
+    layer = nn.Linear(8, 16)
+    cost = estimate(layer, Float[Tensor, "b 8"], b=4, grad="input")
+    assert cost.backward_flops == 2 * (2 * 4 * 8 * 16) + 4 * 16
+    assert _doubled.estimate(n=3, grad="x").backward_flops == 3  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"dtype='float16' is not a torch\.dtype"):
+        _doubled.estimate(n=3, dtype="float16")  # type: ignore[arg-type]

@@ -75,6 +75,18 @@ def test_hugging_face_configs() -> None:
     assert llama == CONFIGS["llama-7b"]
 
 
+_GPT2 = {"model_type": "gpt2", "vocab_size": 97, "n_positions": 64, "n_embd": 64, "n_layer": 2,
+         "n_head": 4}  # fmt: skip
+_LLAMA = {"model_type": "llama", "vocab_size": 97, "max_position_embeddings": 64,
+          "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "intermediate_size": 128}  # fmt: skip
+
+
+def test_whole_sizes_written_as_floats_are_taken() -> None:
+    config = config_from_json({**_GPT2, "n_embd": 64.0, "n_inner": 256.0})
+    assert (config.d_model, config.d_ff) == (64, 256)
+
+
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
@@ -89,6 +101,14 @@ def test_hugging_face_configs() -> None:
         ({"model_type": "t5"}, "--model: the config: model_type 't5' is not one typedflops plans"),
         ({"model_type": "gpt2", "n_embd": 8}, "--model: the config has no vocab_size"),
         ([1, 2], "--model: the config holds list, not a JSON object"),
+        # sizes as JSON writes them: never truncated (64.5 planned a d_model of 64), nor a
+        # flag or a string read as one (n_layer true planned 1 layer; "abc" a traceback)
+        ({**_GPT2, "n_embd": 64.5}, "--model: the config: n_embd=64.5 is not a whole number"),
+        ({**_GPT2, "n_layer": True}, "--model: the config: n_layer=True is not a whole number"),
+        ({**_GPT2, "n_head": "abc"}, "--model: the config: n_head='abc' is not a whole number"),
+        ({**_LLAMA, "intermediate_size": [1]},
+         "--model: the config: intermediate_size=[1] is not a whole number"),
+        ({**_LLAMA, "num_attention_heads": 0}, "TransformerConfig(): n_heads=0 is not a size"),
     ],
 )  # fmt: skip
 def test_a_bad_config_is_named(data: object, reason: str) -> None:
@@ -110,6 +130,8 @@ def test_a_factory_of_the_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "    return 3\n"
         "def sized(width):\n"
         "    return tiny_config()\n"
+        "def broken():\n"
+        "    raise RuntimeError('no such checkpoint')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "mymodels", raising=False)
@@ -126,6 +148,11 @@ def test_a_factory_of_the_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert str(caught.value) == (
         "--model: mymodels:sized() cannot be called with no arguments "
         "(missing a required argument: 'width')"
+    )
+    with pytest.raises(SpecError) as caught:  # (the user's error in one line, not a traceback)
+        resolve_model("mymodels:broken")
+    assert str(caught.value) == (
+        "--model: mymodels:broken() raised RuntimeError at mymodels.py:11: no such checkpoint"
     )
 
 

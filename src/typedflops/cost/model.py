@@ -20,7 +20,7 @@ from .engine.module_sizes import held_dims
 from .engine.probes import estimate_probe, method_needs_object
 from .types import Cost
 
-__all__ = ["estimate", "formula_at", "probe_sizes"]
+__all__ = ["estimate", "estimate_options", "formula_at", "probe_sizes"]
 
 
 def estimate(
@@ -32,7 +32,20 @@ def estimate(
 ) -> Cost:
     """The cost of one call of ``function`` at the sizes ``dims`` (see
     :meth:`typedflops.TypedFunction.estimate`)."""
+    grad = estimate_options(f"{function.name}.estimate()", dtype, grad)
     return measure(estimate_probe(function, args, dims, dtype, tuple(grad)))
+
+
+def estimate_options(where: str, dtype: Any, grad: str | Sequence[str]) -> tuple[str, ...]:
+    """``grad`` as names (one name given as a string is that name, not its letters), once
+    ``dtype`` is known to be a ``torch.dtype`` or None."""
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise SpecError.at(
+            where,
+            f"dtype={dtype!r} is not a torch.dtype",
+            hint=f"write dtype=torch.{dtype}" if isinstance(dtype, str) else "e.g. torch.bfloat16",
+        )
+    return (grad,) if isinstance(grad, str) else tuple(grad)
 
 
 def formula_at(

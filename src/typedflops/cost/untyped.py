@@ -23,6 +23,7 @@ from ..errors import SpecError
 from .engine.dry_modules import has_lazy, initialize_lazy, lazy_on_meta, refuse_script
 from .engine.probes import default_dtype, shape_at
 from .model import estimate as estimate_checked
+from .model import estimate_options
 from .types import Cost
 
 __all__ = ["estimate", "holds_annotations"]
@@ -82,6 +83,7 @@ def estimate(
     owner, call = _target(model)
     if owner is not None:
         model = owner
+    grad = estimate_options(f"estimate({_label(model)})", dtype, grad)
     signature = _forward_signature(call, owner)
     names = list(signature.parameters)
     positional = _positional_names(signature)

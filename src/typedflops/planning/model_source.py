@@ -18,6 +18,7 @@ import dataclasses
 import importlib
 import inspect
 import json
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,15 @@ def _from_factory(spec: str) -> TransformerConfig:
         ) from None
     except ValueError:  # a callable whose signature Python cannot read: call it
         pass
-    made = factory()
+    try:
+        made = factory()
+    except Exception as error:  # the user's code: where it raised, in one line
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        raise SpecError.at(
+            _WHERE,
+            f"{spec}() raised {type(error).__name__} at {Path(where.filename).name}:"
+            f"{where.lineno}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(": "),
+        ) from None
     if isinstance(made, TransformerConfig):
         return made
     if isinstance(made, TransformerLM):
@@ -123,38 +132,50 @@ def _get(data: Mapping[str, Any], source: str, *names: str, default: Any = None)
     raise SpecError.at(_WHERE, f"{source} has no {' or '.join(names)}")
 
 
+def _size(data: Mapping[str, Any], source: str, *names: str, default: int | None = None) -> int:
+    """A size of the config: a whole number, as JSON writes it (never one truncated, nor a
+    flag or a string read as one)."""
+    value = _get(data, source, *names, default=default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        name = next((name for name in names if data.get(name) is not None), names[0])
+        raise SpecError.at(_WHERE, f"{source}: {name}={value!r} is not a whole number")
+    return value
+
+
 def _hugging_face(data: Mapping[str, Any], source: str) -> TransformerConfig:
     kind = str(data.get("model_type", "gpt2" if "n_embd" in data else "llama"))
     if kind == "gpt2":
-        d_model = int(_get(data, source, "n_embd"))
+        d_model = _size(data, source, "n_embd")
         return TransformerConfig.gpt2(
-            int(_get(data, source, "vocab_size")),
-            int(_get(data, source, "n_positions", "n_ctx")),
+            _size(data, source, "vocab_size"),
+            _size(data, source, "n_positions", "n_ctx"),
             d_model,
-            int(_get(data, source, "n_layer")),
-            int(_get(data, source, "n_head")),
-            d_ff=int(_get(data, source, "n_inner", default=4 * d_model)),
+            _size(data, source, "n_layer"),
+            _size(data, source, "n_head"),
+            d_ff=_size(data, source, "n_inner", default=4 * d_model),
             dropout=float(_get(data, source, "resid_pdrop", default=0.0) or 0.0),
             tied=bool(data.get("tie_word_embeddings", True)),
         )
     if kind in ("llama", "mistral"):
-        heads = int(_get(data, source, "num_attention_heads"))
-        groups = int(data.get("num_key_value_heads") or heads)
+        heads = _size(data, source, "num_attention_heads")
+        groups = _size(data, source, "num_key_value_heads", default=heads)
         if groups != heads:
             raise SpecError.at(
                 _WHERE,
                 f"{source}: grouped-query attention ({groups} key-value heads for {heads} "
                 "heads) is not modelled by typedflops.nn.Attention",
             )
-        d_model = int(_get(data, source, "hidden_size"))
+        d_model = _size(data, source, "hidden_size")
         return TransformerConfig.llama(
-            int(_get(data, source, "vocab_size")),
-            int(_get(data, source, "max_position_embeddings")),
+            _size(data, source, "vocab_size"),
+            _size(data, source, "max_position_embeddings"),
             d_model,
-            int(_get(data, source, "num_hidden_layers")),
+            _size(data, source, "num_hidden_layers"),
             heads,
-            int(_get(data, source, "intermediate_size")),
-            d_head=int(data.get("head_dim") or d_model // heads),
+            _size(data, source, "intermediate_size"),
+            d_head=_size(data, source, "head_dim", default=d_model // max(heads, 1)),
             tied=bool(data.get("tie_word_embeddings", False)),
         )
     raise SpecError.at(

@@ -38,6 +38,7 @@ from .fan_in import GradientSums
 from .fast_path import fast_path_off
 from .frames import current_frame, no_frame
 from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
+from .function_inputs import FunctionCall, function_op
 from .functions import inside_rule, watching
 from .kernels import on_target
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
@@ -161,6 +162,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.again = RunAgain(sink.add)
         # The sums of gradients where a tensor feeds several differentiated ops.
         self.sums = GradientSums(sink)
+        # The torch.autograd.Function whose forward ran the last op with autograd off.
+        self.function: FunctionCall | None = None
 
     def __torch_dispatch__(
         self,
@@ -230,12 +233,19 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """What an op that ran adds to backward besides its own: the backward of each
         ``torch.autograd.Function`` it takes an output of, and the sums of gradients of the
         tensors it makes an edge to (see :mod:`.fan_in`)."""
-        if event.needs_grad:
+        inside = False
+        if self.phase == "forward" and (
+            self.function is not None or not (event.needs_grad or torch.is_grad_enabled())
+        ):
+            self.function, inside = function_op(self.sums, self.function, event, args, kwargs, out)
+        if event.needs_grad or inside:  # (a Function reading another's output: its edge)
             self._custom_backwards(args, kwargs)
         if self.phase != "forward":  # (a backward's ops: their own graph is not costed)
             return
         writes = written(func, args, kwargs) if written_arguments(func) else []
-        if event.needs_grad:
+        if inside:
+            pass  # (its reads and outputs are the Function's: see .function_inputs)
+        elif event.needs_grad:
             self.sums.op(
                 edges_of(event, self.keys, args, kwargs),
                 args,

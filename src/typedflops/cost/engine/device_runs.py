@@ -19,6 +19,9 @@ autograd, which records their nodes first).
   fake CPU tensor): 8 bytes an index, or a bag, a dry run for a CPU would count otherwise
   than the CPU writes. The device a dry run stands for is :func:`standing_for`'s, or else
   :func:`~.kernels.meta_target`'s.
+- ``mm``, ``addmm``, ``addbmm``, ``mv`` and ``convolution`` of operands of different
+  dtypes (a float16 layer given a float32 input): meta's kernels take them, every device's
+  refuses; here meta refuses them too, so a dry run fails where a real run does.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .cuda_cells import fused_lstm_cell
@@ -188,8 +192,34 @@ def _embedding_bag_forward_only(*args: Any, **kwargs: Any) -> Any:
     return _embedding_bag(*args, **kwargs)
 
 
+def _same_dtype(op: Any, operands: int) -> Any:
+    """``op``, refusing on meta what every device refuses: its first ``operands`` tensors
+    of different dtypes (meta's kernels of these take them, and a dry run counted a call
+    that cannot run)."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        tensors = [a for a in args[:operands] if isinstance(a, torch.Tensor)]
+        fake = tensors and (tensors[0].is_meta or isinstance(tensors[0], FakeTensor))
+        if fake and not torch._C._is_any_autocast_enabled():  # (autocast: cast on a device)
+            dtypes = {t.dtype for t in tensors}
+            if len(dtypes) > 1:
+                found = " and ".join(str(t.dtype).removeprefix("torch.") for t in tensors)
+                raise RuntimeError(
+                    f"{op._overloadpacket.__name__}: expected its operands to have the same "
+                    f"dtype, but got {found}"
+                )
+        return op(*args, **kwargs)
+
+    return run
+
+
 #: What runs an op on meta in place of calling it (see the module).
 RUNS: dict[Any, Any] = {
+    aten.mm.default: _same_dtype(aten.mm.default, 2),
+    aten.addmm.default: _same_dtype(aten.addmm.default, 3),
+    aten.addbmm.default: _same_dtype(aten.addbmm.default, 3),
+    aten.mv.default: _same_dtype(aten.mv.default, 2),
+    aten.convolution.default: _same_dtype(aten.convolution.default, 2),
     aten._thnn_fused_lstm_cell.default: fused_lstm_cell,
     aten.native_batch_norm.default: _batch_norm(aten.native_batch_norm.default),
     aten._native_batch_norm_legit_no_training.default: _batch_norm_no_training,

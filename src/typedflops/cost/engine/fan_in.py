@@ -24,8 +24,8 @@ regenerated views: slice assignment, ``F.pad``'s circular mode). In a record, a 
 that ran starts every count again (a training loop's next forward builds a new graph), and
 each top-level call starts its leaves' (parameters read by two calls are summed by neither
 call's own backward). A block repeated in a dry run makes its first call's edges to what
-it reaches from outside again (see :mod:`.calls`). Not seen: the edges of a
-``torch.autograd.Function``'s own inputs (its forward runs with autograd off).
+it reaches from outside again (see :mod:`.calls`). The ops of a
+``torch.autograd.Function``'s forward, run with autograd off, are one op (:mod:`.function_inputs`).
 """
 
 from __future__ import annotations
