@@ -1,8 +1,11 @@
 """Sizes a constructor rounds: a formula fitted where the rounding is the identity (every
 multiple of a large enough value) is not exact, since the module built at a size off those
-multiples runs other widths."""
+multiples runs other widths. Sizes a config inside a config holds, which no rebuild
+changes, are listed in ``Cost.fixed``."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import sympy
 import torch
@@ -155,3 +158,36 @@ def test_a_rounded_width_of_a_dim_tied_to_the_input_is_not_exact() -> None:
     assert cost.forward.holds_at(cost.dims)
     assert cost.forward.at({**cost.dims, "dim": 1560}) == 5_199_774_720
     assert _block_cost(1560).flops == 5_372_335_104
+
+
+@dataclasses.dataclass
+class MlpConfig:
+    hidden: int = 256
+
+
+@dataclasses.dataclass
+class Config:
+    d: int = 64
+    mlp: MlpConfig = dataclasses.field(default_factory=MlpConfig)
+
+
+class NestedConfigMlp(nn.Module):
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = config
+        self.up = nn.Linear(config.d, config.mlp.hidden)
+        self.down = nn.Linear(config.mlp.hidden, config.d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.down(F.gelu(self.up(x)))
+        return out
+
+
+def test_a_size_in_a_config_inside_the_config_is_held() -> None:
+    with torch.device("meta"):
+        model = NestedConfigMlp(Config())
+    cost = estimate(model, x=Float[Tensor, "b s d"], b=2, s=8, d=64)
+    b, s, d = sympy.symbols("b s d")
+    assert cost.exact and sympy.expand(cost.formula - 256 * b * s * (4 * d + 1)) == 0
+    assert cost.fixed == {"mlp.hidden": 256}
+    assert "held fixed (numbers in the formulas): mlp.hidden=256" in str(cost)
