@@ -324,3 +324,34 @@ def test_a_count_of_blocks_no_rebuild_changes_is_held() -> None:
     again = UnkeptBlocks.forward.estimate(UnkeptBlocks(5, 3), b=4, d=5)
     _each_term_predicts(cost, {"b": 4}, again)
     assert UnkeptBlocks.forward.estimate(UnkeptBlocks(5, 2), b=3, d=5).flops == 330
+
+
+class WholeTable(nn.Module):
+    """A table built at a length given to the constructor and kept only as its shape,
+    scaled whole on every call."""
+
+    def __init__(self, d: int, max_seq: int = 512) -> None:
+        super().__init__()
+        self.d = d
+        self.register_buffer("table", torch.ones(max_seq, d))
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        table = self.get_buffer("table")
+        out: Tensor = self.proj(x) + (table * 2.0)[: x.shape[1]]
+        return out
+
+
+def test_a_buffers_length_kept_nowhere_else_is_held() -> None:
+    # max_seq=1024 is read back nowhere (the default builds another table): no rebuild
+    model = WholeTable(8, 1024)
+    cost = estimate(model, Float[Tensor, "b s d"], b=2, s=4, d=8)
+    # per token 2*8*8 and 8 for the add, and 1024*8 for the table
+    assert cost.exact and str(cost.formula) == "8*(17*b*s + 1024)"
+    assert cost.fixed == {"d": 8, "table.shape[0]": 1024}  # was {"d": 8}
+    with record() as rec:
+        model(torch.randn(2, 4, 8))
+    assert cost.flops == rec.total.flops == 9280
+    _each_term_predicts(cost, {"b": 3}, estimate(model, Float[Tensor, "b s d"], b=3, s=4, d=8))
+    # at its default the table's length is rebuilt, and named
+    assert "max_seq" in str(estimate(WholeTable(8), Float[Tensor, "b s d"], b=2, s=4, d=8).formula)

@@ -39,6 +39,7 @@ from .events import Event
 from .fit import Fitted, Plan, Size, fit, size_value
 from .held_sizes import Held, own_held, with_held
 from .orders import order_checked
+from .own_far import OWN_FAR, own_far_checked
 from .rebuild import OWN
 from .rules import declared_flops
 from .runs import TERMS, Probe, Run, Runner, Thunk, run_once
@@ -371,10 +372,6 @@ def _refuted_anywhere(
     return False
 
 
-#: How far a module's own sizes are taken to check a formula (times their value).
-_OWN_FAR = 16
-
-
 def _far(size: Size, up: bool, loop: bool = False) -> Size:
     if isinstance(size, tuple):
         return (_far_int(size[0], up, loop), *size[1:]) if size else size
@@ -386,7 +383,7 @@ def _far_int(size: int, up: bool, loop: bool) -> int:
     over 16 times it and one (its ops grow with it)."""
     if not up:
         return 2
-    return _OWN_FAR * size + 1 if loop else max(_FAR * size + 1, _FAR_FLOOR)
+    return OWN_FAR * size + 1 if loop else max(_FAR * size + 1, _FAR_FLOOR)
 
 
 def _far_checked(
@@ -412,7 +409,8 @@ def _far_checked(
                 sizes[axis.name] = size_value(value)
         if change:
             _mark_refuted(runner.run({**at, **change}), terms, {**values, **sizes}, probe)
-    return _own_far_checked(runner, at, axes, terms, values, probe)
+    mark = functools.partial(_mark_refuted, probe=probe)
+    return own_far_checked(runner, at, axes, terms, values, mark)
 
 
 #: The most ops a far check of a size that loops may run (predicted from the base run),
@@ -485,37 +483,6 @@ def _other_splits(size: tuple[int, ...]) -> list[tuple[int, ...]]:
         found.append((*size[:-1], size[-1] + 1))
         found.append((size[0] * size[1], *size[2:]))
     return [split for split in dict.fromkeys(found) if split != size]
-
-
-def _own_far_checked(
-    runner: Runner,
-    at: Mapping[str, Size],
-    axes: Sequence[Axis],
-    terms: dict[str, Term],
-    values: Mapping[str, int],
-    probe: Probe,
-) -> dict[str, Term]:
-    """The terms, those that the module built at its own sizes far above and far below
-    theirs refutes marked inexact (a branch on a module's size, ``if self.hidden > 64:``
-    fitted at 16): all of them ``_OWN_FAR`` times over (a multiple, so that
-    ``n_embd % n_head`` still divides) or that many times under (at least 2), else, where
-    the module cannot be built so, each alone."""
-    own = [axis for axis in axes if not axis.far and isinstance(at[axis.keys[0]], int)]
-    for up in (True, False):
-        attempts = [own, *([axis] for axis in own)] if len(own) > 1 else [own]
-        for index, together in enumerate(attempts if own else []):
-            change: dict[str, Size] = {}
-            sizes: dict[str, int] = {}
-            for axis in together:
-                size = size_value(at[axis.keys[0]])
-                value = _OWN_FAR * size if up else max(2, size // _OWN_FAR)
-                change.update(axis.assign(value))
-                sizes[axis.name] = value
-            run = runner.run({**at, **change})
-            _mark_refuted(run, terms, {**values, **sizes}, probe)
-            if run is not None and index == 0:
-                break  # all at once ran: each alone adds nothing
-    return terms
 
 
 def _cost(

@@ -9,15 +9,18 @@ int fields of a config passed in; what else it was given passes through unchange
   of that name;
 - a list or tuple of ints (``widths=[16, 32, 16]``): each element that sizes an axis of the
   module's weights, as ``widths[1]`` (``config.widths[1]`` inside a config);
+- the ints of a config inside a config (``config.mlp.hidden``, as ``mlp.hidden``), whose
+  fields the rebuild does not change (it changes the outer config's own int fields);
 - an int given in two places (an argument and a config's field of one name), which the
   rebuild leaves alone rather than pick one.
 
 Whatever way the module is built, an int global its classes' constructors read (``HIDDEN``
 in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis. A module that cannot be
 rebuilt holds all of its sizes: its names, its count of blocks (``self.n_blocks``), its
-lists' ints, those globals, and the widths of
-its torch layers that no size listed has (``fc1.out_features`` = 32, where ``hidden`` is
-kept nowhere).
+lists' ints, those globals, and the widths of its torch layers and the axes of its own
+tensors that no size listed has (``fc1.out_features`` = 32, where ``hidden`` is kept
+nowhere; ``table.shape[0]`` = 1024, a buffer's length given to the constructor and kept
+nowhere else).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
                 if not name.startswith("_"):
                     found += [Held(f"{name}[{i}]", f"{name}[{i}]", n) for i, n in _ints_of(value)]
         found += _layer_widths(module)
+        found += _tensor_axes(module)
     elif not rebuild.declared:
         if rebuild.passed is None:  # (typed submodules rebuilt in a copy: the rest held)
             rest = module_names(module).items()
@@ -169,11 +173,35 @@ def _passed_sizes(argument: str, value: Any) -> list[Held]:
     if modules:
         return found
     found += [Held(f"{argument}[{i}]", f"{argument}[{i}]", n) for i, n in _ints_of(value)]
-    if not isinstance(value, type) and not callable(value) and hasattr(value, "__dict__"):
-        for name, field in vars(value).items():  # a config's lists of ints
+    if _is_object(value):
+        for name, field in vars(value).items():  # a config's lists of ints, its sub-configs
             if not name.startswith("_"):
                 held = [(f"{name}[{i}]", f"{argument}.{name}[{i}]", n) for i, n in _ints_of(field)]
                 found += [Held(*entry) for entry in held]
+                found += _nested_sizes(name, f"{argument}.{name}", field)
+    return found
+
+
+def _is_object(value: Any) -> bool:
+    """Whether ``value`` is an object with fields (a config), not a class or a function."""
+    return not isinstance(value, type) and not callable(value) and hasattr(value, "__dict__")
+
+
+def _nested_sizes(name: str, qualified: str, value: Any, depth: int = 3) -> list[Held]:
+    """The ints of a config inside a config (``config.mlp.hidden``), which a rebuild passes
+    on unchanged (it changes the outer config's own int fields only), as ``mlp.hidden``."""
+    if depth == 0 or isinstance(value, torch.nn.Module | torch.Tensor) or not _is_object(value):
+        return []
+    found: list[Held] = []
+    for field, inner in vars(value).items():
+        if field.startswith("_"):
+            continue
+        if type(inner) is int:
+            found.append(Held(f"{name}.{field}", f"{qualified}.{field}", inner))
+        else:
+            where, path = f"{name}.{field}", f"{qualified}.{field}"
+            found += [Held(f"{where}[{i}]", f"{path}[{i}]", n) for i, n in _ints_of(inner)]
+            found += _nested_sizes(where, path, inner, depth - 1)
     return found
 
 
@@ -188,6 +216,27 @@ def _layer_widths(module: torch.nn.Module) -> list[Held]:
                 if type(value) is int and value > 1 and not name.startswith("_"):
                     where = f"{path}.{name}" if path else name
                     found.append(Held(where, where, value, unnamed=True))
+    return found
+
+
+def _tensor_axes(module: torch.nn.Module) -> list[Held]:
+    """The axes of the parameters and buffers the module's own classes hold, by path
+    (``table.shape[0]``): the only names a size has that was given to a constructor and
+    kept only as a tensor's shape (``register_buffer("table", torch.zeros(max_seq, d))``
+    with ``max_seq`` kept nowhere)."""
+    found: list[Held] = []
+    for path, sub in module.named_modules():
+        if type(sub).__module__.startswith("torch."):
+            continue
+        for store in (sub._parameters, sub._buffers):
+            for name, tensor in store.items():
+                if tensor is None:
+                    continue
+                where = f"{path}.{name}" if path else name
+                for axis, size in enumerate(tensor.shape):
+                    if size > 1:
+                        held = f"{where}.shape[{axis}]"
+                        found.append(Held(held, held, size, unnamed=True))
     return found
 
 
