@@ -49,6 +49,26 @@ def test_an_activation_and_its_backward_cost_one_op_per_value(
     assert (rec.total.flops, rec.total.backward_flops) == (values, values)
 
 
+def test_mish_backward_is_the_one_kernel_a_device_runs() -> None:
+    # a CPU and a GPU run aten.mish_backward, one op a gradient value; torch runs its
+    # decomposition on meta (9 ops a value), which a prediction replayed before. The
+    # in-place form saves a copy of its input: the copy's backward is free
+    def run(body: Activation, backward: bool) -> tuple[int, int, bool]:
+        x = torch.randn(6, 10, requires_grad=True)
+        with record() as rec:
+            y = body(x * 1)
+            if backward:
+                y.sum().backward()
+        return rec.total.flops, rec.total.backward_flops, rec.total.exact
+
+    for body in (F.mish, nn.Mish(), lambda x: F.mish(x, inplace=True)):
+        predicted, ran = run(body, False), run(body, True)
+        assert predicted == (60 + 60, 60 + 60, True)  # the multiply and mish; their backward
+        assert ran == (60 + 60 + 60, 60 + 60, True)  # and the sum
+    cost = typedflops.estimate(nn.Mish(), Float[Tensor, "b n"], grad=("input",), b=6, n=10)
+    assert (cost.flops, cost.backward_flops, str(cost.backward_formula)) == (60, 60, "b*n")
+
+
 def test_prelu_counts_both_gradients_of_its_backward_kernel() -> None:
     x = torch.randn(6, 10, requires_grad=True)
     weight = torch.full((1,), 0.25, requires_grad=True)

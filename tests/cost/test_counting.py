@@ -7,9 +7,11 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
+import typedflops
 from typedflops import record
 from typedflops.cost.engine.recorder import torch_counts
 from typedflops.cost.types import Cost
@@ -126,6 +128,34 @@ def test_integer_and_boolean_ops_cost_nothing() -> None:
 
     cost = _recorded(body)
     assert cost.flops == 0 and cost.uncounted == ()
+
+
+def test_integers_computed_in_floating_point_are_counted() -> None:
+    # a sinusoidal table's frequencies: integers divided, scaled, rooted and summed at a
+    # floating-point dtype are computed in floating point, at the result's dtype
+    ids = torch.arange(6)
+    body: list[tuple[Callable[[], Tensor], int]] = [
+        (lambda: ids / 6, 6),
+        (lambda: ids * 0.5, 6),
+        (lambda: ids.sqrt(), 6),
+        (lambda: torch.exp(ids), 6),
+        (lambda: ids**0.5, 6),
+        (lambda: ids.sum(dtype=torch.float32), 6),
+        (lambda: ids.mean(dtype=torch.float64), 6 + 1),
+        (lambda: ids.cumsum(0, dtype=torch.float32), 6),
+        (lambda: ids * 1j, 6 * 6),  # a complex multiply
+        (lambda: ids // 2, 0),  # integers still
+        (lambda: ids.sum(), 0),
+    ]
+    assert [_recorded(fn).flops for fn, _ in body] == [flops for _, flops in body]
+
+    def frequencies(positions: Int[Tensor, " n"]) -> Float[Tensor, " n"]:
+        return 1.0 / 10000 ** (positions / positions.shape[0])
+
+    # a divide, a power, and ``1.0 / t`` as torch runs it: a reciprocal and a multiply
+    cost = typedflops.estimate(frequencies, Int[Tensor, " n"], n=8)
+    assert (cost.flops, str(cost.formula)) == (4 * 8, "4*n")
+    assert _recorded(lambda: frequencies(torch.arange(8))).flops == 4 * 8
 
 
 def test_batch_norm_counts_its_arithmetic_not_its_counter() -> None:

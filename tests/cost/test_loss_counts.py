@@ -31,6 +31,14 @@ def _first(x: Tensor) -> Tensor:
     return torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
 
 
+def _ones(x: Tensor) -> Tensor:
+    return torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+
+
+def _image(x: Tensor) -> Tensor:
+    return x.t().reshape(1, x.shape[1], x.shape[0], 1)  # 3 classes at 5 x 1 positions
+
+
 CASES: list[tuple[str, Any, int, int]] = [
     # a subtract and a square per element; the mean's adds and its divide. Backward:
     # 2/N·(x - y)·grad, 3 per element
@@ -92,6 +100,28 @@ CASES: list[tuple[str, Any, int, int]] = [
         10 * 6 + 5 + 5,
         45 + 10 * 5,
     ),
+    # negative log-likelihood, 5 targets of 3 classes: a value picked per target (a divide
+    # for the mean); with a weight a multiply per target and, for a sum or mean, an add of
+    # the total weight. Backward: the gradient put at each target (negated, times the
+    # weight), not the 15 values of the zeros around them
+    ("nll-mean", lambda x: F.nll_loss(x, _first(x)), 5 + 1, 5),
+    ("nll-weight-mean", lambda x: F.nll_loss(x, _first(x), weight=_ones(x)), 3 * 5 + 1, 2 * 5),
+    (
+        "nll-weight-sum",
+        lambda x: F.nll_loss(x, _first(x), weight=_ones(x), reduction="sum"),
+        3 * 5,
+        2 * 5,
+    ),
+    (
+        "nll-weight-none",
+        lambda x: F.nll_loss(x, _first(x), weight=_ones(x), reduction="none"),
+        2 * 5,
+        2 * 5,
+    ),
+    # an image's: 3 classes at 5 x 1 positions (nll_loss2d), backward as the 1-d kernel's
+    ("nll-2d", lambda x: F.nll_loss(_image(x), _first(x).view(1, 5, 1)), 5 + 1, 5),
+    # log-softmax 5 per element (its backward 4) and the loss
+    ("cross-entropy", lambda x: F.cross_entropy(x, _first(x)), 5 * N + 5 + 1, 4 * N + 5),
     # KL divergence is composed by torch: xlogy, a product, a subtract, the sum, one divide;
     # backward the divide's (1), the subtract's negation and the product's, N each
     ("kl-div", lambda x: F.kl_div(x, _half(x), reduction="batchmean"), 4 * N + 1, 2 * N + 1),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .opcall import OpCall, Rule
 from .tensors import is_float, numel
 
@@ -16,17 +18,34 @@ __all__ = [
     "embedding_bag_backward",
     "embedding_bag_weights_backward",
     "index_put",
+    "index_rules",
     "nll_loss",
+    "nll_loss_backward",
     "scatter",
     "scattered",
 ]
 
 
 def nll_loss(call: OpCall) -> Any:
-    """A negative log-likelihood: a value picked per target (a sum more, reduced by mean)."""
+    """A negative log-likelihood: a value picked per target (a divide more, reduced by
+    mean); with a ``weight``, a multiply more per target, and for a sum or mean an add of
+    the total weight."""
     target = call.inputs[1]
     reduction = call.arg(3, "reduction", 1)
-    return numel(target) + (1 if reduction == 1 else 0)
+    weighted = call.arg(2, "weight") is not None
+    per_target = 1 + (weighted * (2 if reduction != 0 else 1))
+    return per_target * numel(target) + (1 if reduction == 1 else 0)
+
+
+def nll_loss_backward(call: OpCall) -> Any:
+    """The output's gradient, negated (and divided by the total weight once for a mean),
+    put at each target's place in zeros: a value per target, a multiply more with a
+    ``weight``."""
+    values, target = call.arg(1, "self"), call.arg(2, "target")
+    if not is_float(values):
+        return 0
+    weighted = call.arg(3, "weight") is not None
+    return (1 + weighted) * numel(target)
 
 
 def accumulate(position: int) -> Rule:
@@ -101,3 +120,28 @@ def bincount(call: OpCall) -> Any:
     """Counting is integer work; with float ``weights`` an add per weight."""
     weights = call.arg(1, "weights")
     return numel(weights) if weights is not None and is_float(weights) else 0
+
+
+def index_rules() -> dict[Any, Rule]:
+    """The rules of this module, by the op each counts."""
+    aten = torch.ops.aten
+    rules: dict[Any, Rule] = {}
+    for name in ("nll_loss_forward", "nll_loss2d_forward"):
+        rules[getattr(aten, name)] = nll_loss
+    for name in ("nll_loss_backward", "nll_loss2d_backward"):
+        rules[getattr(aten, name)] = nll_loss_backward
+    rules[aten.embedding_dense_backward] = accumulate(0)
+    rules[aten.col2im] = accumulate(0)  # F.fold: overlapping patches summed
+    rules[aten.index_add] = accumulate(2)
+    rules[aten.scatter_add] = scattered
+    rules[aten.scatter_reduce] = scattered
+    rules[aten.scatter] = scatter
+    rules[aten.index_put] = index_put
+    rules[aten._index_put_impl_] = index_put
+    rules[aten._embedding_bag] = embedding_bag
+    rules[aten._embedding_bag_forward_only] = embedding_bag
+    rules[aten._embedding_bag_backward] = embedding_bag_backward(8, 10)
+    rules[aten._embedding_bag_dense_backward] = embedding_bag_backward(7, 8)
+    rules[aten._embedding_bag_per_sample_weights_backward] = embedding_bag_weights_backward
+    rules[aten.bincount] = bincount
+    return rules

@@ -68,6 +68,13 @@ def is_complex(tensors: list[TensorMeta]) -> bool:
     return any(t.dtype.is_complex for t in tensors)
 
 
+def _computed(call: OpCall, operands: list[TensorMeta]) -> list[TensorMeta]:
+    """The tensors whose dtypes say what an op computes in: its operands and its results
+    (integers divided, or given a float ``dtype=``, are computed in floating point: the
+    result's dtype), or nothing where no operand is a tensor."""
+    return [*operands, *flat_tensors(call.out)] if operands else []
+
+
 def _base(name: str) -> str:
     """An op's name without the trailing ``_`` of its in-place form (``mul_``: ``mul``)."""
     return name[:-1] if name.endswith("_") and not name.startswith("_") else name
@@ -76,11 +83,13 @@ def _base(name: str) -> str:
 def pointwise(call: OpCall) -> Any:
     """One FLOP per output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3, an add or
     subtract that scales its second operand, ``alpha`` other than 1, 2); complex values in
-    real FLOPs (a multiply 6, an add 2)."""
-    if not any(is_float(t) for t in call.inputs):
+    real FLOPs (a multiply 6, an add 2). An op on integers with a floating-point result
+    (``torch.arange(n) / n``, ``ints.sqrt()``) computes at the result's dtype."""
+    computed = _computed(call, call.inputs)
+    if not any(is_float(t) for t in computed):
         return 0
     name = _base(call.name)
-    complex_values = is_complex(call.inputs)
+    complex_values = is_complex(computed)
     table, default = (_COMPLEX_POINTWISE_COST, 2) if complex_values else (_POINTWISE_COST, 1)
     cost = table.get(name, default)
     alpha = call.arg(2, "alpha", 1) if name in _SCALED else 1
@@ -113,12 +122,15 @@ _COMPLEX_REDUCTION_COST: dict[str, tuple[int, int]] = {
 
 def reduction(call: OpCall) -> Any:
     """One FLOP per input element (``mean`` a divide more per output, ``var``/``std`` 3,
-    vector norms 2); complex values in real FLOPs (their adds twice, a product 6)."""
+    vector norms 2); complex values in real FLOPs (their adds twice, a product 6). Integers
+    reduced at a floating-point ``dtype=`` (``ints.sum(dtype=torch.float32)``) are counted at
+    it."""
     source = call.inputs[0]
-    if not is_float(source):
+    computed = _computed(call, [source])
+    if not any(is_float(t) for t in computed):
         return 0
     name = _base(call.name)
-    if source.dtype.is_complex:
+    if is_complex(computed):
         real_input, real_output = _REDUCTION_COST.get(name, (1, 0))
         per_input, per_output = _COMPLEX_REDUCTION_COST.get(name, (2 * real_input, 2 * real_output))
     else:
@@ -127,13 +139,15 @@ def reduction(call: OpCall) -> Any:
 
 
 def per_element(forward: int) -> Rule:
-    """``forward`` FLOPs per element of the first input (twice that on complex values)."""
+    """``forward`` FLOPs per element of the first input (twice that on complex values), at
+    the result's dtype where that is floating point (``ints.cumsum(0, dtype=torch.float32)``)."""
 
     def rule(call: OpCall) -> Any:
         source = call.inputs[0]
-        if not is_float(source):
+        computed = _computed(call, [source])
+        if not any(is_float(t) for t in computed):
             return 0
-        return forward * (2 if source.dtype.is_complex else 1) * numel(source)
+        return forward * (2 if is_complex(computed) else 1) * numel(source)
 
     return rule
 

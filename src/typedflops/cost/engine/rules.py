@@ -4,7 +4,8 @@ Conventions (the only place they are written; the documentation quotes them):
 
 - One FLOP per scalar multiply, add, compare or divide; accumulators start at zero. Only
   floating-point (and complex) values count: ops on integer or boolean tensors (masks,
-  counters, indices) cost 0.
+  counters, indices) cost 0, but for those with a floating-point result, computed at its
+  dtype (``torch.arange(n) / n``, ``ids.sum(dtype=torch.float32)``).
 - Ops are counted as they ran, at the level of the kernels torch dispatches (``aten`` ops):
   ``x @ w`` on 3-d ``x`` is one ``mm``; ``torch.einsum`` is the ``bmm`` and ``sum`` torch
   runs; ``F.scaled_dot_product_attention`` is the kernel torch picked for the device.
@@ -30,7 +31,9 @@ Conventions (the only place they are written; the documentation quotes them):
   output, adaptive pooling one per input element (+1 per output for the average), their
   backward an add per gradient value (average: the window's adds and a divide); fused RMS
   norm 3 per element (+1 with a weight); CPU flash attention (which FlopCounterMode counts
-  0) like the other fused kernels; ``nll_loss`` one add per target (and a divide);
+  0) like the other fused kernels; ``nll_loss`` one add per target (and a divide; with a
+  ``weight`` a multiply more, and an add of the total weight for a sum or mean), its
+  backward a value per target (+1 with a ``weight``) (:mod:`.index_rules`);
   accumulating scatters (``index_add``, ``scatter_add``, ``index_put`` with accumulate,
   ``embedding``'s backward) one add per value, and so the backward of reflection and
   replication pads and of nearest upsampling (:mod:`.pad_rules`); an optimizer's
@@ -92,17 +95,7 @@ from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
 from .attention_rules import attention_rules, flash_attention_into
 from .cuda_cells import cuda_cell_rules
 from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
-from .index_rules import (
-    accumulate,
-    bincount,
-    embedding_bag,
-    embedding_bag_backward,
-    embedding_bag_weights_backward,
-    index_put,
-    nll_loss,
-    scatter,
-    scattered,
-)
+from .index_rules import index_rules
 from .layer_rules import (
     ACTIVATIONS,
     FLOP_COUNTER_CORRECTIONS,
@@ -285,6 +278,7 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for target, rule in layer_rules().items():
         table[target] = entry(rule, matmul=target is aten.convolution_backward)
     rulesets = [loss_rules(), sampling_rules(), linalg_rules(), rnn_rules(), pad_rules()]
+    rulesets += [index_rules()]
     rulesets += [cudnn_rnn_rules(), cuda_cell_rules(), optimizer_rules()]
     for rules in rulesets:
         for target, rule in rules.items():
@@ -303,25 +297,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.
     table[torch.ops.typedflops._fused_rms_norm] = entry(_rms_norm)
     table[torch.ops.typedflops._fused_rms_norm_backward] = entry(norm_backward)
-    table[aten.nll_loss_forward] = entry(nll_loss)
-    table[aten.nll_loss2d_forward] = entry(nll_loss)
-    table[aten.nll_loss_backward] = entry(accumulate(1))
-    table[aten.embedding_dense_backward] = entry(accumulate(0))
-    table[aten.index_add] = entry(accumulate(2))
-    table[aten.scatter_add] = entry(scattered)
-    table[aten.scatter_reduce] = entry(scattered)
-    table[aten.index_put] = entry(index_put)
-    table[aten._embedding_bag] = entry(embedding_bag)
-    table[aten._embedding_bag_forward_only] = entry(embedding_bag)
-    table[aten._embedding_bag_backward] = entry(embedding_bag_backward(8, 10))
-    table[aten._embedding_bag_dense_backward] = entry(embedding_bag_backward(7, 8))
-    table[aten._embedding_bag_per_sample_weights_backward] = entry(embedding_bag_weights_backward)
     table[aten.trace] = entry(trace)
     table[aten.linalg_cross] = entry(cross)
-    table[aten.scatter] = entry(scatter)
-    table[aten.bincount] = entry(bincount)
-    table[aten.col2im] = entry(accumulate(0))  # F.fold: overlapping patches summed
-    table[aten._index_put_impl_] = entry(index_put)
     return table
 
 

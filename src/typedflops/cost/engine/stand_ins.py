@@ -7,16 +7,21 @@ input in its dtype, an ``rstd`` per row in at least float32) and autograd (it sa
 input, ``rstd`` and the weight; backward is ``typedflops::_fused_rms_norm_backward``), so a
 dry run for a CUDA device allocates, saves and counts what the device would. Tables name them as the
 ``aten`` kernels they stand for. On real tensors they compute the same values.
+
+``aten.mish``'s backward is ``aten.mish_backward``, a kernel on a CPU and a GPU, but torch
+forbids it a meta kernel and runs its decomposition there (softplus, tanh, sigmoid and six
+more ops a value): a backward replayed on ``meta`` runs ``typedflops::mish``, whose backward
+is ``typedflops::mish_backward``, one kernel as a device runs it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-__all__ = ["META_STAND_INS", "fused_rms_norm", "fused_rms_norm_backward"]
+__all__ = ["META_STAND_INS", "fused_rms_norm", "fused_rms_norm_backward", "mish", "mish_backward"]
 
 
 def _reduced(input: Tensor, normalized_shape: list[int]) -> list[int]:
@@ -114,7 +119,43 @@ def _backward(ctx: Any, grad_out: Tensor, _grad_rstd: Tensor) -> tuple[Any, ...]
 
 fused_rms_norm.register_autograd(_backward, setup_context=_setup_context)
 
+
+@torch.library.custom_op("typedflops::mish", mutates_args=())
+def mish(input: Tensor) -> Tensor:
+    """``aten.mish``, whose backward is :func:`mish_backward` on every device."""
+    return torch.nn.functional.mish(input)
+
+
+@mish.register_fake
+def _(input: Tensor) -> Tensor:
+    return torch.empty_like(input)
+
+
+@torch.library.custom_op("typedflops::mish_backward", mutates_args=())
+def mish_backward(grad_out: Tensor, input: Tensor) -> Tensor:
+    """``aten.mish_backward``: the gradient times mish's derivative, one kernel."""
+    return cast(Tensor, torch.ops.aten.mish_backward.default(grad_out, input))
+
+
+@mish_backward.register_fake
+def _(grad_out: Tensor, input: Tensor) -> Tensor:
+    return torch.empty_like(input)
+
+
+def _mish_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    ctx.save_for_backward(inputs[0])
+
+
+def _mish_grad(ctx: Any, grad_out: Tensor) -> Tensor:
+    (input,) = ctx.saved_tensors
+    return cast(Tensor, mish_backward(grad_out, input))
+
+
+mish.register_autograd(_mish_grad, setup_context=_mish_setup)
+
 #: The ``aten`` ops a backward replay on ``meta`` runs as their stand-ins.
 META_STAND_INS: dict[Any, Any] = {
     torch.ops.aten._fused_rms_norm.default: torch.ops.typedflops._fused_rms_norm.default,
+    torch.ops.aten.mish.default: torch.ops.typedflops.mish.default,
+    torch.ops.aten.mish_.default: torch.ops.typedflops.mish.default,  # (on the input's copy)
 }
