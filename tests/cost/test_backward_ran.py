@@ -66,6 +66,29 @@ def _hooked() -> None:
     (hidden @ W2).sum().backward()
 
 
+def _leaf_hooked() -> None:
+    # a leaf's hook runs in its AccumulateGrad node, before the add into .grad
+    handle = W1.register_hook(lambda grad: grad @ torch.eye(16))
+    try:
+        _loss(_x()).backward()
+    finally:
+        handle.remove()
+
+
+def _scale_grad(weight: Tensor) -> None:
+    assert weight.grad is not None
+    weight.grad.copy_(weight.grad @ torch.eye(16))
+
+
+def _post_accumulate_hooked() -> None:
+    # a hook run after the add into .grad, in the same node (as an optimizer in backward)
+    handle = W2.register_post_accumulate_grad_hook(_scale_grad)
+    try:
+        _loss(_x()).backward()
+    finally:
+        handle.remove()
+
+
 class _Product(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, w: Tensor) -> Tensor:
@@ -121,6 +144,8 @@ CASES: dict[str, tuple[Callable[[], Any], int, int, int]] = {
     "gradient penalty": (_penalty, 2 * P + 2 * SUM, 5 * P, 7 * P),
     "detach midway": (_detached, 2 * P + SUM, P, 3 * P),
     "a hook's product": (_hooked, 2 * P + SUM, 5 * P, 7 * P),
+    "a leaf's hook": (_leaf_hooked, 2 * P + SUM, 6 * P, 8 * P),  # (W1's 16x16 product: 2P)
+    "a post-accumulate-grad hook": (_post_accumulate_hooked, 2 * P + SUM, 6 * P, 8 * P),
     "once_differentiable": (_custom, P + SUM, 2 * P, 3 * P),
     "a Function's gradient penalty": (_custom_penalty, P + 2 * SUM, 3 * P, 4 * P),
     "torch.func.grad": (lambda: torch.func.grad(_loss)(_x(False)), 2 * P + SUM, 2 * P, 4 * P),
@@ -259,3 +284,25 @@ def test_an_op_given_its_device_is_predicted_as_a_dry_run_predicts_it(
     assert predicted.total.uncounted == ran.total.uncounted == ()
     assert predicted.total.backward_flops == 4 * 5
     assert ran.total.backward_flops == 4 * 5
+
+
+def test_an_optimizer_stepped_in_backward_is_counted_as_it_ran() -> None:
+    # torch's recipe for a step fused into the backward pass: one optimizer a parameter,
+    # stepped by its post-accumulate-grad hook (SGD: an add scaled by the rate, 2 a value)
+    w1, w2 = W1.detach().clone().requires_grad_(), W2.detach().clone().requires_grad_()
+    optimizers = {w: torch.optim.SGD([w], lr=0.1, foreach=False) for w in (w1, w2)}
+
+    def step(weight: Tensor) -> None:
+        optimizers[weight].step()
+        optimizers[weight].zero_grad()
+
+    handles = [w.register_post_accumulate_grad_hook(step) for w in (w1, w2)]
+    with record() as rec:
+        for _ in range(2):
+            (_x() @ w1 @ w2).sum().backward()
+    for handle in handles:
+        handle.remove()
+    assert (rec.total.flops, rec.total.backward_flops) == (
+        2 * (2 * P + SUM),
+        2 * (4 * P + 2 * 2 * 256),
+    )

@@ -114,3 +114,46 @@ def test_records_closed_inside_nested_calls_keep_what_each_call_ran() -> None:
         inner_call(X)  # after the inner record closed: the outer one's only
     assert (outer.total.flops, inner.total.flops) == (6 * P, 2 * P)
     assert [(row.function, row.calls) for row in outer.calls] == [("inner_call", 2)]
+
+
+@typed_flops
+def logs(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    """A product inside a record of its own (as code logging its costs does), then another."""
+    with record():
+        y = x @ W
+    return y @ W
+
+
+def test_a_record_in_a_body_is_estimated_and_fitted_as_the_body_runs() -> None:
+    # a dry run (an estimate, a row's fit) runs the body's block: its record sees nothing
+    # there, and the dry run counts the block's ops as the body's
+    assert logs.estimate(n=8, d=16).flops == 2 * P
+    assert str(logs.formula) == "1024*n"  # (W is 16x16 at every size)
+    with record() as rec:
+        logs(X)
+    (row,) = rec.calls
+    assert row.cost().exact and str(row.cost().formula) == "1024*n"
+
+
+@typed_flops
+def opens_by_hand(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    """A record entered and left by hand around its first product."""
+    manager = record()
+    inner = manager.__enter__()
+    y = x @ W
+    manager.__exit__(None, None, None)
+    if not y.is_meta:  # (a dry run's record sees nothing)
+        _opened.append(inner)
+    return y @ W
+
+
+def test_a_record_entered_by_hand_in_a_body_leaves_no_mode_behind() -> None:
+    _opened.clear()
+    with record() as rec:
+        opens_by_hand(X)
+    assert (rec.total.flops, rec.calls[0].cost().exact) == (2 * P, True)
+    assert torch._C._len_torch_dispatch_stack() == torch._C._len_torch_function_stack() == 0
+    with FlopCounterMode(display=False) as counter, record() as again:
+        opens_by_hand(X)
+    assert again.total.flops == counter.get_total_flops() == 2 * P
+    assert [inner.total.flops for inner in _opened] == [P, P]

@@ -22,13 +22,19 @@ marked not exact.
 
 Counted, as predicted (see :mod:`.fan_in`): the engine's sums of a tensor's gradients from
 several ops. Not counted: the adds of gradient accumulation into ``.grad``
-(``AccumulateGrad``: the optimizer's side of a step, as in the prediction).
+(``AccumulateGrad``: the optimizer's side of a step, as in the prediction). The hooks of a
+leaf run in that node too (``w.register_hook``, ``register_post_accumulate_grad_hook``: an
+optimizer stepped in backward): the ops their Python code runs are counted, told apart from
+the engine's own by the frames between the op and the engine's caller.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import threading
+import types
 from typing import Any
 
 import torch
@@ -43,6 +49,14 @@ __all__ = ["BackwardRan", "ran_in_backward", "with_backward_ran"]
 
 _ACCUMULATE = torch._C._functions.AccumulateGrad  # type: ignore[attr-defined]
 _FUNCTION_NODE = torch.autograd.function.BackwardCFunction
+#: torch's frames between an op and a dispatch mode (a mode above ours, its wrappers).
+_TORCH = os.path.dirname(torch.__file__)
+_DISPATCH_FILES = frozenset(
+    os.path.join(_TORCH, *path.split("/"))
+    for path in ("_ops.py", "_compile.py", "_dynamo/eval_frame.py", "utils/_python_dispatch.py")
+)
+#: The Python function that hands a backward pass to autograd's engine.
+_ENGINE_CALLER = "_engine_run_backward"
 
 
 class BackwardRan:
@@ -104,7 +118,7 @@ def ran_in_backward(
     task = torch._C._current_graph_task_id()
     if _UNDECIDED.ops:
         _UNDECIDED.decide(task, node)
-    if type(node) is _ACCUMULATE:
+    if type(node) is _ACCUMULATE and not _run_by_hook():
         return out  # gradient accumulation: not a backward op (see the module)
     plan = plan_of(func)
     event: Event | None = None
@@ -126,6 +140,19 @@ def ran_in_backward(
     if not rerun and event.needs_grad and isinstance(node, _FUNCTION_NODE):
         _UNDECIDED.wait(task, node, event, rans)
     return out
+
+
+def _run_by_hook() -> bool:
+    """Whether the op running in an ``AccumulateGrad`` node was called by Python code the
+    engine called (a hook of the leaf) rather than by the engine's add into ``.grad``: past
+    the dispatch modes' frames, the add finds the engine's caller (or none, on a device's
+    thread of the engine)."""
+    frame: types.FrameType | None = sys._getframe(2)  # (past this and ran_in_backward)
+    while frame is not None and (
+        frame.f_code.co_name == "__torch_dispatch__" or frame.f_code.co_filename in _DISPATCH_FILES
+    ):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_name != _ENGINE_CALLER
 
 
 class _Undecided(threading.local):

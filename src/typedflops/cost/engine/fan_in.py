@@ -440,7 +440,7 @@ class GradientSums:
     def _read_detached(self, tensor: torch.Tensor) -> None:
         found = self.detached.get(id(tensor))
         if found is not None and found[0]() is tensor and not quiet.on:
-            found[1].off = True
+            found[1].observed = True
             if found[1].let_go:
                 self._decide(found[1])
 
@@ -453,7 +453,7 @@ class GradientSums:
     def _read_off(self, tensor: torch.Tensor) -> None:
         found = self.waiting.get(id(tensor))
         if found is not None and found.ref() is tensor and not quiet.on:
-            found.off = True
+            found.observed = True  # (no backward from it if it is let go; held, a result)
 
     def _let_go(self, key: int, _: object = None) -> None:
         # (an output let go, read by no op: inside the function costed, a dead value, as
@@ -470,7 +470,7 @@ class GradientSums:
             # too where another output of its op that a gradient flows through is held:
             # `torch.var_mean(x, 1)[1]`)
             own = not (self.inside() or self.internal() or found.inert or self.elsewhere())
-            if not own or waiting.alive > 0:
+            if not own or waiting.alive > 0 or found.observed:
                 found.off = True
             if own and waiting.count > 1 and not waiting.read:
                 for output in dropped_unread(found):  # (see .outputs_reached)
@@ -491,11 +491,11 @@ class GradientSums:
 
     def _decide(self, output: WaitingOutput, boundary: bool = False) -> None:
         """An output let go, or held where a call begins or returns or the run ends: a
-        backward may start from it unless it is ``off``; then it reaches backward only if
-        an op that differentiates it does."""
+        backward may start from it unless it is ``off`` (or let go, read aside); then it
+        reaches backward only if an op that differentiates it does."""
         if output.done or output.rootless:
             return
-        if not (output.off or output.inert):
+        if not (output.off or output.inert or (output.observed and output.let_go)):
             if not self.histories or not self._stale(output.ref()):
                 output.done = True
                 reach(output)

@@ -202,6 +202,12 @@ def record() -> Iterator[Recorder]:
     recorder = Recorder()
     session = recorder.session
     outer = counting_frame.get()
+    if outer is not None and type(outer) is not tuple:
+        # a dry run's body (an estimate, a row's fit): nothing runs there, so the record
+        # sees nothing, and the dry run counts the block's ops as the body's
+        session.close()
+        yield recorder
+        return
     # the records open here, in this thread (a context copied to another thread, as
     # asyncio.to_thread does, holds records that are not this thread's)
     mine = [c for c in outer if c.session.thread == session.thread] if type(outer) is tuple else []

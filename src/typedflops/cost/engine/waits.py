@@ -246,7 +246,10 @@ class Split:
 
 class WaitingOutput:
     """An output of an op whose edges wait (``off``: no backward starts from it: an op
-    read it, a detached copy of it was read, or it was let go inside the function costed;
+    differentiating it read it, or it was let go inside the function costed, or let go
+    after only ops that send it no gradient read it; ``observed``: such an op read it (a
+    statistic under ``no_grad``, ``.item()``, a comparison, a detached copy's reader, a
+    saved-tensor hook): held where a call returns or the run ends, it is still a result;
     ``readers``: the waiting ops that differentiate it;
     ``copies``: its detached copies alive; ``let_go``: it is gone, its copies not;
     ``rootless``: decided to start no backward, it waits for its readers; ``saved``: a
@@ -260,6 +263,7 @@ class WaitingOutput:
         "index",
         "inert",
         "let_go",
+        "observed",
         "off",
         "readers",
         "ref",
@@ -274,6 +278,7 @@ class WaitingOutput:
         self.index = index
         self.inert = False
         self.off = False
+        self.observed = False
         self.readers = 0
         self.copies = 0
         self.let_go = False
