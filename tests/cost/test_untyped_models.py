@@ -548,3 +548,26 @@ def test_grad_given_one_name_as_a_string_is_that_name() -> None:
     assert _doubled.estimate(n=3, grad="x").backward_flops == 3  # type: ignore[arg-type]
     with pytest.raises(SpecError, match=r"dtype='float16' is not a torch\.dtype"):
         _doubled.estimate(n=3, dtype="float16")  # type: ignore[arg-type]
+
+
+def test_backward_hooks_no_dry_run_sees_are_listed_uncounted() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    plain = estimate(model, Float[Tensor, "b 8"], b=4)
+    first, last = model[0], model[2]
+    assert isinstance(first, nn.Linear) and isinstance(last, nn.Linear)
+
+    def doubled(_: nn.Module, grads: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        return (grads[0] * 2,)
+
+    first.register_full_backward_pre_hook(doubled)
+    last.weight.register_hook(lambda grad: grad * 2)
+    hooked = estimate(model, Float[Tensor, "b 8"], b=4)
+    assert plain.uncounted == ()
+    assert hooked.uncounted == ("backward hook of 0", "gradient hook of 2.weight")
+    assert hooked.backward_flops == plain.backward_flops == 1632
+    with record() as ran, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's: the first layer's input needs no grad)
+        model(torch.randn(4, 8)).sum().backward()
+    # what the hooks ran: the pre-hook's 4x8 product and the weight hook's 8x8
+    assert ran.total.backward_flops == 1632 + 32 + 64

@@ -3,6 +3,7 @@ a formula, from dry runs on fake tensors (nothing is allocated)."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from ..contract.compiled import Contract
 from ..contract.function import CheckedFunction
 from ..errors import DryRunError, SpecError
 from ..syntax.dims import with_ellipsis
+from .engine.dry_modules import backward_hooks
 from .engine.dryrun import measure
 from .engine.module_sizes import held_dims
 from .engine.probes import estimate_probe, method_needs_object
@@ -33,7 +35,11 @@ def estimate(
     """The cost of one call of ``function`` at the sizes ``dims`` (see
     :meth:`typedflops.TypedFunction.estimate`)."""
     grad = estimate_options(f"{function.name}.estimate()", dtype, grad)
-    return measure(estimate_probe(function, args, dims, dtype, tuple(grad)))
+    cost = measure(estimate_probe(function, args, dims, dtype, tuple(grad)))
+    hooks = backward_hooks(args)  # (code that runs in backward, which no dry run sees)
+    if hooks:
+        cost = dataclasses.replace(cost, uncounted=(*cost.uncounted, *hooks))
+    return cost
 
 
 def estimate_options(where: str, dtype: Any, grad: str | Sequence[str]) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from .tensors import differentiable
 
 __all__ = [
     "argument_modules",
+    "backward_hooks",
     "copied_on",
     "copy_on",
     "has_lazy",
@@ -272,3 +273,34 @@ def with_modules(
             return runner(thunk)
 
     return run
+
+
+def backward_hooks(values: Sequence[Any]) -> list[str]:
+    """The hooks that run code in backward on the modules among ``values`` (and their
+    submodules and tensors), and torch's global module hooks, each named: a dry run sees
+    no backward, so their ops are not counted (``register_full_backward_hook``,
+    ``register_full_backward_pre_hook``, a parameter's ``register_hook`` or
+    ``register_post_accumulate_grad_hook``)."""
+    from torch.nn.modules import module as torch_module
+
+    found: list[str] = []
+    if torch_module._global_backward_hooks or torch_module._global_backward_pre_hooks:
+        found.append("global module backward hook")
+    modules = [value for value in values if isinstance(value, torch.nn.Module)]
+    modules += argument_modules(values, None)
+    seen: set[int] = set()
+    for root in modules:
+        for name, module in root.named_modules():
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            where = name or type(root).__name__
+            if module._backward_hooks or module._backward_pre_hooks:
+                found.append(f"backward hook of {where}")
+            for tensor_name, tensor in (
+                *module.named_parameters(recurse=False),
+                *module.named_buffers(recurse=False),
+            ):
+                if tensor._backward_hooks or getattr(tensor, "_post_accumulate_grad_hooks", None):
+                    found.append(f"gradient hook of {where}.{tensor_name}")
+    return found
