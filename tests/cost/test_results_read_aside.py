@@ -28,6 +28,24 @@ NORMS: list[Tensor] = []
 
 
 @typed_flops
+def checked_finite(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    """A layer that checks its output through a temporary that needs grad."""
+    y = torch.tanh(x @ W)
+    assert torch.isfinite(y).all()
+    return y
+
+
+def test_a_result_read_by_a_temporary_let_go_in_its_call_is_predicted_its_backward() -> None:
+    x = torch.randn(8, 16)
+    with record() as predicted:
+        checked_finite(x)
+    with record() as ran:
+        checked_finite(x).sum().backward()
+    (row,) = predicted.calls
+    assert row.cost().backward_flops == ran.total.backward_flops == P + TANH
+
+
+@typed_flops
 def logged(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
     """A layer that keeps the norm of its output for a log, under ``no_grad``."""
     y = torch.tanh(x @ W)
@@ -60,7 +78,17 @@ def _detached_read(y: Tensor) -> None:
     y.detach().clone()
 
 
-@pytest.mark.parametrize("aside", [_no_grad_norm, _accuracy, _detached_read])
+def _summed_item(y: Tensor) -> None:
+    y.sum().item()  # (a sum that needs grad, let go once read)
+
+
+def _all_finite(y: Tensor) -> None:
+    assert torch.isfinite(y).all()  # (its abs needs grad, let go once compared)
+
+
+@pytest.mark.parametrize(
+    "aside", [_no_grad_norm, _accuracy, _detached_read, _summed_item, _all_finite]
+)
 def test_a_result_held_at_the_end_of_a_block_and_read_aside_is_predicted(
     aside: Callable[[Tensor], None],
 ) -> None:

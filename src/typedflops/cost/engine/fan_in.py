@@ -568,6 +568,8 @@ class GradientSums:
                 source.readers -= 1
                 if source.readers <= 0 and source.rootless:
                     stack.append(source)
+                elif source.readers <= 0 and not (source.saved or source.let_go):
+                    source.off = False  # (held, its readers gone: a result again)
             waiting.sources = []
         for waiting in wanted:
             self._live(waiting)
