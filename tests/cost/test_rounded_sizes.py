@@ -191,3 +191,48 @@ def test_a_size_in_a_config_inside_the_config_is_held() -> None:
     assert cost.exact and sympy.expand(cost.formula - 256 * b * s * (4 * d + 1)) == 0
     assert cost.fixed == {"mlp.hidden": 256}
     assert "held fixed (numbers in the formulas): mlp.hidden=256" in str(cost)
+
+
+@dataclasses.dataclass
+class HeadsConfig:
+    n_heads: int = 4
+    head_dim: int = 16
+    pad_token_id: int = 2  # (an id: divides the widths, sizes nothing)
+
+
+@dataclasses.dataclass
+class AttentionConfig:
+    d: int = 64
+    attn: HeadsConfig = dataclasses.field(default_factory=HeadsConfig)
+
+
+class NestedConfigAttention(nn.Module):
+    def __init__(self, config: AttentionConfig) -> None:
+        super().__init__()
+        self.config = config
+        inner = config.attn.n_heads * config.attn.head_dim
+        self.qkv = nn.Linear(config.d, 3 * inner)
+        self.out = nn.Linear(inner, config.d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, s, _ = x.shape
+        h, hd = self.config.attn.n_heads, self.config.attn.head_dim
+        q, k, v = self.qkv(x).view(b, s, 3, h, hd).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-1, -2)) * hd**-0.5
+        y = scores.softmax(-1) @ v
+        out: Tensor = self.out(y.transpose(1, 2).reshape(b, s, h * hd))
+        return out
+
+
+def test_head_counts_in_a_config_inside_the_config_are_held() -> None:
+    # Only the product of n_heads and head_dim sizes a weight (64 = 4 * 16); n_heads alone is
+    # the 4 of the scores' scale, head_dim the 16 of each head's products: numbers in the
+    # formula, listed where they are held.
+    with torch.device("meta"):
+        model = NestedConfigAttention(AttentionConfig())
+    cost = estimate(model, x=Float[Tensor, "b s d"], b=2, s=8, d=64)
+    b, s, d = sympy.symbols("b s d")
+    # Per position: qkv 2*d*192 and out 2*64*d (a linear's bias add is not counted),
+    # scores and mixing 2*64*s each, the scale 4*s, softmax 5 a value over 4*s: 512*d + 280*s.
+    assert sympy.expand(cost.formula - 8 * b * s * (64 * d + 35 * s)) == 0
+    assert cost.fixed == {"attn.n_heads": 4, "attn.head_dim": 16}

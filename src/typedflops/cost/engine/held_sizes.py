@@ -77,10 +77,21 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
             unchanged = _unchanged_names(module, rebuild).items()
             found += [Held(name, f"self.{name}", size) for name, size in unchanged]
     found += [Held(name, name, size) for name, size in _globals_read(module).items()]
-    found = [held for held in found if held.size in axes]
+    found = [held for held in found if _sizes(held, axes)]
     if rebuild is None:  # (its count of blocks, which sizes no axis: ``self.n_blocks``)
         found += [Held(name, name, count) for name, count in module_repeats(module).items()]
     return tuple(dict.fromkeys(found))
+
+
+def _sizes(held: Held, axes: set[int]) -> bool:
+    """Whether ``held`` sizes one of ``axes`` or splits one into parts (``n_heads`` of a
+    width ``n_heads * head_dim``: a number in the formulas by itself, as the count of the
+    heads' scores); an id (``pad_token_id``) is no size, whatever it divides."""
+    if held.size in axes:
+        return True
+    if held.size < 2 or held.name.endswith("_id"):
+        return False
+    return any(axis % held.size == 0 for axis in axes)
 
 
 def own_held(rebuild: Rebuild | None, moved: set[str]) -> tuple[Held, ...]:

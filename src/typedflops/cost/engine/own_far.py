@@ -13,12 +13,13 @@ alone, at 16 times it plus a few (the fewest of :data:`_OFF` that build: a width
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..types import Term
 from .axes import Axis
 from .fit import Size, size_value
-from .runs import Run, Runner
+from .orders import Mark
+from .runs import Runner
 
 __all__ = ["OWN_FAR", "own_far_checked"]
 
@@ -28,8 +29,6 @@ OWN_FAR = 16
 #: What is added to ``OWN_FAR`` times a size for the run off its multiples (each below the
 #: size, so that the value is a multiple of no divisor of it above the one added).
 _OFF = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)
-
-Mark = Callable[[Run | None, dict[str, Term], Mapping[str, int]], None]
 
 
 def own_far_checked(
