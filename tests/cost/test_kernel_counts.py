@@ -304,8 +304,9 @@ def test_batch_norm_in_eval_mode_writes_what_a_device_writes(grad: bool) -> None
 @pytest.mark.parametrize(
     ("pool", "forward", "backward"),
     [
-        # max over a 3x3 window, 4x4 outputs of 2x3 maps: a compare per window element
-        (lambda x: F.max_pool2d(x, 3, 2, 1), 96 * 9, 96),
+        # max over a 3x3 window, 4x4 outputs of 2x3 maps: a compare per window element in
+        # the input (the padding skipped): windows at -1, 1, 3, 5 hold 2, 3, 3, 3 rows of 8
+        (lambda x: F.max_pool2d(x, 3, 2, 1), 6 * 11 * 11, 96),
         # average of 2x2: 4 adds and a divide per output; backward the same per gradient
         (lambda x: F.avg_pool2d(x, 2), 96 * 5, 96 * 5),
         # adaptive: each input once, a divide per output
@@ -316,6 +317,50 @@ def test_batch_norm_in_eval_mode_writes_what_a_device_writes(grad: bool) -> None
 def test_pooling_is_counted(pool: Any, forward: int, backward: int) -> None:
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
     assert _recorded(lambda: pool(x)) == (forward, backward, ())
+
+
+def _window_reads(size: int, out: int, k: int, stride: int, pad: int, dilation: int) -> int:
+    """Window elements in ``[0, size)`` over ``out`` windows, one by one."""
+    starts = [o * stride - pad for o in range(out)]
+    return sum(0 <= start + j * dilation < size for start in starts for j in range(k))
+
+
+@pytest.mark.parametrize(
+    ("kind", "k", "stride", "pad", "dilation", "ceil"),
+    [
+        ("max", 3, 2, 1, 1, False),
+        ("max", 3, 2, 0, 1, True),
+        ("max", 3, 2, 1, 1, True),
+        ("max", 3, 1, 1, 2, False),
+        ("max", 2, 2, 0, 1, False),
+        ("avg", 3, 2, 1, 1, False),
+        ("avg", 3, 2, 1, 1, True),
+        ("avg", 2, 2, 0, 1, True),
+    ],
+)
+@pytest.mark.parametrize("axes", [1, 2, 3])
+def test_pooling_counts_the_windows_in_the_input(
+    kind: str, k: int, stride: int, pad: int, dilation: int, ceil: bool, axes: int
+) -> None:
+    # The kernels skip what a window overhangs (padding, and past the end in ceil mode):
+    # max pooling compares the elements in the input, average pooling adds them and
+    # divides once per output; its backward divides each gradient and adds it to them.
+    size, channels = 7, 3
+    x = torch.randn(2, channels, *[size] * axes, requires_grad=True)
+
+    def run() -> Tensor:
+        if kind == "max":
+            pool = getattr(F, f"max_pool{axes}d")
+            return pool(x, k, stride, pad, dilation=dilation, ceil_mode=ceil)  # type: ignore[no-any-return]
+        return getattr(F, f"avg_pool{axes}d")(x, k, stride, pad, ceil_mode=ceil)  # type: ignore[no-any-return]
+
+    y = run()
+    out = y.shape[-1]
+    reads = 2 * channels * _window_reads(size, out, k, stride, pad, dilation) ** axes
+    outputs = y.numel()
+    forward = reads if kind == "max" else reads + outputs
+    backward = outputs if kind == "max" else reads + outputs
+    assert _recorded(run) == (forward, backward, ())
 
 
 # -- views, the rule lookup --------------------------------------------------------------------

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import sympy
 import torch
 
 from .opcall import OpCall, Rule
@@ -195,32 +196,65 @@ FLOP_COUNTER_CORRECTIONS: dict[Any, Callable[..., Any]] = {
 }
 
 
-def _window(call: OpCall, position: int) -> Any:
-    """The number of elements a pooling window holds (its kernel size over its axes)."""
+def _per_axis(value: Any, axes: int) -> list[Any]:
+    """A pooling argument given once or per axis, as a list with one value per axis."""
+    sizes = list(value) if isinstance(value, tuple | list) else [value]
+    return sizes * axes if len(sizes) == 1 else sizes
+
+
+def _window_reads(call: OpCall, first: int, x: Any, out_shape: Sequence[Any]) -> Any:
+    """The input elements the pooling windows read in all (from the op's ``kernel_size`` at
+    argument ``first``, then its stride, padding, and for max pooling its dilation): each
+    window's size times the outputs, less what the first and the last windows overhang
+    (padding, and past the end in ceil mode), which the kernels skip.
+
+    What the last windows overhang depends on the input's size only through the outputs'
+    count: with sizes as formulas it is a number where that count follows the size (as
+    the fitted ``out = h / 2`` does), or else the rule raises (a count fitted instead)."""
     axes = int(call.name.split("pool")[1][0])  # max_pool2d_with_indices: 2
-    kernel = call.arg(position, "kernel_size")
-    sizes = list(kernel) if isinstance(kernel, tuple | list) else [kernel]
-    if len(sizes) == 1:
-        sizes = sizes * axes
-    return math.prod(sizes)
+    kernel = _per_axis(call.arg(first, "kernel_size"), axes)
+    stride = _per_axis(call.arg(first + 1, "stride") or kernel, axes)
+    padding = _per_axis(call.arg(first + 2, "padding", 0), axes)
+    dilation = [1] * axes
+    if call.name.startswith("max"):
+        dilation = _per_axis(call.arg(first + 3, "dilation", 1), axes)
+    sizes, outs = list(x.shape[-axes:]), list(out_shape[-axes:])
+    total: Any = math.prod(out_shape[:-axes])  # (batch and channels: windows of each)
+    for k, s, p, d, size, out in zip(kernel, stride, padding, dilation, sizes, outs, strict=True):
+        overhang = sympy.sympify((out - 1) * s - p + (k - 1) * d - (size - 1))
+        if not overhang.is_Integer:
+            raise TypeError(f"{call.name}: the last window's overhang {overhang} is no number")
+        total *= k * out - _overhung(p, k, s, d, out) - _overhung(int(overhang), k, s, d, out)
+    return total
+
+
+def _overhung(by: int, k: int, s: int, d: int, out: Any) -> int:
+    """The elements outside the input of the windows at one end, the first (or last) of
+    which overhangs it ``by`` elements, the next ``by - s``, and so on (at most ``out``)."""
+    count, window = 0, 0
+    while by - window * s > 0 and (not isinstance(out, int) or window < out):
+        count += min(k, -(-(by - window * s) // d))  # (the window's elements beyond the end)
+        window += 1
+    return count
 
 
 def _pool(call: OpCall) -> Any:
-    """Max pooling: a compare per window element of each output; average pooling an add
-    per window element and a divide per output."""
+    """Max pooling: a compare per element of each output's window in the input (padding
+    skipped); average pooling an add per such element and a divide per output."""
     x = call.inputs[0]
     if not is_float(x):
         return 0
-    extra = 1 if call.name.startswith("avg") else 0
-    return numel(call.output) * (_window(call, 1) + extra)
+    out = call.output
+    reads = _window_reads(call, 1, x, out.shape)
+    return reads + numel(out) if call.name.startswith("avg") else reads
 
 
 def _pool_backward(call: OpCall) -> Any:
     """Max pooling's backward adds each output's gradient to the input it came from;
-    average pooling's divides it and adds it to each element of its window."""
+    average pooling's divides it and adds it to each element of its window in the input."""
     grad = call.inputs[0]
     if call.name.startswith("avg"):
-        return numel(grad) * (_window(call, 2) + 1)
+        return _window_reads(call, 2, call.inputs[1], grad.shape) + numel(grad)
     return numel(grad)
 
 
