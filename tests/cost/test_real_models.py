@@ -75,12 +75,24 @@ def test_lm_formula_reads_in_the_code_names() -> None:
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=st.integers(1, 5), seq=st.integers(1, 40))
-def test_lm_formula_predicts_dry_runs_at_other_sizes(batch: int, seq: int) -> None:
+def test_lm_formula_predicts_real_runs_at_other_sizes(batch: int, seq: int) -> None:
+    # What a forward and backward of the model counts there, run for real (a record equals
+    # the dry run where both are made: below, and at batch 1 and seq 1).
     base = lm_cost(3, 17)
-    other = lm_cost(batch, seq)
+    ids = torch.randint(0, 97, (batch, seq))
+    with record() as rec:
+        logits = LM(ids)
+        logits.backward(torch.ones_like(logits))
     dims = {**base.dims, "batch": batch, "seq": seq}
-    assert value(base.formula, dims) == other.flops
-    assert value(base.backward_formula, dims) == other.backward_flops
+    assert value(base.formula, dims) == rec.total.flops
+    assert value(base.backward_formula, dims) == rec.total.backward_flops
+
+
+def test_lm_formula_predicts_a_dry_run_at_batch_and_seq_one() -> None:
+    base, one = lm_cost(3, 17), lm_cost(1, 1)
+    dims = {**base.dims, "batch": 1, "seq": 1}
+    assert value(base.formula, dims) == one.flops
+    assert value(base.backward_formula, dims) == one.backward_flops
 
 
 def test_lm_counts_equal_flop_counter_on_its_matmuls() -> None:
