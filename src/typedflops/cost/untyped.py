@@ -38,47 +38,47 @@ def estimate(
     **named: Any,
 ) -> Cost:
     """The cost of one call of ``model`` at the given sizes, from dry runs on meta tensors
-        (nothing is allocated; formulas in the dims the annotations name).
+    (nothing is allocated; formulas in the dims the annotations name).
 
-        ``model`` is an ``nn.Module`` (its ``forward`` is called through the module, hooks
-        included) or any function. Its inputs are given as jaxtyping annotations, positionally
-        for its leading parameters (or its ``*args``: a wrapper's, ``torch.compile``'s module's,
-        a builtin's such as ``torch.matmul``) or by parameter name: ``Int[Tensor, "batch seq"]``
-        is built as a tensor of shape ``(batch, seq)`` and dtype int64 (``Float[...]``: float32
-        or ``dtype``; ``Complex[...]``: complex64; a ``dtype`` that a floating annotation
-        cannot take, ``Float[...]`` for ``complex64``, is a SpecError). Other values given for
-        parameters are passed as they are (``use_cache=False``; a real tensor takes part through
-        a meta copy), and so are values other than sizes for a ``forward`` that takes
-        ``**kwargs`` (``output_hidden_states=True``). The remaining
-        keywords are the dims' sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``.
-        An input that is a dict, list or tuple of tensors is given as one of annotations
-        (``batch={"ids": Int[Tensor, "b s"], "mask": Int[Tensor, "b s"]}``), each tensor built
-        in its place. ``grad`` names the inputs whose tensors require grad (a container: each
-        tensor in it; one of them by its place, ``batch_mask``); the module's parameters follow
-        their ``requires_grad``, so ``backward_flops`` is the backward of a training step.
+    ``model`` is an ``nn.Module`` (its ``forward`` is called through the module, hooks
+    included) or any function. Its inputs are given as jaxtyping annotations, positionally
+    for its leading parameters (or its ``*args``: a wrapper's, ``torch.compile``'s module's,
+    a builtin's such as ``torch.matmul``) or by parameter name: ``Int[Tensor, "batch seq"]``
+    is built as a tensor of shape ``(batch, seq)`` and dtype int64 (``Float[...]``: float32
+    or ``dtype``; ``Complex[...]``: complex64; a ``dtype`` that a floating annotation
+    cannot take, ``Float[...]`` for ``complex64``, is a SpecError). Other values given for
+    parameters are passed as they are (``use_cache=False``; a real tensor takes part through
+    a meta copy), and so are values other than sizes for a ``forward`` that takes
+    ``**kwargs`` (``output_hidden_states=True``). The remaining
+    keywords are the dims' sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``.
+    An input that is a dict, list or tuple of tensors is given as one of annotations
+    (``batch={"ids": Int[Tensor, "b s"], "mask": Int[Tensor, "b s"]}``), each tensor built
+    in its place. ``grad`` names the inputs whose tensors require grad (a container: each
+    tensor in it; one of them by its place, ``batch_mask``); the module's parameters follow
+    their ``requires_grad``, so ``backward_flops`` is the backward of a training step.
 
-        A ``@typed_flops`` function, or a module whose ``forward`` is one, needs no annotations:
-        ``estimate(model, batch=8)`` is ``model.forward.estimate(batch=8)``. Missing, unknown or
-        bad sizes, and inputs that are not annotations, raise :class:`SpecError`. Real tensors
+    A ``@typed_flops`` function, or a module whose ``forward`` is one, needs no annotations:
+    ``estimate(model, batch=8)`` is ``model.forward.estimate(batch=8)``. Missing, unknown or
+    bad sizes, and inputs that are not annotations, raise :class:`SpecError`. Real tensors
     alone (``estimate(model, ids)``) cost that one call, with no dim to name: a formula
     that is a number.
 
-        >>> import torch
-        >>> from torch import Tensor, nn
-        >>> from jaxtyping import Float, Int
-        >>> from typedflops import estimate
-        >>> mlp = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
-        >>> cost = estimate(mlp, Float[Tensor, "batch 64"], batch=32)
-        >>> cost.matmul_flops == 2 * 32 * 64 * 256 * 2
-        True
-        >>> cost.formula.free_symbols == {cost.formula.free_symbols.pop()}  # one symbol: batch
-        True
-        >>> lm = nn.Sequential(nn.Embedding(1000, 64), nn.Linear(64, 1000, bias=False))
-        >>> cost = estimate(lm, Int[Tensor, "batch seq"], batch=8, seq=128)
-        >>> cost.formula
-        128000*batch*seq
-        >>> cost.backward_flops == 2 * cost.flops + 8 * 128 * 64  # weight grads, embedding's adds
-        True
+    >>> import torch
+    >>> from torch import Tensor, nn
+    >>> from jaxtyping import Float, Int
+    >>> from typedflops import estimate
+    >>> mlp = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+    >>> cost = estimate(mlp, Float[Tensor, "batch 64"], batch=32)
+    >>> cost.matmul_flops == 2 * 32 * 64 * 256 * 2
+    True
+    >>> cost.formula.free_symbols == {cost.formula.free_symbols.pop()}  # one symbol: batch
+    True
+    >>> lm = nn.Sequential(nn.Embedding(1000, 64), nn.Linear(64, 1000, bias=False))
+    >>> cost = estimate(lm, Int[Tensor, "batch seq"], batch=8, seq=128)
+    >>> cost.formula
+    128000*batch*seq
+    >>> cost.backward_flops == 2 * cost.flops + 8 * 128 * 64  # weight grads, embedding's adds
+    True
     """
     owner, call = _target(model)
     if owner is not None:
