@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .module_sizes import _int_fields, module_names, module_repeats
+from .module_sizes import _int_fields, config_fields, module_names, module_repeats
 from .rebuild import Rebuild
 
 __all__ = ["Held", "held_sizes", "own_held", "with_held"]
@@ -183,9 +183,11 @@ def _passed_sizes(argument: str, value: Any) -> list[Held]:
                 found += [Held(name, f"{where}.{name}", n) for name, n in _int_fields(sub)]
     if modules:
         return found
-    found += [Held(f"{argument}[{i}]", f"{argument}[{i}]", n) for i, n in _ints_of(value)]
-    if _is_object(value):
-        for name, field in vars(value).items():  # a config's lists of ints, its sub-configs
+    fields = config_fields(value)
+    if not hasattr(value, "_fields"):  # (a named tuple is a config)
+        found += [Held(f"{argument}[{i}]", f"{argument}[{i}]", n) for i, n in _ints_of(value)]
+    if fields is not None:
+        for name, field in fields.items():  # a config's lists of ints, its sub-configs
             if not name.startswith("_"):
                 held = [(f"{name}[{i}]", f"{argument}.{name}[{i}]", n) for i, n in _ints_of(field)]
                 found += [Held(*entry) for entry in held]
@@ -193,18 +195,14 @@ def _passed_sizes(argument: str, value: Any) -> list[Held]:
     return found
 
 
-def _is_object(value: Any) -> bool:
-    """Whether ``value`` is an object with fields (a config), not a class or a function."""
-    return not isinstance(value, type) and not callable(value) and hasattr(value, "__dict__")
-
-
 def _nested_sizes(name: str, qualified: str, value: Any, depth: int = 3) -> list[Held]:
     """The ints of a config inside a config (``config.mlp.hidden``), which a rebuild passes
     on unchanged (it changes the outer config's own int fields only), as ``mlp.hidden``."""
-    if depth == 0 or isinstance(value, torch.nn.Module | torch.Tensor) or not _is_object(value):
+    fields = config_fields(value)
+    if depth == 0 or fields is None:
         return []
     found: list[Held] = []
-    for field, inner in vars(value).items():
+    for field, inner in fields.items():
         if field.startswith("_"):
             continue
         if type(inner) is int:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["held_dims", "module_dims", "module_names", "module_repeats"]
+__all__ = ["config_fields", "held_dims", "module_dims", "module_names", "module_repeats"]
 
 
 def module_dims(obj: Any) -> dict[str, int]:
@@ -38,24 +38,44 @@ def module_names(module: Any) -> dict[str, int]:
 _CONFIG_NAMES = ("config", "cfg", "args", "hparams", "params")
 
 
+def config_fields(value: Any) -> dict[str, Any] | None:
+    """The fields of a config: a dataclass, an object with attributes (a namespace), a
+    dict with names for keys, or a named tuple; None for anything else (a class, a
+    function, a module, a tensor)."""
+    if isinstance(value, dict):
+        if value and all(isinstance(key, str) for key in value):
+            return dict(value)
+        return None
+    if isinstance(value, tuple):
+        return value._asdict() if hasattr(value, "_asdict") else None
+    if isinstance(value, type) or callable(value):
+        return None
+    if isinstance(value, torch.nn.Module | torch.Tensor):
+        return None
+    if dataclasses.is_dataclass(value):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+    return dict(vars(value)) if hasattr(value, "__dict__") else None
+
+
 def _int_fields(module: Any) -> list[tuple[str, int]]:
     """A module's public int attributes, then those of its config object (a dataclass, or an
-    attribute named ``config``, ``cfg``, ``args``...): ``GPT.config.n_embd``."""
+    attribute named ``config``, ``cfg``, ``args``...: an object, a dict, a named tuple):
+    ``GPT.config.n_embd``, ``self.cfg["hidden"]``."""
     fields: list[tuple[str, int]] = []
-    configs: list[Any] = []
+    configs: list[dict[str, Any]] = []
     for name, value in vars(module).items():
         if name.startswith("_"):
             continue
         if type(value) is int:
             fields.append((name, value))
         elif (dataclasses.is_dataclass(value) and not isinstance(value, type)) or (
-            name in _CONFIG_NAMES and hasattr(value, "__dict__") and not callable(value)
+            name in _CONFIG_NAMES and config_fields(value) is not None
         ):
-            configs.append(value)
+            configs.append(config_fields(value) or {})
     for config in configs:
         fields.extend(
             (name, value)
-            for name, value in vars(config).items()
+            for name, value in config.items()
             if type(value) is int and not name.startswith("_")
         )
     return fields

@@ -12,8 +12,9 @@ A module can be rebuilt in two ways, tried in order:
   default; a default of None, where the argument derives from another
   (``hidden_features or in_features``), is replaced by the size of the module's axes that
   builds its twin, so that widths equal at these sizes are not changed together. Its
-  sizes are the int arguments and the int fields of a config object passed in (a
-  dataclass, a namespace): ``GPT(config)`` is rebuilt with ``config.n_embd`` changed.
+  sizes are the int arguments and the int fields of a config passed in (a dataclass, a
+  namespace, a dict of names, a named tuple): ``GPT(config)`` is rebuilt with
+  ``config.n_embd`` changed, ``Model(cfg)`` with ``cfg["hidden"]``.
 
 A plain module whose constructor cannot be called again, over typed submodules (a typed
 ``Linear`` inside), is copied with those submodules rebuilt at the sizes they declare.
@@ -39,7 +40,7 @@ from typing import Any
 
 import torch
 
-from .module_sizes import module_dims
+from .module_sizes import config_fields, module_dims
 
 __all__ = ["OWN", "Rebuild", "rebuild_of"]
 
@@ -284,7 +285,7 @@ def _constructor(
             config = values[argument]
             # A config is copied only where a field changes (the original object at its
             # own sizes: a plain class compares by identity).
-            changes = {f: v for f, v in changes.items() if getattr(config, f) != v}
+            changes = {f: v for f, v in changes.items() if _field(config, f) != v}
             if changes:
                 values[argument] = _replaced(config, changes)
         positional = [values[a.name] for a in arguments if a.positional]
@@ -374,22 +375,13 @@ def _config_of(config: type, module: torch.nn.Module, known: Mapping[str, int]) 
 
 
 def _is_config(value: Any) -> bool:
-    if isinstance(value, type) or callable(value):
-        return False
-    if isinstance(value, torch.nn.Module | torch.Tensor):
-        return False
-    return dataclasses.is_dataclass(value) or hasattr(value, "__dict__")
+    return config_fields(value) is not None
 
 
 def _int_fields(config: Any) -> dict[str, int]:
-    if dataclasses.is_dataclass(config):
-        names = [f.name for f in dataclasses.fields(config) if f.init]
-        values = {name: getattr(config, name) for name in names}
-    else:
-        values = dict(vars(config))
     return {
         name: value
-        for name, value in values.items()
+        for name, value in (config_fields(config) or {}).items()
         if type(value) is int and not name.startswith("_")
     }
 
@@ -424,15 +416,24 @@ def _size_places(
 def _value_at(arguments: list[_Argument], place: tuple[str, str | None]) -> int:
     argument, field = place
     value = next(a.value for a in arguments if a.name == argument)
-    return int(value if field is None else getattr(value, field))
+    return int(value if field is None else _field(value, field))
+
+
+def _field(config: Any, name: str) -> Any:
+    return config[name] if isinstance(config, dict) else getattr(config, name)
 
 
 def _replaced(config: Any, changes: Mapping[str, int]) -> Any:
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         return dataclasses.replace(config, **changes)
+    if isinstance(config, tuple):  # (a named tuple)
+        return config._replace(**changes)  # type: ignore[attr-defined]
     changed = copy.copy(config)
     for name, value in changes.items():
-        setattr(changed, name, value)
+        if isinstance(changed, dict):
+            changed[name] = value
+        else:
+            setattr(changed, name, value)
     return changed
 
 

@@ -1,0 +1,66 @@
+"""A module built from a config is rebuilt at other values of the config's ints, whatever
+kind of config it is: an object, a dict of names, a named tuple (each changed in a copy)."""
+
+from __future__ import annotations
+
+import collections
+import types
+from typing import Any
+
+import pytest
+import sympy
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from typedflops import estimate
+
+
+def _field(config: Any, name: str) -> int:
+    value = config[name] if isinstance(config, dict) else getattr(config, name)
+    assert type(value) is int
+    return value
+
+
+class ConfigMlp(nn.Module):
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.up = nn.Linear(_field(config, "d"), _field(config, "hidden"))
+        self.down = nn.Linear(_field(config, "hidden"), _field(config, "d"))
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.down(F.gelu(self.up(x)))
+        return out
+
+
+Sizes = collections.namedtuple("Sizes", "d hidden")
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"d": 64, "hidden": 256},
+        Sizes(64, 256),
+        types.SimpleNamespace(d=64, hidden=256),
+    ],
+    ids=["dict", "namedtuple", "namespace"],
+)
+def test_a_config_of_any_kind_is_rebuilt_at_other_sizes(config: Any) -> None:
+    with torch.device("meta"):
+        model = ConfigMlp(config)
+    cost = estimate(model, Float[Tensor, "b s d"], b=2, s=8, d=64)
+    b, s, d, hidden = sympy.symbols("b s d hidden")
+    # up and down 2*d*hidden each per position, gelu 1 per hidden value (its rule)
+    assert cost.exact and sympy.expand(cost.formula - b * s * hidden * (4 * d + 1)) == 0
+    assert cost.fixed == {}
+    # the config itself is not changed by the rebuilds
+    assert _field(config, "d") == 64 and _field(config, "hidden") == 256
+
+
+def test_an_int_of_a_dict_inside_a_dict_config_is_held() -> None:
+    with torch.device("meta"):
+        model = ConfigMlp({"d": 64, "hidden": 256, "mlp": {"groups": 4}})
+    cost = estimate(model, Float[Tensor, "b s d"], b=2, s=8, d=64)
+    assert cost.fixed == {"mlp.groups": 4}
