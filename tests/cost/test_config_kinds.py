@@ -11,7 +11,7 @@ import pytest
 import sympy
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from typedflops import estimate
@@ -64,3 +64,26 @@ def test_an_int_of_a_dict_inside_a_dict_config_is_held() -> None:
         model = ConfigMlp({"d": 64, "hidden": 256, "mlp": {"groups": 4}})
     cost = estimate(model, Float[Tensor, "b s d"], b=2, s=8, d=64)
     assert cost.fixed == {"mlp.groups": 4}
+
+
+class VocabularyLm(nn.Module):
+    def __init__(self, vocab: dict[str, int], d: int) -> None:
+        super().__init__()
+        self.vocab, self.d = vocab, d
+        self.embed = nn.Embedding(len(vocab), d)
+        self.out = nn.Linear(d, len(vocab))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        out: Tensor = self.out(self.embed(ids))
+        return out
+
+
+def test_a_table_of_ints_is_no_config() -> None:
+    # A vocabulary maps names to ints too: its ids are no sizes to change (one dry run each)
+    # nor sizes held; the model is rebuilt at other values of d alone.
+    with torch.device("meta"):
+        model = VocabularyLm({f"w{i}": i for i in range(300)}, 16)
+    cost = estimate(model, Int[Tensor, "b s"], b=2, s=8)
+    b, s, d = sympy.symbols("b s d")
+    assert cost.exact and sympy.expand(cost.formula - 600 * b * s * d) == 0
+    assert cost.fixed == {}

@@ -183,7 +183,7 @@ def _passed_sizes(argument: str, value: Any) -> list[Held]:
                 found += [Held(name, f"{where}.{name}", n) for name, n in _int_fields(sub)]
     if modules:
         return found
-    fields = config_fields(value)
+    fields = config_fields(value, argument)
     if not hasattr(value, "_fields"):  # (a named tuple is a config)
         found += [Held(f"{argument}[{i}]", f"{argument}[{i}]", n) for i, n in _ints_of(value)]
     if fields is not None:

@@ -37,13 +37,21 @@ def module_names(module: Any) -> dict[str, int]:
 
 _CONFIG_NAMES = ("config", "cfg", "args", "hparams", "params")
 
+#: The most fields a dict inside a config has to be taken for a config itself.
+_MOST_FIELDS = 64
 
-def config_fields(value: Any) -> dict[str, Any] | None:
+
+def config_fields(value: Any, name: str | None = None) -> dict[str, Any] | None:
     """The fields of a config: a dataclass, an object with attributes (a namespace), a
-    dict with names for keys, or a named tuple; None for anything else (a class, a
-    function, a module, a tensor)."""
+    named tuple, or a dict of names held under a config's name (``cfg``, ``config``...;
+    ``name`` None: inside a config, at most :data:`_MOST_FIELDS` of them), not a table such
+    as a vocabulary; None for anything else (a class, a function, a module, a tensor)."""
     if isinstance(value, dict):
-        if value and all(isinstance(key, str) for key in value):
+        if name is None and len(value) > _MOST_FIELDS:
+            return None
+        if name is not None and name not in _CONFIG_NAMES:
+            return None
+        if value and all(isinstance(key, str) and key.isidentifier() for key in value):
             return dict(value)
         return None
     if isinstance(value, tuple):
@@ -69,9 +77,9 @@ def _int_fields(module: Any) -> list[tuple[str, int]]:
         if type(value) is int:
             fields.append((name, value))
         elif (dataclasses.is_dataclass(value) and not isinstance(value, type)) or (
-            name in _CONFIG_NAMES and config_fields(value) is not None
+            name in _CONFIG_NAMES and config_fields(value, name) is not None
         ):
-            configs.append(config_fields(value) or {})
+            configs.append(config_fields(value, name) or {})
     for config in configs:
         fields.extend(
             (name, value)

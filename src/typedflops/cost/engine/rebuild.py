@@ -13,8 +13,9 @@ A module can be rebuilt in two ways, tried in order:
   (``hidden_features or in_features``), is replaced by the size of the module's axes that
   builds its twin, so that widths equal at these sizes are not changed together. Its
   sizes are the int arguments and the int fields of a config passed in (a dataclass, a
-  namespace, a dict of names, a named tuple): ``GPT(config)`` is rebuilt with
-  ``config.n_embd`` changed, ``Model(cfg)`` with ``cfg["hidden"]``.
+  namespace, a named tuple, a dict of names passed as ``cfg`` or ``config``...):
+  ``GPT(config)`` is rebuilt with ``config.n_embd`` changed, ``Model(cfg)`` with
+  ``cfg["hidden"]``.
 
 A plain module whose constructor cannot be called again, over typed submodules (a typed
 ``Linear`` inside), is copied with those submodules rebuilt at the sizes they declare.
@@ -374,15 +375,15 @@ def _config_of(config: type, module: torch.nn.Module, known: Mapping[str, int]) 
         return _MISSING
 
 
-def _is_config(value: Any) -> bool:
-    return config_fields(value) is not None
-
-
-def _int_fields(config: Any) -> dict[str, int]:
+def _int_fields(config: Any, name: str) -> dict[str, int] | None:
+    """The int fields of a config passed as argument ``name``; None where it is none."""
+    fields = config_fields(config, name)
+    if fields is None:
+        return None
     return {
-        name: value
-        for name, value in (config_fields(config) or {}).items()
-        if type(value) is int and not name.startswith("_")
+        field: value
+        for field, value in fields.items()
+        if type(value) is int and not field.startswith("_")
     }
 
 
@@ -399,8 +400,7 @@ def _size_places(
         places: dict[str, tuple[str, str | None]]
         if type(argument.value) is int:
             places = {argument.name: (argument.name, None)}
-        elif _is_config(argument.value):
-            fields = _int_fields(argument.value)
+        elif (fields := _int_fields(argument.value, argument.name)) is not None:
             places = {field: (argument.name, field) for field in fields}
         else:
             continue
