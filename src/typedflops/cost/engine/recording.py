@@ -227,13 +227,16 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
             # a tensor subclass, an op without a rule or with the user's: the counting
             # mode's own path
             return CountingMode.__torch_dispatch__(self, func, types, args, kwargs)
+        run = plan.run
+        if plan.direct is not None and args and not args[0].is_meta:
+            run = plan.direct  # (RUNS' function refuses only on meta)
         if kwargs:
-            out = plan.run(*args, **kwargs)
+            out = run(*args, **kwargs)
             if plan.clone:
                 follow_materialized(args[0], out)
             key = op_key(plan, args, kwargs, out)
         else:
-            out = plan.run(*args)
+            out = run(*args)
             if plan.clone:
                 follow_materialized(args[0], out)
             if plan.view:
