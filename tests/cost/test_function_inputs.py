@@ -18,8 +18,10 @@ import torch
 import torch.utils.checkpoint as checkpoint
 from jaxtyping import Float
 from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import estimate, record
+from typedflops.cost.engine import function_inputs, stack
 
 _X = Float[Tensor, "batch d"]
 
@@ -133,3 +135,40 @@ def test_a_function_run_under_no_grad_reaches_nothing() -> None:
 
     model = _Two(body)
     assert estimate(model, _X, batch=4, d=8).backward_flops == 544 == _ran(model)
+
+
+def test_ops_under_no_grad_look_for_no_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Function.apply runs its forward with forward AD off too, which torch.no_grad() leaves
+    # on: ops under no_grad alone do not look up the stack for an apply (while the held
+    # output's edges wait, every op is asked whether it runs inside one).
+    looked: list[object] = []
+    real = stack.frame_of
+
+    def counted(*args: Any) -> Any:
+        looked.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(function_inputs, "frame_of", counted)
+    with_function, plain = _Two(_double), _Two(lambda m, x: m.b(m.a(x)))
+    x = torch.randn(4, 8)
+    with record() as rec:
+        held = with_function(x)
+        assert looked  # (the Function's own op, x * 2, is looked for)
+        looked.clear()
+        with torch.no_grad():
+            plain(x)
+        assert looked == []
+        with torch.no_grad():
+            _Double.apply(x)  # type: ignore[no-untyped-call]
+        assert len(looked) == 1  # (under no_grad, inside a Function: looked for, as before)
+    with FlopCounterMode(display=False) as torch_counts:
+        with_function(x)
+        with torch.no_grad():
+            plain(x)
+            _Double.apply(x)  # type: ignore[no-untyped-call]
+    # four addmm of 2·4·8·8 (two models of two layers), and x * 2 twice (32 each)
+    assert torch_counts.get_total_flops() == 4 * 512
+    assert rec.total.flops == 4 * 512 + 2 * 32
+    # held's backward, as in test_what_a_function_reads_reaches_backward_through_it
+    assert rec.total.backward_flops == 1056 + 32 + 544
+    del held

@@ -154,3 +154,32 @@ def test_a_boolean_mask_is_made_additive_before_a_fused_attention_kernel() -> No
         with record() as gpu_meta:
             model(on_meta_x)
     assert _counts(gpu_meta.total) == _counts(gpu)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_record_counts_mm_and_addmm_alike_on_every_device(device: str) -> None:
+    # mm of 4x8 by 8x16: 2·4·8·16 = 1,024 FLOPs, reading 4·8 + 8·16 floats and writing
+    # 4·16; addmm adds a bias of 16 (read once more): 1,024 FLOPs as FlopCounterMode has it.
+    # Keyed by their tensors, the second call of each is counted by the first's event.
+    a, b = torch.ones(4, 8, device=device), torch.ones(8, 16, device=device)
+    bias = torch.ones(16, device=device)
+    with record() as rec:
+        for _ in range(2):
+            torch.mm(a, b)
+            torch.addmm(bias, a, b)
+    assert rec.total.flops == rec.total.matmul_flops == 4 * 1024
+    assert rec.total.bytes_read == 4 * (2 * (4 * 8 + 8 * 16) + 2 * (16 + 4 * 8 + 8 * 16))
+    assert rec.total.bytes_written == 4 * 4 * (4 * 16)
+
+
+def test_a_record_on_meta_refuses_operands_of_two_dtypes_as_devices_do() -> None:
+    # meta's kernel of mm takes them; every device refuses (see device_runs.RUNS)
+    a = torch.ones(4, 8, device="meta")
+    b = torch.ones(8, 16, device="meta", dtype=torch.float16)
+    with (
+        record(),
+        pytest.raises(RuntimeError, match="mm: expected its operands to have the same dtype"),
+    ):
+        torch.mm(a, b)
+    with pytest.raises(RuntimeError):  # (as a CPU refuses them, recorded or not)
+        torch.mm(torch.ones(4, 8), torch.ones(8, 16, dtype=torch.float16))

@@ -125,6 +125,7 @@ def _without_values(tensor: Any) -> bool:
 
 
 _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+_forward_ad = torch._C._is_fwd_grad_enabled
 
 
 class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -234,8 +235,11 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         ``torch.autograd.Function`` it takes an output of, and the sums of gradients of the
         tensors it makes an edge to (see :mod:`.fan_in`)."""
         inside = False
+        # (with autograd off but forward AD on, as under torch.no_grad(), no Function's
+        # forward runs: see .function_inputs)
         if self.phase == "forward" and (
-            self.function is not None or not (event.needs_grad or torch.is_grad_enabled())
+            self.function is not None
+            or not (event.needs_grad or torch.is_grad_enabled() or _forward_ad())
         ):
             self.function, inside = function_op(self.sums, self.function, event, args, kwargs, out)
         if event.needs_grad or inside:  # (a Function reading another's output: its edge)

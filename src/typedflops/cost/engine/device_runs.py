@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .cuda_cells import fused_lstm_cell
 from .kernels import meta_target
 
-__all__ = ["RUNS", "RunsAsDevice", "standing_for", "stands_for"]
+__all__ = ["REFUSED_ONLY", "RUNS", "RunsAsDevice", "standing_for", "stands_for"]
 
 # The device type a dry run's meta ops stand for (None: meta's own, or kernels_of's).
 _standing: ContextVar[str | None] = ContextVar("typedflops_standing_for", default=None)
@@ -228,6 +228,20 @@ RUNS: dict[Any, Any] = {
     aten._embedding_bag.default: _embedding_bag,
     aten._embedding_bag_forward_only.default: _embedding_bag_forward_only,
 }
+
+
+#: The ops of :data:`RUNS` run otherwise only to refuse what every device refuses: on a
+#: tensor that is not meta (nor fake) they run as they are, and their outputs are the
+#: op's own (a function of their arguments, whatever the device stood for).
+REFUSED_ONLY = frozenset(
+    {
+        aten.mm.default,
+        aten.addmm.default,
+        aten.addbmm.default,
+        aten.mv.default,
+        aten.convolution.default,
+    }
+)
 
 
 class RunsAsDevice(TorchDispatchMode):  # type: ignore[no-untyped-call]

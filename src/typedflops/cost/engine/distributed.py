@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from types import FrameType
 from typing import Any
+
+from .stack import frame_of
 
 __all__ = ["in_sharding_propagation", "is_dtensor_call", "training_hook"]
 
@@ -57,14 +58,7 @@ def in_sharding_propagation() -> bool:
     if module is None:
         return False
     code = module.ShardingPropagator._propagate_tensor_meta_non_cached.__code__
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(_DEPTH):
-        if frame is None:
-            return False
-        if frame.f_code is code:
-            return True
-        frame = frame.f_back
-    return False
+    return frame_of(code, _DEPTH, 3) is not None
 
 
 def training_hook(cls: type) -> bool:

@@ -51,7 +51,9 @@ from .waits import (
     Split,
     Waiting,
     WaitingOutput,
+    always,
     gradient_sum,
+    never,
     off_graph,
     quiet,
     scope,
@@ -128,7 +130,9 @@ class GradientSums:
         # copy lives.
         self.detached: dict[int, tuple[weakref.ref[torch.Tensor], WaitingOutput]] = {}
         self.gone: list[WaitingOutput] = []
-        self._limit = 4096
+        # The sizes past which uses, detached copies and outputs gone are trimmed to those
+        # still needed: twice what a trim keeps (trims of things all needed stay linear).
+        self._limit = [4096, 4096, 4096]
         self._pass = PASSES[0]
         # The last op, if a clone of a tensor needing grad: (its input, its output's key).
         self._clone: tuple[torch.Tensor, int] | None = None
@@ -143,12 +147,12 @@ class GradientSums:
         # Whether a tensor let go now is let go inside the function being costed (a dry
         # run's, a record's user call), where no backward starts from it; a record's
         # own code, outside its calls, may start one from anything it held.
-        self.inside: Callable[[], bool] = _always
+        self.inside: Callable[[], bool] = always
         # Whether a tensor let go now is a temporary of one torch call of a record's own
         # code (``isclose``'s difference, ``matrix_rank``'s tolerance), or let go in a
         # module's forward its block called (``elsewhere``): never the user's.
-        self.internal: Callable[[], bool] = _never
-        self.elsewhere: Callable[[], bool] = _never
+        self.internal: Callable[[], bool] = never
+        self.elsewhere: Callable[[], bool] = never
 
     def count(self, tensor: torch.Tensor) -> int:
         """The edges ``tensor`` has so far (a leaf's: in this top-level call)."""
@@ -161,7 +165,7 @@ class GradientSums:
         """Add ``edges`` edges to ``tensor``: a sum for each past its first."""
         self._check_pass()
         self._add(self._input(tensor), edges)
-        if len(self.uses) > self._limit:
+        if len(self.uses) > self._limit[0]:
             self._prune()
 
     def _input(self, tensor: torch.Tensor) -> EdgeInput:
@@ -434,8 +438,9 @@ class GradientSums:
             found.copies += 1
             ref = weakref.ref(output, functools.partial(self._copy_gone, found))
             self.detached[id(output)] = (ref, found)
-        if len(self.detached) > self._limit:
+        if len(self.detached) > self._limit[1]:
             self.detached = {k: v for k, v in self.detached.items() if v[0]() is not None}
+            self._limit[1] = max(4096, 2 * len(self.detached))
 
     def _read_detached(self, tensor: torch.Tensor) -> None:
         found = self.detached.get(id(tensor))
@@ -484,8 +489,9 @@ class GradientSums:
         if found.copies > 0:  # (until a copy is read or gone)
             found.let_go = True
             self.gone.append(found)
-            if len(self.gone) > self._limit:
+            if len(self.gone) > self._limit[2]:
                 self.gone = [output for output in self.gone if not output.done]
+                self._limit[2] = max(4096, 2 * len(self.gone))
         else:
             self._decide(found)
 
@@ -544,7 +550,7 @@ class GradientSums:
                 self._add(edge, 1, found.context)
             if found.again is not None:  # (a view made again: its own backward)
                 self._hand(found.again, found.context)
-        if len(self.uses) > self._limit:  # (once every edge reached is counted: one
+        if len(self.uses) > self._limit[0]:  # (once every edge reached is counted: one
             self._prune()  # not yet counted may go to a tensor let go)
 
     def _dead(self, output: WaitingOutput) -> None:
@@ -598,15 +604,7 @@ class GradientSums:
         }
         self.histories = {ref: n for ref, n in self.histories.items() if ref() is not None}
         self.made = {ref: n for ref, n in self.made.items() if ref() is not None}
-        self._limit = max(4096, 2 * len(self.uses))
-
-
-def _always() -> bool:
-    return True
-
-
-def _never() -> bool:
-    return False
+        self._limit[0] = max(4096, 2 * len(self.uses))
 
 
 _Tensor = torch.Tensor

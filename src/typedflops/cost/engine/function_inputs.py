@@ -15,7 +15,6 @@ temporaries of its forward; the first op after it lets it go.
 from __future__ import annotations
 
 import functools
-import sys
 import weakref
 from types import FrameType
 from typing import Any
@@ -26,11 +25,13 @@ from ...contract.walk import tensors_in
 from .custom_ops import generated_for_custom_op
 from .events import Event
 from .outputs_reached import read_one
+from .stack import frame_of
 from .tensors import differentiable
 from .waits import Waiting, WaitingOutput
 
 __all__ = ["FunctionCall", "function_op"]
 
+_forward_ad = torch._C._is_fwd_grad_enabled
 _APPLY = torch.autograd.function.Function.apply.__func__.__code__  # type: ignore[attr-defined]
 # How far up the stack an op run inside a Function's forward finds its ``apply`` (its
 # forward's helpers included).
@@ -58,15 +59,13 @@ class FunctionCall:
 
 
 def _apply_frame() -> FrameType | None:
-    """The frame of the innermost ``Function.apply`` running, if any is near."""
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(_DEPTH):
-        if frame is None:
-            return None
-        if frame.f_code is _APPLY:
-            return frame
-        frame = frame.f_back
-    return None
+    """The frame of the innermost ``Function.apply`` running, if any is near. A Function's
+    ``apply`` runs its forward (and makes the views of the inputs it returns) with forward
+    AD off as well as autograd, which ``torch.no_grad()`` leaves on: with it on, no
+    Function's forward runs here, and the stack is not looked at."""
+    if _forward_ad():
+        return None
+    return frame_of(_APPLY, _DEPTH, 3)
 
 
 def _inputs(frame: FrameType) -> list[torch.Tensor]:

@@ -26,7 +26,7 @@ import torch
 
 from . import rules
 from .counter import _METADATA, _PASS_ON
-from .device_runs import RUNS
+from .device_runs import REFUSED_ONLY, RUNS
 from .edges import written_arguments
 from .events import Event
 from .op_events import make_event
@@ -75,6 +75,7 @@ class Plan:
     __slots__ = (
         "clone",
         "custom",
+        "direct",
         "found",
         "keep",
         "metadata",
@@ -94,9 +95,11 @@ class Plan:
         overload = isinstance(func, torch._ops.OpOverload)
         # What calling the op does (OpOverload.__call__ is one more Python frame).
         # (an op torch's meta kernel refuses in a way the device does not: see RUNS)
-        self.run: Callable[..., Any] = RUNS.get(func) or (
-            getattr(func, "_op", func) if overload else func
-        )
+        call = getattr(func, "_op", func) if overload else func
+        self.run: Callable[..., Any] = RUNS.get(func) or call
+        # What calls it on a first tensor that is not meta, where RUNS' function only
+        # refuses on meta what a device refuses (``mm`` of two dtypes), else None.
+        self.direct: Callable[..., Any] | None = call if func in REFUSED_ONLY else None
         found = find_rule(func) if overload and not self.metadata else None
         self.found: RuleEntry | Free | None = found
         user = isinstance(found, RuleEntry) and found.source == "user"
@@ -133,7 +136,11 @@ class Plan:
         self.custom = namespace != "aten"
         # (keyed by its outputs too: an op whose outputs its arguments do not fix, or one
         # RUNS runs as the device a record on meta stands for)
-        self.outputs = self.custom or _DYNAMIC in getattr(func, "tags", ()) or func in RUNS
+        self.outputs = (
+            self.custom
+            or _DYNAMIC in getattr(func, "tags", ())
+            or (func in RUNS and func not in REFUSED_ONLY)
+        )
         # Every positional argument a tensor (``mm``, ``relu``, ``add.Tensor``): called
         # without keywords, keyed by tensor_key.
         positional = [str(a.type) for a in arguments if not a.kwarg_only]

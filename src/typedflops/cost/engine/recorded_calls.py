@@ -15,7 +15,7 @@ import torch
 
 from ...contract.function import CheckedFunction, counting_frame, notify_observers
 from ...contract.function import _observers as _observed
-from ...contract.scope import CallState, call_scope
+from ...contract.scope import call_scope
 from ..types import Cost
 from .counter import count_custom_backwards
 from .fit import Size
@@ -31,6 +31,7 @@ _function_modes = torch._C._len_torch_function_stack
 _push_function = torch._C._push_on_torch_function_stack
 _thread = threading.get_ident
 _autograd_node = torch._C._current_autograd_node
+_Tensor = torch.Tensor
 # As a checked call does (see typedflops.contract.function): past this depth of nested
 # calls, the frames a recorded call adds (the checked call, the hook, this) are added to
 # the recursion limit while it runs.
@@ -99,7 +100,8 @@ def count_recorded_call(
             # the backward of the autograd Functions it returns is its own, and so are
             # the ops of its checkpointed regions that run again, and the gradient sums of
             # the edges its ops made
-            count_custom_backwards(result, mode)
+            if type(result) is not _Tensor or result.grad_fn is not None:
+                count_custom_backwards(result, mode)  # (not for a tensor no graph made)
             if mode is not None and mode.again.regions:
                 mode.again.settle()
             if mode is not None and mode.sums.waiting:
@@ -115,11 +117,16 @@ def count_recorded_call(
             _restore(frame_token, calls, inner)
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
-        if others:
-            with _no_torch_function():
-                state = _returned(inner, calls, function, result, state, outcome)
-        else:
-            state = _returned(inner, calls, function, result, state, outcome)
+        # its return value checked (a call whose value fails gave its ops to its caller)
+        try:
+            if others:
+                with _no_torch_function():
+                    state = function.recall_return(result, state, outcome)
+            else:
+                state = function.recall_return(result, state, outcome)
+        except BaseException:
+            _abandon(inner, calls)
+            raise
         for index, call in enumerate(inner):
             if call is not calls[index]:  # (else inside a flops= call: part of its body)
                 call.session.finish(call, args, kwargs, state.sizes)
@@ -148,22 +155,6 @@ def _restore(token: Any, calls: tuple[Call, ...], inner: tuple[Call, ...]) -> No
     kept = tuple(call for call in calls if not call.session.closed)
     if opened or len(kept) != len(calls):
         _frame.set((*kept, *opened) or None)
-
-
-def _returned(
-    inner: tuple[Call, ...],
-    calls: tuple[Call, ...],
-    function: CheckedFunction[Any, Any],
-    result: Any,
-    state: CallState,
-    outcome: Any,
-) -> CallState:
-    """Check a call's return value (a call whose value fails gave its ops to its caller)."""
-    try:
-        return function.recall_return(result, state, outcome)
-    except BaseException:
-        _abandon(inner, calls)
-        raise
 
 
 def _abandon(inner: tuple[Call, ...], calls: tuple[Call, ...]) -> None:

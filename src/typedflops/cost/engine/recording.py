@@ -227,23 +227,32 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
             # a tensor subclass, an op without a rule or with the user's: the counting
             # mode's own path
             return CountingMode.__torch_dispatch__(self, func, types, args, kwargs)
+        run = plan.run
+        if plan.direct is not None and args and not args[0].is_meta:
+            run = plan.direct  # (RUNS' function refuses only on meta)
         if kwargs:
-            out = plan.run(*args, **kwargs)
+            out = run(*args, **kwargs)
+            hooked = _saved_hooks(False) is not None
             if plan.clone:
                 follow_materialized(args[0], out)
             key = op_key(plan, args, kwargs, out)
         else:
-            out = plan.run(*args)
+            out = run(*args)
+            hooked = _saved_hooks(False) is not None
             if plan.clone:
                 follow_materialized(args[0], out)
+            count = len(args)
             if plan.view:
                 key = view_key(plan, args) or op_key(plan, args, None, out)
-            elif plan.tensors and len(args) == 2:  # (mm, add: the usual op, keyed here)
-                a, b = args
+            elif plan.tensors and (count == 1 or count == 2):
+                # (relu, mm, add: the usual op, keyed here as tensor_key keys one tensor)
+                a = args[0]
                 try:
                     key = (plan, _grad(), a.shape, a.dtype, a.requires_grad, a.layout)
-                    key += (b.shape, b.dtype, b.requires_grad, b.layout, a is b)
-                    if key[1] and _saved_hooks(False) is not None:
+                    if count == 2:
+                        b = args[1]
+                        key += (b.shape, b.dtype, b.requires_grad, b.layout, a is b)
+                    if hooked and key[1]:
                         key = tensor_key(plan, args, out)
                 except AttributeError:  # a number
                     key = op_key(plan, args, None, out)
@@ -277,7 +286,7 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         else:
             _place(calls, event)
         again = self.again
-        if again.regions or _saved_hooks(False) is not None:
+        if hooked or again.regions:
             again.op(event, region_frame())
         if event.needs_grad or plan.writes or self.sums.waiting:
             self.edges(event, func, args, kwargs or {}, out)

@@ -26,8 +26,10 @@ __all__ = [
     "Split",
     "Waiting",
     "WaitingOutput",
+    "always",
     "backward_ran",
     "gradient_sum",
+    "never",
     "new_call",
     "off_graph",
     "quiet",
@@ -319,3 +321,13 @@ def off_graph(waiting: Waiting) -> None:
     for items, index in waiting.places:
         if index < len(items) and items[index] is event:
             items[index] = copy
+
+
+def always() -> bool:
+    """True (a question whose answer is always yes)."""
+    return True
+
+
+def never() -> bool:
+    """False (a question whose answer is always no)."""
+    return False
