@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from ...contract.walk import tensors_in
+from .detached_copies import note_copies, read_copy, saved_copy
 from .edges import flows_of, op_tensors, split_of
 from .events import Event, Sink
 from .held_views import HeldView, hold, reached, read_held, take_credit
@@ -241,7 +242,7 @@ class GradientSums:
         found = op_tensors(args, kwargs)
         if self.detached:
             for tensor in found:
-                self._read_detached(tensor)
+                read_copy(self, tensor)
         inputs = [t for t in found if t.requires_grad and differentiable(t)]
         clone, self._clone = self._clone, None
         chosen, positions = [], []
@@ -256,7 +257,7 @@ class GradientSums:
                 positions.append(index)
             elif self.waiting:
                 if event is not None and event.op == "detach":
-                    self._detached(tensor, outputs)
+                    note_copies(self, tensor, outputs)
                 else:
                     self._read_off(tensor)
         if self.held_views:  # (read before its base is written: see .held_views)
@@ -302,7 +303,7 @@ class GradientSums:
                     self._live(source.waiting)
         if any(output is tensor for output in outputs for tensor in (*chosen, *written)):
             if clone is not None and any(clone[0] is output for output in outputs):
-                self._saved_copy(clone)
+                saved_copy(self, clone)
             if len(outputs) > 1:  # (its edges go to the history it ends, taken as reached)
                 self._live(waiting)
             else:  # (its tensor's new node: see .in_place)
@@ -332,14 +333,29 @@ class GradientSums:
         made: new nodes reading the base as it is now (see :func:`.in_place.regenerate`)."""
         regenerate(self, tensors)
 
-    def _stale(self, view: torch.Tensor | None) -> bool:
+    def _stale(
+        self,
+        view: torch.Tensor | None,
+        viewed: tuple[weakref.ref[torch.Tensor], int] | None = None,
+    ) -> bool:
         """Whether ``view`` is a view whose base was written in place since its node was
         made: autograd makes it a new node when it is next used (see :meth:`_regenerate`),
-        so no backward starts from the node of its view op."""
+        so no backward starts from the node of its view op. A view let go is told by
+        ``viewed`` (see :meth:`_note_base`)."""
+        if view is None and viewed is not None and viewed[0]() is not None:
+            return self.histories.get(viewed[0], 0) != viewed[1]
         if view is None or view._base is None:
             return False
         now = self.histories.get(weakref.ref(view._base), 0)
         return self.made.get(weakref.ref(view), 0) != now
+
+    def _note_base(self, output: WaitingOutput) -> None:
+        """``output``, a result again, may be a view let go after its base is written (its
+        node then reached by nothing): its base and the base's history it reads, noted."""
+        view = output.ref()
+        if view is not None and view._base is not None:
+            made = self.made.get(weakref.ref(view), 0)
+            output.viewed = (weakref.ref(view._base), made)
 
     def _unread(self, view: torch.Tensor) -> bool:
         """Whether ``view``'s view op waits and no op read its output yet."""
@@ -355,15 +371,6 @@ class GradientSums:
             found.off = True
             self._decide(found)
 
-    def _saved_copy(self, clone: tuple[torch.Tensor, int]) -> None:
-        # Autograd copies a tensor an in-place op writes when its backward needs the old
-        # values (`x.mul_(y)` with `y` needing grad): a `clone` right before the op, saved
-        # and read by no op of the forward. No gradient reaches the copy: unless an op
-        # differentiates it, it is off the graph.
-        found = self.waiting.get(clone[1])
-        if found is not None and (copy := found.ref()) is not None and copy is not clone[0]:
-            found.off = found.saved = True
-
     def read(self, args: tuple[Any, ...], kwargs: Any) -> None:
         """An op that needs no grad read its arguments: off the graph."""
         self._check_pass()
@@ -371,7 +378,7 @@ class GradientSums:
         for tensor in op_tensors(args, kwargs):
             self._read_off(tensor)
             if self.detached:
-                self._read_detached(tensor)
+                read_copy(self, tensor)
 
     def settle(self, started: bool = False, boundary: bool = False) -> None:
         """Count the edges of the ops whose output is still held (a result, a tensor the
@@ -424,32 +431,6 @@ class GradientSums:
                 ref = weakref.ref(written)
                 self.histories[ref] = self.histories.get(ref, 0) + 1
 
-    def _detached(self, tensor: torch.Tensor, outputs: list[torch.Tensor]) -> None:
-        # autograd detaches each output it saves for backward (a copy never read in the
-        # forward): a detached copy is an off-graph read once an op reads the copy
-        found = self.waiting.get(id(tensor))
-        if found is None or found.ref() is not tensor:
-            return
-        for output in outputs:
-            found.copies += 1
-            ref = weakref.ref(output, functools.partial(self._copy_gone, found))
-            self.detached[id(output)] = (ref, found)
-        if len(self.detached) > self._limit:
-            self.detached = {k: v for k, v in self.detached.items() if v[0]() is not None}
-
-    def _read_detached(self, tensor: torch.Tensor) -> None:
-        found = self.detached.get(id(tensor))
-        if found is not None and found[0]() is tensor and not quiet.on:
-            found[1].observed = True
-            if found[1].let_go:
-                self._decide(found[1])
-
-    def _copy_gone(self, output: WaitingOutput, _: object = None) -> None:
-        self._check_pass()
-        output.copies -= 1
-        if output.let_go and output.copies <= 0:
-            self._decide(output)
-
     def _read_off(self, tensor: torch.Tensor) -> None:
         found = self.waiting.get(id(tensor))
         if found is not None and found.ref() is tensor and not quiet.on:
@@ -496,7 +477,7 @@ class GradientSums:
         if output.done or output.rootless:
             return
         if not (output.off or output.inert or (output.observed and output.let_go)):
-            if not self.histories or not self._stale(output.ref()):
+            if not self.histories or not self._stale(output.ref(), output.viewed):
                 output.done = True
                 reach(output)
                 if boundary:
@@ -570,6 +551,7 @@ class GradientSums:
                     stack.append(source)
                 elif source.readers <= 0 and not (source.saved or source.let_go):
                     source.off = False  # (held, its readers gone: a result again)
+                    self._note_base(source)
             waiting.sources = []
         for waiting in wanted:
             self._live(waiting)

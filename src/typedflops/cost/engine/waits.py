@@ -255,7 +255,9 @@ class WaitingOutput:
     ``rootless``: decided to start no backward, it waits for its readers; ``saved``: a
     copy autograd saved; ``done``: decided; ``index``: its position among its op's
     floating-point outputs; ``inert``: one of several that no gradient flows through, a
-    layer norm's saved mean: never a result a backward starts from)."""
+    layer norm's saved mean: never a result a backward starts from; ``viewed``: a view's
+    base and the base's history its node reads, noted when its readers are gone, to tell
+    once the view is let go whether its base was written since)."""
 
     __slots__ = (
         "copies",
@@ -269,6 +271,7 @@ class WaitingOutput:
         "ref",
         "rootless",
         "saved",
+        "viewed",
         "waiting",
     )
 
@@ -285,6 +288,7 @@ class WaitingOutput:
         self.rootless = False
         self.saved = False
         self.done = False
+        self.viewed: tuple[weakref.ref[torch.Tensor], int] | None = None
 
 
 class _Quiet(threading.local):
