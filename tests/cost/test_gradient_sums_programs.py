@@ -264,6 +264,12 @@ _FOUND_BY_SEARCH = [
     [("unsqueeze", 0, 0), ("unsqueeze", 1, 0), ("mul_", 2, 0)],
     # the same, a slice of the base made first and summed (64; 80 before)
     [("slice", 14, 0), ("unsqueeze", 6, 3), ("view", 14, 14), ("mul_", 15, 15)],
+    # two calls' slices of h, then h written: their edges taken back, and the sum the
+    # second added while the first's might be (64: x * 1, mul_, two sums where h's new
+    # node has three readers; 80 before)
+    [("call view", 0, 2), ("call view", 0, 2), ("mul_", 0, 0)],
+    # the same with an unsqueeze of h written through (80; 112 before)
+    [("unsqueeze", 1, 10), ("call view", 10, 5), ("call view", 6, 2), ("mul_", 5, 0)],
 ]
 
 

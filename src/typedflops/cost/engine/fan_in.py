@@ -41,7 +41,7 @@ from ...contract.walk import tensors_in
 from .detached_copies import note_copies, read_copy, saved_copy
 from .edges import flows_of, op_tensors, split_of
 from .events import Event, Sink
-from .held_views import HeldView, hold, reached, read_held, take_credit
+from .held_views import Deferred, HeldView, defer, hold, reached, read_held, release, take_credit
 from .in_place import rebased_views, regenerate, rewrite
 from .outputs_reached import died, dropped_unread, kept, reach, read_one
 from .tensors import differentiable
@@ -52,18 +52,15 @@ from .waits import (
     Split,
     Waiting,
     WaitingOutput,
-    gradient_sum,
     off_graph,
     quiet,
     scope,
+    sums_event,
 )
 
 __all__ = ["GradientSums"]
 
 _OWN_CODE = -1  # (the top-level call of an edge made in a record's own code)
-
-#: A record's gradient sums, by size, dtype and number of adds.
-_SUMS: dict[tuple[int, torch.dtype, int], Event] = {}
 
 
 class GradientSums:
@@ -86,6 +83,7 @@ class GradientSums:
         "_limit",
         "_pass",
         "credits",
+        "deferred",
         "detached",
         "elsewhere",
         "gone",
@@ -124,6 +122,7 @@ class GradientSums:
         self.held_views: dict[int, HeldView] = {}
         self.view_parents: dict[int, tuple[weakref.ref[torch.Tensor], list[int]]] = {}
         self.credits: dict[Any, int] = {}
+        self.deferred: dict[Any, list[Deferred]] = {}  # (sums a held view may take back)
         self.holding = False
         # Detached copies of waiting outputs, by the copy's id; outputs let go while a
         # copy lives.
@@ -177,7 +176,7 @@ class GradientSums:
 
     def _add(self, edge: EdgeInput, edges: int, context: Any = None) -> None:
         # (each way in checks the pass first: a decision never straddles two)
-        ref, key, leaf, size, dtype, history, call = edge
+        ref, _, leaf, _, _, history, call = edge
         if self.held_views and not self.holding:
             reached(self, ref())
         realm = self.realm(context) if self.realm is not None else None
@@ -191,16 +190,12 @@ class GradientSums:
         adds = edges if before else edges - 1
         if adds > 0 and self.credits:
             adds = take_credit(self, found, adds)
-        if adds > 0:
-            if self.shared:  # (a record's: one event for every sum alike, as for ops)
-                event = _SUMS.get((size, dtype, adds))
-                if event is None:
-                    if len(_SUMS) > 4096:
-                        _SUMS.clear()
-                    event = _SUMS[size, dtype, adds] = gradient_sum(size, dtype, adds, 0, True)
-            else:
-                event = gradient_sum(size, dtype, adds, key, False)
-            self._hand(event, context)
+        if adds > 0 and not (self.held_views and defer(self, found, (adds, edge, context))):
+            self.hand_sum(adds, edge, context)
+
+    def hand_sum(self, adds: int, edge: EdgeInput, context: Any) -> None:
+        """Count ``adds`` sums of the gradients of ``edge``'s tensor, in ``context``'s row."""
+        self._hand(sums_event(edge[3], edge[4], adds, edge[1], self.shared), context)
 
     def _hand(self, event: Event, context: Any) -> None:
         """Count ``event`` where the op it comes from ran (a record's), or in the sink."""
@@ -398,6 +393,8 @@ class GradientSums:
             self._decide(output)
         self.gone.clear()
         self.detached.clear()
+        if not boundary and self.deferred:  # (no held view's edge is taken back now)
+            release(self, everything=True)
 
     def places_in(self, items: list[Any]) -> list[tuple[int, list[Place], int]]:
         """The events in ``items`` (a record's call's) of the ops whose edges still wait:

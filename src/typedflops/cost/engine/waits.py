@@ -33,6 +33,7 @@ __all__ = [
     "quiet",
     "reads_unseen",
     "scope",
+    "sums_event",
     "view_again",
 ]
 
@@ -125,6 +126,23 @@ def view_again(
             _AGAINS.clear()
         _AGAINS[key] = event
     return event
+
+
+def sums_event(size: int, dtype: torch.dtype, adds: int, source: int, shared: bool) -> Event:
+    """The event of ``adds`` sums of a tensor's gradients (see :func:`gradient_sum`); a
+    record's (``shared``) is one event for every sum alike, as for ops."""
+    if not shared:
+        return gradient_sum(size, dtype, adds, source, False)
+    event = _SUMS.get((size, dtype, adds))
+    if event is None:
+        if len(_SUMS) > 4096:
+            _SUMS.clear()
+        event = _SUMS[size, dtype, adds] = gradient_sum(size, dtype, adds, 0, True)
+    return event
+
+
+#: A record's gradient sums, by size, dtype and number of adds.
+_SUMS: dict[tuple[int, torch.dtype, int], Event] = {}
 
 
 #: A record's events of views made again, by FLOPs, bytes and dtype.
