@@ -270,6 +270,11 @@ _FOUND_BY_SEARCH = [
     [("call view", 0, 2), ("call view", 0, 2), ("mul_", 0, 0)],
     # the same with an unsqueeze of h written through (80; 112 before)
     [("unsqueeze", 1, 10), ("call view", 10, 5), ("call view", 6, 2), ("mul_", 5, 0)],
+    # a call's view u, u.unsqueeze(0).expand(...) (the unsqueeze a temporary let go), its
+    # base assigned through the expand, e[0] = e[-1]: the write reads u through the
+    # temporary first, so u's edge stays (112; 96 before)
+    [("call view", 0, 0), ("expand", 1, 0), ("assign", 2, 0)],
+    [("call view", 2, 3), ("expand", 13, 10), ("assign", 2, 13), ("slice", 7, 13)],
 ]
 
 

@@ -220,11 +220,17 @@ def read_held(
     outputs: Sequence[torch.Tensor],
 ) -> None:
     """An op differentiates ``chosen``: a view op's output reaches the held views it read
-    only if it is reached itself (``h.unsqueeze(0)`` held, then ``.view(-1)`` of it);
-    another op reaches them."""
+    only if it is reached itself (``h.unsqueeze(0)`` held, then ``.view(-1)`` of it), and
+    notes them, not the views between (a temporary ``u.unsqueeze(0)`` of ``expand``'s may
+    be gone, its id another tensor's); another op reaches them."""
     if event is not None and getattr(event.func, "is_view", False) and len(outputs) == 1:
         held, pending = sums.held_views, sums.view_parents
-        parents = [id(t) for t in chosen if _holds(sums, t, True)]
+        parents: list[int] = []  # (the held views it reads, through views of them: a
+        for t in chosen:  # temporary between may be gone, its id another's)
+            if _holds(sums, t, False):
+                parents.append(id(t))
+            elif _holds(sums, t, True):
+                parents.extend(pending[id(t)][1])
         if parents:
             pending[id(outputs[0])] = (weakref.ref(outputs[0]), parents)
             if len(pending) > _LIMIT:  # (too many to follow: the held views' edges stay,
