@@ -220,7 +220,7 @@ def test_a_view_held_at_a_call_and_written_before_it_is_read_reaches_nothing(
 # (ran vs predicted before): a held view's edge that added a sum where it was counted and
 # reached nothing (96 vs 80, 64 vs 48), a view held at a call reached by what the write of
 # its base reads (95 vs 79), an expand held at a call made again when read
-# (224 vs 256, 112 vs 144, 256 vs 288).
+# (224 vs 256, 112 vs 144, 256 vs 288), a view whose base was written let go unread.
 _FOUND_BY_SEARCH = [
     [("call view", 4, 2), ("assign", 1, 4), ("call", 15, 13)],
     [("call view", 11, 2), ("assign", 3, 12), ("mul_", 6, 15), ("view", 13, 10)],
@@ -258,6 +258,23 @@ _FOUND_BY_SEARCH = [
         ("call", 7, 9),
         ("mul_", 0, 14),
     ],
+    # a view read by a view of it, written through that one: let go where the record's
+    # code returns, its node is reached by nothing (48: x * 1, mul_, one sum where h's new
+    # node has two readers; 64 before, its unsqueeze's edge a result again)
+    [("unsqueeze", 0, 0), ("unsqueeze", 1, 0), ("mul_", 2, 0)],
+    # the same, a slice of the base made first and summed (64; 80 before)
+    [("slice", 14, 0), ("unsqueeze", 6, 3), ("view", 14, 14), ("mul_", 15, 15)],
+    # two calls' slices of h, then h written: their edges taken back, and the sum the
+    # second added while the first's might be (64: x * 1, mul_, two sums where h's new
+    # node has three readers; 80 before)
+    [("call view", 0, 2), ("call view", 0, 2), ("mul_", 0, 0)],
+    # the same with an unsqueeze of h written through (80; 112 before)
+    [("unsqueeze", 1, 10), ("call view", 10, 5), ("call view", 6, 2), ("mul_", 5, 0)],
+    # a call's view u, u.unsqueeze(0).expand(...) (the unsqueeze a temporary let go), its
+    # base assigned through the expand, e[0] = e[-1]: the write reads u through the
+    # temporary first, so u's edge stays (112; 96 before)
+    [("call view", 0, 0), ("expand", 1, 0), ("assign", 2, 0)],
+    [("call view", 2, 3), ("expand", 13, 10), ("assign", 2, 13), ("slice", 7, 13)],
 ]
 
 

@@ -38,9 +38,10 @@ from typing import Any
 import torch
 
 from ...contract.walk import tensors_in
+from .detached_copies import note_copies, read_copy, saved_copy
 from .edges import flows_of, op_tensors, split_of
 from .events import Event, Sink
-from .held_views import HeldView, hold, reached, read_held, take_credit
+from .held_views import Deferred, HeldView, defer, hold, reached, read_held, release, take_credit
 from .in_place import rebased_views, regenerate, rewrite
 from .outputs_reached import died, dropped_unread, kept, reach, read_one
 from .tensors import differentiable
@@ -52,19 +53,16 @@ from .waits import (
     Waiting,
     WaitingOutput,
     always,
-    gradient_sum,
     never,
     off_graph,
     quiet,
     scope,
+    sums_event,
 )
 
 __all__ = ["GradientSums"]
 
 _OWN_CODE = -1  # (the top-level call of an edge made in a record's own code)
-
-#: A record's gradient sums, by size, dtype and number of adds.
-_SUMS: dict[tuple[int, torch.dtype, int], Event] = {}
 
 
 class GradientSums:
@@ -87,6 +85,7 @@ class GradientSums:
         "_limit",
         "_pass",
         "credits",
+        "deferred",
         "detached",
         "elsewhere",
         "gone",
@@ -125,6 +124,7 @@ class GradientSums:
         self.held_views: dict[int, HeldView] = {}
         self.view_parents: dict[int, tuple[weakref.ref[torch.Tensor], list[int]]] = {}
         self.credits: dict[Any, int] = {}
+        self.deferred: dict[Any, list[Deferred]] = {}  # (sums a held view may take back)
         self.holding = False
         # Detached copies of waiting outputs, by the copy's id; outputs let go while a
         # copy lives.
@@ -180,7 +180,7 @@ class GradientSums:
 
     def _add(self, edge: EdgeInput, edges: int, context: Any = None) -> None:
         # (each way in checks the pass first: a decision never straddles two)
-        ref, key, leaf, size, dtype, history, call = edge
+        ref, _, leaf, _, _, history, call = edge
         if self.held_views and not self.holding:
             reached(self, ref())
         realm = self.realm(context) if self.realm is not None else None
@@ -194,16 +194,12 @@ class GradientSums:
         adds = edges if before else edges - 1
         if adds > 0 and self.credits:
             adds = take_credit(self, found, adds)
-        if adds > 0:
-            if self.shared:  # (a record's: one event for every sum alike, as for ops)
-                event = _SUMS.get((size, dtype, adds))
-                if event is None:
-                    if len(_SUMS) > 4096:
-                        _SUMS.clear()
-                    event = _SUMS[size, dtype, adds] = gradient_sum(size, dtype, adds, 0, True)
-            else:
-                event = gradient_sum(size, dtype, adds, key, False)
-            self._hand(event, context)
+        if adds > 0 and not (self.held_views and defer(self, found, (adds, edge, context))):
+            self.hand_sum(adds, edge, context)
+
+    def hand_sum(self, adds: int, edge: EdgeInput, context: Any) -> None:
+        """Count ``adds`` sums of the gradients of ``edge``'s tensor, in ``context``'s row."""
+        self._hand(sums_event(edge[3], edge[4], adds, edge[1], self.shared), context)
 
     def _hand(self, event: Event, context: Any) -> None:
         """Count ``event`` where the op it comes from ran (a record's), or in the sink."""
@@ -245,7 +241,7 @@ class GradientSums:
         found = op_tensors(args, kwargs)
         if self.detached:
             for tensor in found:
-                self._read_detached(tensor)
+                read_copy(self, tensor)
         inputs = [t for t in found if t.requires_grad and differentiable(t)]
         clone, self._clone = self._clone, None
         chosen, positions = [], []
@@ -260,7 +256,7 @@ class GradientSums:
                 positions.append(index)
             elif self.waiting:
                 if event is not None and event.op == "detach":
-                    self._detached(tensor, outputs)
+                    note_copies(self, tensor, outputs)
                 else:
                     self._read_off(tensor)
         if self.held_views:  # (read before its base is written: see .held_views)
@@ -306,7 +302,7 @@ class GradientSums:
                     self._live(source.waiting)
         if any(output is tensor for output in outputs for tensor in (*chosen, *written)):
             if clone is not None and any(clone[0] is output for output in outputs):
-                self._saved_copy(clone)
+                saved_copy(self, clone)
             if len(outputs) > 1:  # (its edges go to the history it ends, taken as reached)
                 self._live(waiting)
             else:  # (its tensor's new node: see .in_place)
@@ -336,14 +332,29 @@ class GradientSums:
         made: new nodes reading the base as it is now (see :func:`.in_place.regenerate`)."""
         regenerate(self, tensors)
 
-    def _stale(self, view: torch.Tensor | None) -> bool:
+    def _stale(
+        self,
+        view: torch.Tensor | None,
+        viewed: tuple[weakref.ref[torch.Tensor], int] | None = None,
+    ) -> bool:
         """Whether ``view`` is a view whose base was written in place since its node was
         made: autograd makes it a new node when it is next used (see :meth:`_regenerate`),
-        so no backward starts from the node of its view op."""
+        so no backward starts from the node of its view op. A view let go is told by
+        ``viewed`` (see :meth:`_note_base`)."""
+        if view is None and viewed is not None and viewed[0]() is not None:
+            return self.histories.get(viewed[0], 0) != viewed[1]
         if view is None or view._base is None:
             return False
         now = self.histories.get(weakref.ref(view._base), 0)
         return self.made.get(weakref.ref(view), 0) != now
+
+    def _note_base(self, output: WaitingOutput) -> None:
+        """``output``, a result again, may be a view let go after its base is written (its
+        node then reached by nothing): its base and the base's history it reads, noted."""
+        view = output.ref()
+        if view is not None and view._base is not None:
+            made = self.made.get(weakref.ref(view), 0)
+            output.viewed = (weakref.ref(view._base), made)
 
     def _unread(self, view: torch.Tensor) -> bool:
         """Whether ``view``'s view op waits and no op read its output yet."""
@@ -359,15 +370,6 @@ class GradientSums:
             found.off = True
             self._decide(found)
 
-    def _saved_copy(self, clone: tuple[torch.Tensor, int]) -> None:
-        # Autograd copies a tensor an in-place op writes when its backward needs the old
-        # values (`x.mul_(y)` with `y` needing grad): a `clone` right before the op, saved
-        # and read by no op of the forward. No gradient reaches the copy: unless an op
-        # differentiates it, it is off the graph.
-        found = self.waiting.get(clone[1])
-        if found is not None and (copy := found.ref()) is not None and copy is not clone[0]:
-            found.off = found.saved = True
-
     def read(self, args: tuple[Any, ...], kwargs: Any) -> None:
         """An op that needs no grad read its arguments: off the graph."""
         self._check_pass()
@@ -375,7 +377,7 @@ class GradientSums:
         for tensor in op_tensors(args, kwargs):
             self._read_off(tensor)
             if self.detached:
-                self._read_detached(tensor)
+                read_copy(self, tensor)
 
     def settle(self, started: bool = False, boundary: bool = False) -> None:
         """Count the edges of the ops whose output is still held (a result, a tensor the
@@ -395,6 +397,8 @@ class GradientSums:
             self._decide(output)
         self.gone.clear()
         self.detached.clear()
+        if not boundary and self.deferred:  # (no held view's edge is taken back now)
+            release(self, everything=True)
 
     def places_in(self, items: list[Any]) -> list[tuple[int, list[Place], int]]:
         """The events in ``items`` (a record's call's) of the ops whose edges still wait:
@@ -427,33 +431,6 @@ class GradientSums:
             for written in (tensor,) if base is None else (tensor, base):
                 ref = weakref.ref(written)
                 self.histories[ref] = self.histories.get(ref, 0) + 1
-
-    def _detached(self, tensor: torch.Tensor, outputs: list[torch.Tensor]) -> None:
-        # autograd detaches each output it saves for backward (a copy never read in the
-        # forward): a detached copy is an off-graph read once an op reads the copy
-        found = self.waiting.get(id(tensor))
-        if found is None or found.ref() is not tensor:
-            return
-        for output in outputs:
-            found.copies += 1
-            ref = weakref.ref(output, functools.partial(self._copy_gone, found))
-            self.detached[id(output)] = (ref, found)
-        if len(self.detached) > self._limit[1]:
-            self.detached = {k: v for k, v in self.detached.items() if v[0]() is not None}
-            self._limit[1] = max(4096, 2 * len(self.detached))
-
-    def _read_detached(self, tensor: torch.Tensor) -> None:
-        found = self.detached.get(id(tensor))
-        if found is not None and found[0]() is tensor and not quiet.on:
-            found[1].observed = True
-            if found[1].let_go:
-                self._decide(found[1])
-
-    def _copy_gone(self, output: WaitingOutput, _: object = None) -> None:
-        self._check_pass()
-        output.copies -= 1
-        if output.let_go and output.copies <= 0:
-            self._decide(output)
 
     def _read_off(self, tensor: torch.Tensor) -> None:
         found = self.waiting.get(id(tensor))
@@ -502,7 +479,7 @@ class GradientSums:
         if output.done or output.rootless:
             return
         if not (output.off or output.inert or (output.observed and output.let_go)):
-            if not self.histories or not self._stale(output.ref()):
+            if not self.histories or not self._stale(output.ref(), output.viewed):
                 output.done = True
                 reach(output)
                 if boundary:
@@ -576,6 +553,7 @@ class GradientSums:
                     stack.append(source)
                 elif source.readers <= 0 and not (source.saved or source.let_go):
                     source.off = False  # (held, its readers gone: a result again)
+                    self._note_base(source)
             waiting.sources = []
         for waiting in wanted:
             self._live(waiting)

@@ -10,16 +10,18 @@ dry run of the call alone does. The edge is noted until something reaches the vi
 edge to it is counted: an op that differentiates it reaches backward; what an op writing
 in place reads reaches before its write), and taken back if its base is written first: its
 count, and a sum it or a later edge added because of it (the next edge counted to the same
-tensor adds one sum less).
+tensor adds one sum less). A sum an edge adds while a held view's edge to the same tensor
+may yet be taken back waits (:func:`defer`): taking the edge back drops it; once none may
+(the view reached, the block ended), it is counted where that happens (:func:`release`;
+the row of a call that has returned takes no more events).
 A view written itself, no op having read it, keeps its edge: it stands for the edge
 autograd's ``CopySlices`` gives the base (see :mod:`.in_place`).
 
 A view op's own backward where it computes (``expand``'s sum) stays in the call's row; the
 view made again when next read costs its own backward in its place (``as_strided``'s sum
 over the same expanded dims), so that one is not counted again.
-Not taken back: a sum the edge added where no later edge comes to take it from, the ops
-that made what the view read (they stay reached), and a computing view op's backward
-where the view is never read again.
+Not taken back: the ops that made what the view read (they stay reached), and a computing
+view op's backward where the view is never read again.
 """
 
 from __future__ import annotations
@@ -33,7 +35,22 @@ import torch
 from .events import Event
 from .waits import Waiting, WaitingOutput
 
-__all__ = ["HeldSums", "HeldView", "hold", "reached", "read_held", "take_credit", "written_views"]
+__all__ = [
+    "Deferred",
+    "HeldSums",
+    "HeldView",
+    "defer",
+    "hold",
+    "reached",
+    "read_held",
+    "release",
+    "take_credit",
+    "written_views",
+]
+
+#: Sums an edge added where a held view's edge to the same tensor may yet be taken back:
+#: how many, the edge (its tensor's size and dtype), and where it was counted.
+Deferred = tuple[int, Any, Any]
 
 
 _LIMIT = 4096
@@ -47,10 +64,13 @@ class HeldSums(Protocol):
     held_views: dict[int, HeldView]
     view_parents: dict[int, tuple[weakref.ref[torch.Tensor], list[int]]]
     credits: dict[Any, int]
+    deferred: dict[Any, list[Deferred]]
     holding: bool
     realm: Callable[[Any], Any] | None
+    where: Callable[[], Any] | None
 
     def _live(self, waiting: Waiting) -> None: ...
+    def hand_sum(self, adds: int, edge: Any, context: Any) -> None: ...
 
 
 class HeldView:
@@ -119,6 +139,8 @@ def hold(sums: HeldSums, output: WaitingOutput) -> None:
     if len(views) > _LIMIT:  # (views let go, read by nothing since: nothing to take back)
         for gone in [k for k, found in views.items() if found.ref() is None]:
             del views[gone]
+        if sums.deferred:
+            release(sums)
 
 
 def take_credit(sums: HeldSums, key: Any, adds: int) -> int:
@@ -187,6 +209,8 @@ def reached(sums: HeldSums, tensor: torch.Tensor | None) -> None:
             stack.extend((parent, None) for parent in pending[1])
     if not sums.held_views:
         sums.view_parents.clear()
+    if sums.deferred:
+        release(sums)
 
 
 def read_held(
@@ -196,11 +220,17 @@ def read_held(
     outputs: Sequence[torch.Tensor],
 ) -> None:
     """An op differentiates ``chosen``: a view op's output reaches the held views it read
-    only if it is reached itself (``h.unsqueeze(0)`` held, then ``.view(-1)`` of it);
-    another op reaches them."""
+    only if it is reached itself (``h.unsqueeze(0)`` held, then ``.view(-1)`` of it), and
+    notes them, not the views between (a temporary ``u.unsqueeze(0)`` of ``expand``'s may
+    be gone, its id another tensor's); another op reaches them."""
     if event is not None and getattr(event.func, "is_view", False) and len(outputs) == 1:
         held, pending = sums.held_views, sums.view_parents
-        parents = [id(t) for t in chosen if _holds(sums, t, True)]
+        parents: list[int] = []  # (the held views it reads, through views of them: a
+        for t in chosen:  # temporary between may be gone, its id another's)
+            if _holds(sums, t, False):
+                parents.append(id(t))
+            elif _holds(sums, t, True):
+                parents.extend(pending[id(t)][1])
         if parents:
             pending[id(outputs[0])] = (weakref.ref(outputs[0]), parents)
             if len(pending) > _LIMIT:  # (too many to follow: the held views' edges stay,
@@ -235,10 +265,52 @@ def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch
             count = sums.uses.get(edge, 0)
             if count > 0:
                 sums.uses[edge] = count - 1
-            if count > 1:  # (a later edge added a sum this one made: the next adds none)
-                sums.credits[edge] = sums.credits.get(edge, 0) + 1
+            if count > 1 and not _drop_sum(sums, edge):  # (a later edge added a sum this
+                sums.credits[edge] = sums.credits.get(edge, 0) + 1  # one made: the next adds
+                # none)
         if _expands(found.ops) and not any(view is tensor for tensor in tensors):
             sums.credits[found.ref] = 1  # (its view ops' backward sums, counted: see module)
     if not held:
         sums.view_parents.clear()
+    if sums.deferred:
+        release(sums)
     return standing
+
+
+def _pending(sums: HeldSums) -> set[Any]:
+    """The keys in ``uses`` of the edges of the held views not yet reached or taken back."""
+    return {key for found in sums.held_views.values() for key in found.keys}
+
+
+def defer(sums: HeldSums, key: Any, entry: Deferred) -> bool:
+    """An edge to ``key`` adds sums (``entry``): while a held view's edge to the same tensor
+    may be taken back, they wait (one is dropped with it, see :func:`written_views`);
+    whether they do."""
+    if key not in _pending(sums):
+        return False
+    sums.deferred.setdefault(key, []).append(entry)
+    return True
+
+
+def _drop_sum(sums: HeldSums, key: Any) -> bool:
+    """A held view's edge to ``key`` is taken back: one sum waiting there (the latest) is
+    not counted; whether one waited."""
+    waiting = sums.deferred.get(key)
+    if not waiting:
+        return False
+    adds, edge, context = waiting.pop()
+    if adds > 1:
+        waiting.append((adds - 1, edge, context))
+    elif not waiting:
+        del sums.deferred[key]
+    return True
+
+
+def release(sums: HeldSums, everything: bool = False) -> None:
+    """Count the sums that wait where no held view's edge to their tensor may be taken
+    back now (``everything``: all of them, none may be)."""
+    pending = set() if everything else _pending(sums)
+    now = sums.where() if sums.where is not None else None
+    for key in [key for key in sums.deferred if key not in pending]:
+        for adds, edge, _ in sums.deferred.pop(key):
+            sums.hand_sum(adds, edge, now)

@@ -35,6 +35,7 @@ __all__ = [
     "quiet",
     "reads_unseen",
     "scope",
+    "sums_event",
     "view_again",
 ]
 
@@ -127,6 +128,23 @@ def view_again(
             _AGAINS.clear()
         _AGAINS[key] = event
     return event
+
+
+def sums_event(size: int, dtype: torch.dtype, adds: int, source: int, shared: bool) -> Event:
+    """The event of ``adds`` sums of a tensor's gradients (see :func:`gradient_sum`); a
+    record's (``shared``) is one event for every sum alike, as for ops."""
+    if not shared:
+        return gradient_sum(size, dtype, adds, source, False)
+    event = _SUMS.get((size, dtype, adds))
+    if event is None:
+        if len(_SUMS) > 4096:
+            _SUMS.clear()
+        event = _SUMS[size, dtype, adds] = gradient_sum(size, dtype, adds, 0, True)
+    return event
+
+
+#: A record's gradient sums, by size, dtype and number of adds.
+_SUMS: dict[tuple[int, torch.dtype, int], Event] = {}
 
 
 #: A record's events of views made again, by FLOPs, bytes and dtype.
@@ -257,7 +275,9 @@ class WaitingOutput:
     ``rootless``: decided to start no backward, it waits for its readers; ``saved``: a
     copy autograd saved; ``done``: decided; ``index``: its position among its op's
     floating-point outputs; ``inert``: one of several that no gradient flows through, a
-    layer norm's saved mean: never a result a backward starts from)."""
+    layer norm's saved mean: never a result a backward starts from; ``viewed``: a view's
+    base and the base's history its node reads, noted when its readers are gone, to tell
+    once the view is let go whether its base was written since)."""
 
     __slots__ = (
         "copies",
@@ -271,6 +291,7 @@ class WaitingOutput:
         "ref",
         "rootless",
         "saved",
+        "viewed",
         "waiting",
     )
 
@@ -287,6 +308,7 @@ class WaitingOutput:
         self.rootless = False
         self.saved = False
         self.done = False
+        self.viewed: tuple[weakref.ref[torch.Tensor], int] | None = None
 
 
 class _Quiet(threading.local):
