@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 import torch
@@ -24,7 +24,7 @@ from jaxtyping import Float, Int
 from nanogpt import GPT, GPTConfig
 from torch import Tensor, nn
 
-from typedflops import Term, estimate, record, typed_flops
+from typedflops import OpCost, Term, estimate, record, typed_flops
 from typedflops.cost.engine.counter import counting
 from typedflops.cost.engine.events import Event
 from typedflops.nn import TransformerConfig, TransformerLM
@@ -545,3 +545,28 @@ def test_tensors_let_go_in_a_modules_forward_the_record_block_called_start_no_ba
     with record() as helper:
         _drops_in_a_helper(a)
     assert helper.total.backward_flops == 20  # (the mean's gradient spread over its rows)
+
+
+def _backward_by_op(ops: Iterable[OpCost]) -> dict[str, int]:
+    """Backward FLOPs by op name, of a cost's or a record's op groups."""
+    found: dict[str, int] = {}
+    for op in ops:
+        found[op.op] = found.get(op.op, 0) + op.backward_flops
+    return found
+
+
+@pytest.mark.parametrize("run_backward", [False, True])
+def test_a_records_ops_list_its_gradient_sums_as_an_estimate_does(run_backward: bool) -> None:
+    # a residual stream: the sums are B*D adds a block, two blocks; they are listed as
+    # "gradient sum", not in the row of the linear or add whose edge made them
+    torch.manual_seed(0)
+    model = Residual(D)
+    x = _x()
+    with record() as rec:
+        out = model(x)
+        if run_backward:
+            out.sum().backward()
+    cost = estimate(model, Float[Tensor, "b d"], b=B, d=D, grad=("x",))
+    recorded, estimated = _backward_by_op(rec.total.ops), _backward_by_op(cost.ops)
+    assert recorded.get("gradient sum", 0) == estimated["gradient sum"] == 2 * B * D
+    assert recorded["linear"] == estimated["linear"]

@@ -156,10 +156,14 @@ def _in_torch_call() -> bool:
 
 
 def _place_in(context: Any, event: Event) -> None:
-    """Hand an event to the records of a context taken earlier (see :func:`_where`)."""
+    """Hand an event to the records of a context taken earlier (see :func:`_where`): in
+    the call where the op it comes from ran, as an op group of its own where that op's
+    was one (a gradient sum is listed as ``gradient sum``, as an estimate lists it, not
+    as part of the op that made the extra edge)."""
     if context is not None:
+        own = event.group
         for call, label in zip(*context, strict=True):
-            _append(call, label, event)
+            _append(call, own if type(label) is _Group and type(own) is _Group else label, event)
 
 
 def add_event(event: Event) -> None:
