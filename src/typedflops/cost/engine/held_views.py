@@ -265,9 +265,10 @@ def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch
             count = sums.uses.get(edge, 0)
             if count > 0:
                 sums.uses[edge] = count - 1
-            if count > 1 and not _drop_sum(sums, edge):  # (a later edge added a sum this
-                sums.credits[edge] = sums.credits.get(edge, 0) + 1  # one made: the next adds
-                # none)
+            # (a later edge added a sum this one made: the next adds none, unless that
+            # sum still waits, when it is dropped instead)
+            if count > 1 and not _drop_sum(sums, edge):
+                sums.credits[edge] = sums.credits.get(edge, 0) + 1
         if _expands(found.ops) and not any(view is tensor for tensor in tensors):
             sums.credits[found.ref] = 1  # (its view ops' backward sums, counted: see module)
     if not held:
