@@ -4,6 +4,7 @@ kind of config it is: an object, a dict of names, a named tuple (each changed in
 from __future__ import annotations
 
 import collections
+import dataclasses
 import types
 from typing import Any
 
@@ -15,6 +16,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from typedflops import estimate
+from typedflops.cost.engine.module_sizes import module_names
 
 
 def _field(config: Any, name: str) -> int:
@@ -87,3 +89,37 @@ def test_a_table_of_ints_is_no_config() -> None:
     b, s, d = sympy.symbols("b s d")
     assert cost.exact and sympy.expand(cost.formula - 600 * b * s * d) == 0
     assert cost.fixed == {}
+
+
+@dataclasses.dataclass
+class HeadsFromWidth:
+    d: int = 64
+    n_head: int = 4
+    head_dim: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.head_dim = self.d // self.n_head
+
+
+class PerHead(nn.Module):
+    def __init__(self, config: HeadsFromWidth) -> None:
+        super().__init__()
+        self.config = config
+        self.q = nn.Linear(config.d, config.d)
+        self.mix = nn.Linear(config.head_dim, config.head_dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        heads = self.q(x).view(*x.shape[:-1], self.config.n_head, self.config.head_dim)
+        out: Tensor = self.mix(heads)
+        return out
+
+
+def test_a_field_a_config_sets_after_init_names_a_size_and_is_never_passed() -> None:
+    # head_dim is set in __post_init__: a name for the (16, 16) weight's axes, and no
+    # argument of the config's constructor when it is rebuilt at other d and n_head.
+    with torch.device("meta"):
+        model = PerHead(HeadsFromWidth())
+    assert module_names(model) == {"d": 64, "head_dim": 16}
+    cost = estimate(model, Float[Tensor, "b d"], b=2, d=64)
+    b, d, n_head = sympy.symbols("b d n_head")
+    assert cost.exact and sympy.simplify(cost.formula - 2 * b * d**2 * (n_head + 1) / n_head) == 0

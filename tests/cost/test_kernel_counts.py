@@ -363,6 +363,33 @@ def test_pooling_counts_the_windows_in_the_input(
     assert _recorded(run) == (forward, backward, ())
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    kind=st.sampled_from(["max", "avg"]),
+    k=st.integers(1, 5),
+    stride=st.integers(1, 4),
+    ceil=st.booleans(),
+)
+def test_any_pooling_window_counts_what_lies_in_the_input(
+    data: st.DataObject, kind: str, k: int, stride: int, ceil: bool
+) -> None:
+    pad = data.draw(st.integers(0, k // 2))
+    dilation = data.draw(st.integers(1, 3)) if kind == "max" else 1
+    size = data.draw(st.integers(max(1, (k - 1) * dilation + 1 - 2 * pad), 20))
+    x = torch.randn(1, 2, size, size, requires_grad=True)
+
+    def run() -> Tensor:
+        if kind == "max":
+            return F.max_pool2d(x, k, stride, pad, dilation=dilation, ceil_mode=ceil)
+        return F.avg_pool2d(x, k, stride, pad, ceil_mode=ceil)
+
+    y = run()
+    reads = 2 * _window_reads(size, y.shape[-1], k, stride, pad, dilation) ** 2
+    forward = reads if kind == "max" else reads + y.numel()
+    assert _recorded(run)[0] == forward
+
+
 # -- views, the rule lookup --------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .waits import WaitingOutput, quiet
+from .waits import TRIM, WaitingOutput, quiet
 
 __all__ = ["copy_gone", "note_copies", "read_copy", "saved_copy"]
 
@@ -27,7 +27,7 @@ class CopySums(Protocol):
 
     waiting: dict[int, WaitingOutput]
     detached: dict[int, tuple[weakref.ref[torch.Tensor], WaitingOutput]]
-    _limit: list[int]
+    _copies_limit: int
 
     def _check_pass(self) -> None: ...
     def _decide(self, output: WaitingOutput, boundary: bool = False) -> None: ...
@@ -43,9 +43,9 @@ def note_copies(sums: CopySums, tensor: torch.Tensor, outputs: list[torch.Tensor
         found.copies += 1
         ref = weakref.ref(output, functools.partial(copy_gone, sums, found))
         sums.detached[id(output)] = (ref, found)
-    if len(sums.detached) > sums._limit[1]:
+    if len(sums.detached) > sums._copies_limit:
         sums.detached = {k: v for k, v in sums.detached.items() if v[0]() is not None}
-        sums._limit[1] = max(4096, 2 * len(sums.detached))
+        sums._copies_limit = max(TRIM, 2 * len(sums.detached))
 
 
 def read_copy(sums: CopySums, tensor: torch.Tensor) -> None:

@@ -47,6 +47,7 @@ from .outputs_reached import died, dropped_unread, kept, reach, read_one
 from .tensors import differentiable
 from .waits import (
     PASSES,
+    TRIM,
     EdgeInput,
     Place,
     Split,
@@ -82,8 +83,10 @@ class GradientSums:
 
     __slots__ = (
         "_clone",
-        "_limit",
+        "_copies_limit",
+        "_gone_limit",
         "_pass",
+        "_uses_limit",
         "credits",
         "deferred",
         "detached",
@@ -132,7 +135,7 @@ class GradientSums:
         self.gone: list[WaitingOutput] = []
         # The sizes past which uses, detached copies and outputs gone are trimmed to those
         # still needed: twice what a trim keeps (trims of things all needed stay linear).
-        self._limit = [4096, 4096, 4096]
+        self._uses_limit = self._copies_limit = self._gone_limit = TRIM
         self._pass = PASSES[0]
         # The last op, if a clone of a tensor needing grad: (its input, its output's key).
         self._clone: tuple[torch.Tensor, int] | None = None
@@ -165,7 +168,7 @@ class GradientSums:
         """Add ``edges`` edges to ``tensor``: a sum for each past its first."""
         self._check_pass()
         self._add(self._input(tensor), edges)
-        if len(self.uses) > self._limit[0]:
+        if len(self.uses) > self._uses_limit:
             self._prune()
 
     def _input(self, tensor: torch.Tensor) -> EdgeInput:
@@ -466,9 +469,9 @@ class GradientSums:
         if found.copies > 0:  # (until a copy is read or gone)
             found.let_go = True
             self.gone.append(found)
-            if len(self.gone) > self._limit[2]:
+            if len(self.gone) > self._gone_limit:
                 self.gone = [output for output in self.gone if not output.done]
-                self._limit[2] = max(4096, 2 * len(self.gone))
+                self._gone_limit = max(TRIM, 2 * len(self.gone))
         else:
             self._decide(found)
 
@@ -527,7 +530,7 @@ class GradientSums:
                 self._add(edge, 1, found.context)
             if found.again is not None:  # (a view made again: its own backward)
                 self._hand(found.again, found.context)
-        if len(self.uses) > self._limit[0]:  # (once every edge reached is counted: one
+        if len(self.uses) > self._uses_limit:  # (once every edge reached is counted: one
             self._prune()  # not yet counted may go to a tensor let go)
 
     def _dead(self, output: WaitingOutput) -> None:
@@ -582,7 +585,7 @@ class GradientSums:
         }
         self.histories = {ref: n for ref, n in self.histories.items() if ref() is not None}
         self.made = {ref: n for ref, n in self.made.items() if ref() is not None}
-        self._limit[0] = max(4096, 2 * len(self.uses))
+        self._uses_limit = max(TRIM, 2 * len(self.uses))
 
 
 _Tensor = torch.Tensor

@@ -60,8 +60,8 @@ def config_fields(value: Any, name: str | None = None) -> dict[str, Any] | None:
         return None
     if isinstance(value, torch.nn.Module | torch.Tensor):
         return None
-    if dataclasses.is_dataclass(value):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+    if dataclasses.is_dataclass(value):  # (its fields set in ``__post_init__`` too)
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     return dict(vars(value)) if hasattr(value, "__dict__") else None
 
 
@@ -76,10 +76,10 @@ def _int_fields(module: Any) -> list[tuple[str, int]]:
             continue
         if type(value) is int:
             fields.append((name, value))
-        elif (dataclasses.is_dataclass(value) and not isinstance(value, type)) or (
-            name in _CONFIG_NAMES and config_fields(value, name) is not None
-        ):
-            configs.append(config_fields(value, name) or {})
+        elif (dataclasses.is_dataclass(value) or name in _CONFIG_NAMES) and (
+            config := config_fields(value, name)
+        ) is not None:
+            configs.append(config)
     for config in configs:
         fields.extend(
             (name, value)

@@ -380,6 +380,8 @@ def _int_fields(config: Any, name: str) -> dict[str, int] | None:
     fields = config_fields(config, name)
     if fields is None:
         return None
+    if dataclasses.is_dataclass(config):  # (those its constructor takes)
+        fields = {f.name: fields[f.name] for f in dataclasses.fields(config) if f.init}
     return {
         field: value
         for field, value in fields.items()

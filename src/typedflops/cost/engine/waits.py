@@ -21,6 +21,7 @@ from .op_events import group_of
 
 __all__ = [
     "PASSES",
+    "TRIM",
     "EdgeInput",
     "Place",
     "Split",
@@ -343,6 +344,11 @@ def off_graph(waiting: Waiting) -> None:
     for items, index in waiting.places:
         if index < len(items) and items[index] is event:
             items[index] = copy
+
+
+#: The least size past which the gradient sums' tables of tensors (uses, detached copies,
+#: outputs let go) are trimmed to the entries still needed; then twice what a trim keeps.
+TRIM = 4096
 
 
 def always() -> bool:
