@@ -52,6 +52,7 @@ SLOW_TESTS = (
     "test_syntax_dims.py::test_dim_strings_read_as_jaxtyping_reads_them",
     "test_ops.py::test_compiled_fullgraph",
     "test_size_dependent_flow.py::test_several_loops_predict_other_sizes",
+    "test_deep_estimates.py::test_a_stack_of_two_thousand_blocks",
     "test_recurrent_dry_runs.py::test_estimate_of_a_module_holding_a_recurrent_layer",
     "test_size_dependent_flow.py::test_a_branch_on_a_modules_own_size",
     "test_rebuilt_sizes.py::test_kept_arguments_and_a_loop_over_blocks",

@@ -42,7 +42,7 @@ from .orders import order_checked
 from .own_far import OWN_FAR, own_far_checked
 from .rebuild import OWN
 from .rules import declared_flops
-from .runs import TERMS, Probe, Run, Runner, Thunk, run_once
+from .runs import TERMS, Counted, Probe, Run, Runner, Thunk, run_once
 from .sequence import MAX_DEGREE, interpolated, points_from
 from .terms import fitted_terms, op_costs, uncounted
 
@@ -186,7 +186,7 @@ def _moves_from_zero(runner: Runner, at: Mapping[str, Size], base: Run, axis: Ax
     size = at[axis.keys[0]]
     if size_value(size) != 0:
         return False
-    run = runner.run({**at, **axis.assign((2, *size[1:]) if isinstance(size, tuple) else 2)})
+    run = runner.counted({**at, **axis.assign((2, *size[1:]) if isinstance(size, tuple) else 2)})
     return run is None or run.ops != base.ops
 
 
@@ -288,7 +288,7 @@ def _verified_repeats(
     for count, symbol in repeat.items():
         assert rebuild is not None
         terms = fitting.terms({count: symbol})
-        run = runner.run({**at, rebuild.key(str(symbol)): count + 1})
+        run = runner.counted({**at, rebuild.key(str(symbol)): count + 1})
         if run is None:
             continue
         if not _refuted(run, terms, {**values, str(symbol): count + 1}, probe):
@@ -297,7 +297,7 @@ def _verified_repeats(
 
 
 def _refuted(
-    run: Run, terms: Mapping[str, Term], values: Mapping[str, int], probe: Probe
+    run: Run | Counted, terms: Mapping[str, Term], values: Mapping[str, int], probe: Probe
 ) -> set[str]:
     """The exact terms whose formulas do not give ``run``'s counts at ``values``."""
     counts = run.counts()
@@ -311,7 +311,7 @@ def _refuted(
 
 
 def _mark_refuted(
-    run: Run | None, terms: dict[str, Term], values: Mapping[str, int], probe: Probe
+    run: Run | Counted | None, terms: dict[str, Term], values: Mapping[str, int], probe: Probe
 ) -> None:
     """Mark inexact, in place, the terms a check ``run`` refutes at ``values`` (none where
     the body did not run there)."""
@@ -366,7 +366,7 @@ def _refuted_anywhere(
             value = third(size, size, attempt + 2)
             change.update(axis.assign(value))
             sizes[axis.name] = size_value(value)
-        run = runner.run({**at, **change})
+        run = runner.counted({**at, **change})
         if run is not None:
             return bool(_refuted(run, terms, {**values, **sizes}, probe))
     return False
@@ -408,7 +408,7 @@ def _far_checked(
                 change.update(axis.assign(value))
                 sizes[axis.name] = size_value(value)
         if change:
-            _mark_refuted(runner.run({**at, **change}), terms, {**values, **sizes}, probe)
+            _mark_refuted(runner.counted({**at, **change}), terms, {**values, **sizes}, probe)
     mark = functools.partial(_mark_refuted, probe=probe)
     return own_far_checked(runner, at, axes, terms, values, mark)
 
@@ -449,7 +449,7 @@ def _far_checked_loops(
                     for name, term in terms.items()
                 }
                 continue
-            run = runner.run({**at, **axis.assign(value)})
+            run = runner.counted({**at, **axis.assign(value)})
             _mark_refuted(run, terms, {**values, axis.name: far}, probe)
     return terms
 
@@ -471,7 +471,7 @@ def _split_checked(
             continue
         for split in _other_splits(size):
             changed = {**values, axis.name: size_value(split)}
-            _mark_refuted(runner.run({**at, **axis.assign(split)}), terms, changed, probe)
+            _mark_refuted(runner.counted({**at, **axis.assign(split)}), terms, changed, probe)
     return terms
 
 

@@ -27,6 +27,7 @@ import sympy
 
 from ..types import tidy
 from .events import Event
+from .memo import fit_key
 from .opcall import OpCall, Rule
 from .tensors import TensorMeta, flat_tensors, map_meta
 
@@ -88,10 +89,17 @@ def fit(plan: Plan) -> Fitted:
     # originals were (the next of 96 identical layers is not fitted again).
     fitted: dict[tuple[int, ...], tuple[sympy.Expr, bool, sympy.Expr, bool, sympy.Expr, bool]]
     fitted = {}
+    # Events alike in every run (the next of 10,000 equal layers, not repeated as a block)
+    # fit to the same formulas: fitted once, by what the fit reads of them.
+    alike: dict[tuple[Any, ...], tuple[sympy.Expr, bool, sympy.Expr, bool, sympy.Expr, bool]]
+    alike = {}
     for position in range(len(base)):
         series = [run[position] for run in plan.runs]
         origins = tuple(id(event.origin) if event.origin is not None else 0 for event in series)
         known = fitted.get(origins) if all(origins) else None
+        key = fit_key(series) if known is None else None
+        if key is not None:
+            known = alike.get(key)
         if known is None:
             expr, ok = fit_event(plan, series)
             back_expr, back_ok = _fit_backward(plan, series)
@@ -102,6 +110,8 @@ def fit(plan: Plan) -> Fitted:
             known = (expr, ok, back_expr, back_ok, matmul, matmul_ok)
             keys = tuple(id(event.origin or event) for event in series)
             fitted[keys] = known
+            if key is not None:
+                alike[key] = known
         found.forward.append(known[0])
         found.forward_exact.append(known[1])
         found.backward.append(known[2])

@@ -29,7 +29,7 @@ from ..types import Term
 from .axes import Axis
 from .events import Event
 from .fit import Size, size_value
-from .runs import Run, Runner
+from .runs import Counted, Run, Runner
 from .tensors import flat_tensors
 
 __all__ = ["order_checked"]
@@ -37,7 +37,7 @@ __all__ = ["order_checked"]
 #: Beyond this many sizes, pairs are not run one by one when a run of all of them is refused.
 _MOST_PAIRED = 6
 
-Mark = Callable[[Run | None, dict[str, Term], Mapping[str, int]], None]
+Mark = Callable[[Run | Counted | None, dict[str, Term], Mapping[str, int]], None]
 
 
 def order_checked(

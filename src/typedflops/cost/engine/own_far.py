@@ -58,7 +58,7 @@ def own_far_checked(
                 value = OWN_FAR * size if up else max(2, size // OWN_FAR)
                 change.update(axis.assign(value))
                 sizes[axis.name] = value
-            run = runner.run({**at, **change})
+            run = runner.counted({**at, **change})
             mark(run, terms, {**values, **sizes})
             if run is not None and index == 0:
                 break  # all at once ran: each alone adds nothing
@@ -71,7 +71,7 @@ def own_far_checked(
         size = size_value(at[axis.keys[0]])
         for added in (step for step in _OFF if step < size):
             value = OWN_FAR * size + added
-            run = runner.run({**at, **axis.assign(value)})
+            run = runner.counted({**at, **axis.assign(value)})
             if run is not None:
                 mark(run, terms, {**values, axis.name: value})
                 break

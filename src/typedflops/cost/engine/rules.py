@@ -109,6 +109,7 @@ from .layer_rules import (
 )
 from .linalg_rules import linalg_rules
 from .loss_rules import loss_rules
+from .memo import remembered_shapes
 from .opcall import OpCall, Rule
 from .optimizer_rules import optimizer_rules
 from .pad_rules import pad_rules
@@ -219,7 +220,10 @@ def _torch_entries() -> dict[Any, RuleEntry]:
         inner = getattr(wrapped, "__wrapped__", None)
         if inner is not None:  # a shape formula, wrapped by FlopCounterMode's shape_wrapper
             entries[target] = RuleEntry(
-                _torch_shape_rule(inner), symbolic=True, source="torch", matmul=True
+                _torch_shape_rule(remembered_shapes(inner)),
+                symbolic=True,
+                source="torch",
+                matmul=True,
             )
         else:
             entries[target] = RuleEntry(

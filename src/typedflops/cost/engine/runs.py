@@ -8,6 +8,7 @@ kernels are chosen as on the device the call would run on.
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import logging
 import os
@@ -40,7 +41,7 @@ from .rebuild import Rebuild
 from .saved import SavedTensors
 from .session import RunSession
 
-__all__ = ["TERMS", "Probe", "Run", "Runner", "Thunk", "dry_run_error", "run_once"]
+__all__ = ["TERMS", "Counted", "Probe", "Run", "Runner", "Thunk", "dry_run_error", "run_once"]
 
 Thunk = Callable[[], Any]
 
@@ -101,6 +102,26 @@ class Run:
         }
 
 
+@dataclass
+class Counted:
+    """What a check needs of a run, its events let go: the names of its ops, its count of
+    each of :data:`TERMS` and the dims its outermost call bound (a deep model's run holds
+    a few events per op: the far checks' runs need not be kept whole)."""
+
+    ops: list[str]
+    totals: dict[str, int]
+    bound: dict[str, Size]
+
+    @classmethod
+    def of(cls, run: Run) -> Counted:
+        """The counts of ``run``."""
+        return cls(run.ops, run.counts(), dict(run.bound))
+
+    def counts(self) -> dict[str, int]:
+        """Its count of each of :data:`TERMS`, as :meth:`Run.counts`."""
+        return dict(self.totals)
+
+
 def _refuse_record(record: logging.LogRecord) -> bool:
     return False
 
@@ -130,10 +151,39 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
     if target == "meta":
         target = meta_target()
     session = RunSession(probe.function, target)
-    device = probe.device if fake else "meta"
-    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     saved = SavedTensors()
     session.saved = saved
+    with _collection_paused():
+        return _run(probe, assignment, session, saved, fake, target)
+
+
+@contextlib.contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Pause Python's automatic garbage collection while a dry run runs: it makes a few
+    objects per op (events, fake tensors, autograd's nodes) and holds them to its end, so
+    the collector would walk every one of them again and again for nothing to free (a
+    quarter of a deep model's run); what the run leaves is collected as usual after it."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _run(
+    probe: Probe,
+    assignment: Mapping[str, Size],
+    session: RunSession,
+    saved: SavedTensors,
+    fake: bool,
+    target: str | None,
+) -> Run:
+    """:func:`run_once`'s run, with its session and saved-tensor hooks made."""
+    device = probe.device if fake else "meta"
+    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     # (no record open here counts the dry run's own work: building its inputs and modules)
     with (
         mode,
@@ -176,6 +226,7 @@ class Runner:
         #: The ops the base run ran (what a run at other sizes is predicted from).
         self.ops = 0
         self._runs: dict[tuple[tuple[str, Size], ...], Run | None] = {}
+        self._counted: dict[tuple[tuple[str, Size], ...], Counted] = {}
 
     def base(self, assignment: Mapping[str, Size]) -> Run:
         """The run at the call's own sizes; its errors are the call's."""
@@ -211,6 +262,22 @@ class Runner:
             except Exception:
                 self._runs[key] = None
         return self._runs[key]
+
+    def counted(self, assignment: Mapping[str, Size]) -> Run | Counted | None:
+        """The run at ``assignment`` for a check that reads only its op names and counts
+        (None where the body refuses those sizes): the whole run where one is kept, else
+        its counts, its events not kept (a later :meth:`run` at these sizes runs again)."""
+        key = _key(assignment)
+        if key in self._runs:
+            return self._runs[key]
+        if key not in self._counted:
+            try:
+                run = run_once(self.probe, assignment, fake=self.fake)
+            except Exception:
+                self._runs[key] = None
+                return None
+            self._counted[key] = Counted.of(run)
+        return self._counted[key]
 
 
 def _key(assignment: Mapping[str, Size]) -> tuple[tuple[str, Size], ...]:

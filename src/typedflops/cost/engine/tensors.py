@@ -94,13 +94,27 @@ def _describe_tensor(tensor: torch.Tensor) -> TensorMeta:
     if dtype not in _ITEMSIZE:
         _ITEMSIZE[dtype] = tensor.element_size()
     layout_ok = tensor.layout is torch.strided and not tensor.is_nested
-    return TensorMeta(
-        shape=tuple(int(s) for s in tensor.shape) if layout_ok else _nested_shape(tensor),
-        stride=tuple(tensor.stride()) if layout_ok else (),
-        dtype=dtype,
-        device=tensor.device.type,
-        requires_grad=tensor.requires_grad,
+    key = (
+        tuple(int(s) for s in tensor.shape) if layout_ok else _nested_shape(tensor),
+        tuple(tensor.stride()) if layout_ok else (),
+        dtype,
+        tensor.device.type,
+        tensor.requires_grad,
     )
+    found = _KNOWN.get(key)
+    if found is None:
+        if len(_KNOWN) >= _KNOWN_MOST:
+            _KNOWN.clear()
+        found = _KNOWN[key] = TensorMeta(*key)
+    return found
+
+
+# Descriptions are values (frozen, compared by their fields): one object per distinct
+# description, shared by every event that saw a tensor of it, so that a dry run of a deep
+# model keeps a handful of them, not one per tensor per op. (Bounded: a process that sees
+# ever new shapes starts over.)
+_KNOWN: dict[tuple[Any, ...], TensorMeta] = {}
+_KNOWN_MOST = 65536
 
 
 def _nested_shape(tensor: torch.Tensor) -> tuple[int, ...]:
@@ -133,16 +147,18 @@ def describe(value: Any) -> Any:
 def flat_tensors(tree: Any) -> list[TensorMeta]:
     """Every :class:`TensorMeta` in a described tree, in order."""
     found: list[TensorMeta] = []
-
-    def visit(value: Any) -> None:
-        if isinstance(value, TensorMeta):
-            found.append(value)
-        elif isinstance(value, tuple):
-            for item in value:
-                visit(item)
-
-    visit(tree)
+    _visit(tree, found)
     return found
+
+
+def _visit(value: Any, found: list[TensorMeta]) -> None:
+    # (a function of the module's, not a closure: a closure that calls itself is a cycle,
+    # garbage only the collector frees, made twice per op of a dry run)
+    if isinstance(value, TensorMeta):
+        found.append(value)
+    elif isinstance(value, tuple):
+        for item in value:
+            _visit(item, found)
 
 
 def map_meta(tree: Any, convert: Callable[[TensorMeta], Any]) -> Any:
