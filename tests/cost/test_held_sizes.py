@@ -355,3 +355,29 @@ def test_a_buffers_length_kept_nowhere_else_is_held() -> None:
     _each_term_predicts(cost, {"b": 3}, estimate(model, Float[Tensor, "b s d"], b=3, s=4, d=8))
     # at its default the table's length is rebuilt, and named
     assert "max_seq" in str(estimate(WholeTable(8), Float[Tensor, "b s d"], b=2, s=4, d=8).formula)
+
+
+def test_a_convolutions_kernel_size_is_held() -> None:
+    model = nn.Sequential(nn.Conv1d(4, 4, 3, padding=1), nn.ReLU())
+    cost = estimate(model, Float[Tensor, "b c t"], b=2, c=4, t=16)
+    # per output position 2*4*4*3 for the convolution and 4 for the relu: 100*b*t
+    assert cost.exact and str(cost.formula) == "100*b*t"
+    # was {"c": 4}: the kernel of 3 is a number in the formula, so it is listed
+    assert cost.fixed == {"c": 4, "0.kernel_size[0]": 3}
+    with record() as rec:
+        model(torch.randn(2, 4, 16))
+    assert cost.flops == rec.total.flops == 3200
+    _each_term_predicts(cost, {"t": 9}, estimate(model, Float[Tensor, "b c t"], b=2, c=4, t=9))
+    # the formula holds at that kernel only: at 5 (padding 2, same length) it is 2*4*4*5 + 4
+    wider = nn.Sequential(nn.Conv1d(4, 4, 5, padding=2), nn.ReLU())
+    assert estimate(wider, Float[Tensor, "b c t"], b=2, c=4, t=16).flops == 164 * 2 * 16
+    # a strided 2-d convolution: each tuple's ints above 1 by index, each value listed once
+    strided = nn.Sequential(nn.Conv2d(4, 8, (3, 5), stride=2))
+    held = estimate(strided, Float[Tensor, "b c h w"], b=1, c=4, h=16, w=16).fixed
+    assert held == {
+        "c": 4,
+        "0.out_channels": 8,
+        "0.kernel_size[0]": 3,
+        "0.kernel_size[1]": 5,
+        "0.stride[0]": 2,
+    }

@@ -216,15 +216,23 @@ def _nested_sizes(name: str, qualified: str, value: Any, depth: int = 3) -> list
 
 def _layer_widths(module: torch.nn.Module) -> list[Held]:
     """The int attributes of the module's torch layers (``in_features``, ``out_channels``),
-    by path (``fc1.out_features``): the only names a width has that the module keeps
-    nowhere else (``nn.Linear(d, hidden)`` with ``hidden`` not kept)."""
+    and the ints of their tuples (a convolution's ``kernel_size``, ``stride``), by path
+    (``fc1.out_features``, ``conv.kernel_size[0]``): the only names a size has that the
+    module keeps nowhere else (``nn.Linear(d, hidden)`` with ``hidden`` not kept)."""
     found: list[Held] = []
     for path, sub in module.named_modules():
         if type(sub).__module__.startswith("torch."):
             for name, value in vars(sub).items():
-                if type(value) is int and value > 1 and not name.startswith("_"):
-                    where = f"{path}.{name}" if path else name
-                    found.append(Held(where, where, value, unnamed=True))
+                if name.startswith("_"):
+                    continue
+                where = f"{path}.{name}" if path else name
+                if type(value) is int:
+                    ints = [(where, value)]
+                elif type(value) is tuple:
+                    ints = [(f"{where}[{i}]", n) for i, n in _ints_of(value)]
+                else:
+                    ints = []
+                found += [Held(key, key, n, unnamed=True) for key, n in ints if n > 1]
     return found
 
 
