@@ -381,3 +381,57 @@ def test_a_convolutions_kernel_size_is_held() -> None:
         "0.kernel_size[1]": 5,
         "0.stride[0]": 2,
     }
+
+
+class Steps(nn.Module):
+    """One layer applied a number of times kept under another name than the constructor's
+    argument: the module cannot be rebuilt, and the count sizes no axis."""
+
+    def __init__(self, d_model: int, n_layers: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(d_model, d_model)
+        self.depth = n_layers
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "b d_model"]) -> Float[Tensor, "b d_model"]:
+        for _ in range(self.depth):
+            x = torch.tanh(self.lin(x))
+        return x
+
+
+def test_a_count_the_forward_reads_is_held() -> None:
+    cost = Steps.forward.estimate(Steps(8, 3), b=2, d_model=8)
+    # per row, each of 3 steps: 2*8*8 for the product, 8 for the bias, 8 for the tanh
+    assert cost.exact and str(cost.formula) == "408*b"
+    assert cost.fixed == {"d_model": 8, "depth": 3}  # was {"d_model": 8}: 3 unlisted
+    assert cost.flops == _recorded_forward(Steps(8, 3), torch.randn(2, 8)) == 816
+    _each_term_predicts(cost, {"b": 5}, Steps.forward.estimate(Steps(8, 3), b=5, d_model=8))
+    # the formula holds at 3 steps only
+    assert Steps.forward.estimate(Steps(8, 5), b=2, d_model=8).flops == 5 * 2 * 136
+
+
+class KeywordSteps(nn.Module):
+    """A count of steps set from ``**kwargs``: the module is rebuilt at other widths, and the
+    count passes through unchanged."""
+
+    def __init__(self, d: int, **options: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.depth = options.get("depth", 3)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "b d"]) -> Float[Tensor, "b d"]:
+        for _ in range(self.depth):
+            x = torch.tanh(self.lin(x))
+        return x
+
+
+def test_a_count_from_keyword_arguments_is_held() -> None:
+    cost = KeywordSteps.forward.estimate(KeywordSteps(8, depth=3), b=2, d=8)
+    # per row, each of 3 steps: 2*d*d for the product, d for the bias, d for the tanh
+    assert cost.exact and str(cost.formula) == "3*b*d*(2*d + 1)"
+    assert cost.fixed == {"depth": 3}  # was {}: the 3 was unlisted
+    assert cost.flops == _recorded_forward(KeywordSteps(8, depth=3), torch.randn(2, 8)) == 816
+    again = KeywordSteps.forward.estimate(KeywordSteps(5, depth=3), b=4, d=5)
+    _each_term_predicts(cost, {"b": 4, "d": 5}, again)
+    assert KeywordSteps.forward.estimate(KeywordSteps(8, depth=2), b=2, d=8).flops == 544

@@ -15,17 +15,19 @@ int fields of a config passed in; what else it was given passes through unchange
   rebuild leaves alone rather than pick one.
 
 Whatever way the module is built, an int global its classes' constructors read (``HIDDEN``
-in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis. A module that cannot be
-rebuilt holds all of its sizes: its names, its count of blocks (``self.n_blocks``), its
-lists' ints, those globals, and the widths of its torch layers and the axes of its own
-tensors that no size listed has (``fc1.out_features`` = 32, where ``hidden`` is kept
-nowhere; ``table.shape[0]`` = 1024, a buffer's length given to the constructor and kept
-nowhere else).
+in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis; and an int attribute its
+classes' methods read (``self.depth`` in ``for _ in range(self.depth):``), whatever it
+sizes. A module that cannot be rebuilt holds all of its sizes: its names, its count of
+blocks (``self.n_blocks``), its lists' ints, those globals, and the widths of its torch
+layers and the axes of its own tensors that no size listed has (``fc1.out_features`` =
+32, where ``hidden`` is kept nowhere; ``table.shape[0]`` = 1024, a buffer's length given
+to the constructor and kept nowhere else).
 """
 
 from __future__ import annotations
 
 import dis
+import inspect
 import types
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -77,9 +79,12 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
             unchanged = _unchanged_names(module, rebuild).items()
             found += [Held(name, f"self.{name}", size) for name, size in unchanged]
     found += [Held(name, name, size) for name, size in _globals_read(module).items()]
-    found = [held for held in found if _sizes(held, axes)]
+    counts = {held.name for held in _counts_read(module)}
+    found = [held for held in found if held.name in counts or _sizes(held, axes)]
     if rebuild is None:  # (its count of blocks, which sizes no axis: ``self.n_blocks``)
         found += [Held(name, name, count) for name, count in module_repeats(module).items()]
+        # (and a count its code reads, which sizes no axis either: ``self.depth`` steps)
+        found += _counts_read(module)
     return tuple(dict.fromkeys(found))
 
 
@@ -137,6 +142,9 @@ def _unchanged_names(module: torch.nn.Module, rebuild: Rebuild) -> dict[str, int
     sizes changed alone (a ``self.hidden`` read from ``**kwargs``); none where a build
     fails (a size that derives from those changes cannot be told from one held)."""
     kept = {name: size for name, size in module_names(module).items() if name not in rebuild.sizes}
+    for count in _counts_read(module):  # (a count from ``**kwargs``, or set in the body)
+        if count.name not in rebuild.sizes:
+            kept.setdefault(count.name, count.size)
     if not kept:
         return {}
     original = _fields_by_path(module)
@@ -255,6 +263,59 @@ def _tensor_axes(module: torch.nn.Module) -> list[Held]:
                         held = f"{where}.shape[{axis}]"
                         found.append(Held(held, held, size, unnamed=True))
     return found
+
+
+def _counts_read(module: torch.nn.Module) -> list[Held]:
+    """The int attributes of the module's own classes that their methods other than
+    ``__init__`` read, whatever axes they size: a count the code runs a step for
+    (``for _ in range(self.depth):``), a number in the formulas of a module that cannot be
+    rebuilt."""
+    found: list[Held] = []
+    for path, sub in module.named_modules():
+        if type(sub).__module__.startswith("torch."):
+            continue
+        read = _attributes_read(type(sub))
+        for name, value in vars(sub).items():
+            if (
+                type(value) is int
+                and value > 1
+                and name in read
+                and not name.startswith("_")
+                and not name.endswith("_id")
+            ):
+                found.append(Held(name, f"{path}.{name}" if path else f"self.{name}", value))
+    return found
+
+
+def _attributes_read(cls: type) -> set[str]:
+    """The attribute names the methods of ``cls`` and of its bases that are not torch's
+    read (``self.depth``), ``__init__`` left out (where they are set)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object or klass.__module__.startswith("torch."):
+            continue
+        for key, value in vars(klass).items():
+            if key == "__init__":
+                continue
+            function = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+            try:
+                function = inspect.unwrap(function)
+            except ValueError:  # (a cycle of __wrapped__)
+                continue
+            code = getattr(function, "__code__", None)
+            if isinstance(code, types.CodeType):
+                names.update(_attributes_in(code))
+    return names
+
+
+def _attributes_in(code: types.CodeType) -> Iterator[str]:
+    """The attribute names a code object and those nested in it read."""
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD") and type(instruction.argval) is str:
+            yield instruction.argval
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _attributes_in(constant)
 
 
 def _ints_of(value: Any) -> list[tuple[int, int]]:
