@@ -385,15 +385,19 @@ def test_a_convolutions_kernel_size_is_held() -> None:
 
 class Steps(nn.Module):
     """One layer applied a number of times kept under another name than the constructor's
-    argument: the module cannot be rebuilt, and the count sizes no axis."""
+    argument: the module cannot be rebuilt, and the count sizes no axis. It reads two
+    other ints that change no count: an index and a limit it checks."""
 
     def __init__(self, d_model: int, n_layers: int) -> None:
         super().__init__()
         self.lin = nn.Linear(d_model, d_model)
         self.depth = n_layers
+        self.layer_idx = 5
+        self.max_rows = 4096
 
     @typed_flops
     def forward(self, x: Float[Tensor, "b d_model"]) -> Float[Tensor, "b d_model"]:
+        assert x.shape[0] <= self.max_rows and self.layer_idx >= 0
         for _ in range(self.depth):
             x = torch.tanh(self.lin(x))
         return x
@@ -403,7 +407,8 @@ def test_a_count_the_forward_reads_is_held() -> None:
     cost = Steps.forward.estimate(Steps(8, 3), b=2, d_model=8)
     # per row, each of 3 steps: 2*8*8 for the product, 8 for the bias, 8 for the tanh
     assert cost.exact and str(cost.formula) == "408*b"
-    assert cost.fixed == {"d_model": 8, "depth": 3}  # was {"d_model": 8}: 3 unlisted
+    # was {"d_model": 8}: 3 unlisted (the index and the limit change no count: not listed)
+    assert cost.fixed == {"d_model": 8, "depth": 3}
     assert cost.flops == _recorded_forward(Steps(8, 3), torch.randn(2, 8)) == 816
     _each_term_predicts(cost, {"b": 5}, Steps.forward.estimate(Steps(8, 3), b=5, d_model=8))
     # the formula holds at 3 steps only

@@ -16,7 +16,7 @@ int fields of a config passed in; what else it was given passes through unchange
 
 Whatever way the module is built, an int global its classes' constructors read (``HIDDEN``
 in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis; and an int attribute its
-classes' methods read (``self.depth`` in ``for _ in range(self.depth):``), whatever it
+classes' methods count steps by (``for _ in range(self.depth):``), whatever it
 sizes. A module that cannot be rebuilt holds all of its sizes: its names, its count of
 blocks (``self.n_blocks``), its lists' ints, those globals, and the widths of its torch
 layers and the axes of its own tensors that no size listed has (``fc1.out_features`` =
@@ -26,8 +26,10 @@ to the constructor and kept nowhere else).
 
 from __future__ import annotations
 
+import ast
 import dis
 import inspect
+import textwrap
 import types
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -266,56 +268,62 @@ def _tensor_axes(module: torch.nn.Module) -> list[Held]:
 
 
 def _counts_read(module: torch.nn.Module) -> list[Held]:
-    """The int attributes of the module's own classes that their methods other than
-    ``__init__`` read, whatever axes they size: a count the code runs a step for
-    (``for _ in range(self.depth):``), a number in the formulas of a module that cannot be
-    rebuilt."""
+    """The int attributes of the module's own classes that their methods count steps by
+    (``for _ in range(self.depth):``), whatever axes they size: numbers in the formulas
+    of a module that cannot be rebuilt. Other attributes code reads (an index, a limit an
+    ``assert`` checks) are left out; so is everything where the source cannot be read."""
     found: list[Held] = []
     for path, sub in module.named_modules():
         if type(sub).__module__.startswith("torch."):
             continue
-        read = _attributes_read(type(sub))
+        counts = _ranged_attributes(type(sub))
         for name, value in vars(sub).items():
-            if (
-                type(value) is int
-                and value > 1
-                and name in read
-                and not name.startswith("_")
-                and not name.endswith("_id")
-            ):
+            if type(value) is int and value > 1 and name in counts and not name.endswith("_id"):
                 found.append(Held(name, f"{path}.{name}" if path else f"self.{name}", value))
     return found
 
 
-def _attributes_read(cls: type) -> set[str]:
-    """The attribute names the methods of ``cls`` and of its bases that are not torch's
-    read (``self.depth``), ``__init__`` left out (where they are set)."""
+def _ranged_attributes(cls: type) -> set[str]:
+    """The attributes of ``self`` that the methods of ``cls`` and of its bases that are not
+    torch's (``__init__`` left out) pass to ``range`` (``range(self.depth)``,
+    ``range(0, n, self.chunk)``)."""
     names: set[str] = set()
     for klass in cls.__mro__:
         if klass is object or klass.__module__.startswith("torch."):
             continue
         for key, value in vars(klass).items():
-            if key == "__init__":
+            if key == "__init__" or not callable(value):
                 continue
-            function = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
             try:
-                function = inspect.unwrap(function)
-            except ValueError:  # (a cycle of __wrapped__)
+                tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(value))))
+            except (OSError, TypeError, SyntaxError, ValueError):
                 continue
-            code = getattr(function, "__code__", None)
-            if isinstance(code, types.CodeType):
-                names.update(_attributes_in(code))
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                if not node.args.args:
+                    continue
+                owner = node.args.args[0].arg  # (``self``)
+                for call in ast.walk(node):
+                    if (
+                        isinstance(call, ast.Call)
+                        and isinstance(call.func, ast.Name)
+                        and call.func.id == "range"
+                    ):
+                        names.update(_attributes_of(owner, call.args))
     return names
 
 
-def _attributes_in(code: types.CodeType) -> Iterator[str]:
-    """The attribute names a code object and those nested in it read."""
-    for instruction in dis.get_instructions(code):
-        if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD") and type(instruction.argval) is str:
-            yield instruction.argval
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            yield from _attributes_in(constant)
+def _attributes_of(owner: str, nodes: list[ast.expr]) -> Iterator[str]:
+    """The attributes of ``owner`` (``self.depth``) read in ``nodes``."""
+    for expression in nodes:
+        for node in ast.walk(expression):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == owner
+            ):
+                yield node.attr
 
 
 def _ints_of(value: Any) -> list[tuple[int, int]]:
