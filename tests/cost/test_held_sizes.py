@@ -355,3 +355,88 @@ def test_a_buffers_length_kept_nowhere_else_is_held() -> None:
     _each_term_predicts(cost, {"b": 3}, estimate(model, Float[Tensor, "b s d"], b=3, s=4, d=8))
     # at its default the table's length is rebuilt, and named
     assert "max_seq" in str(estimate(WholeTable(8), Float[Tensor, "b s d"], b=2, s=4, d=8).formula)
+
+
+def test_a_convolutions_kernel_size_is_held() -> None:
+    model = nn.Sequential(nn.Conv1d(4, 4, 3, padding=1), nn.ReLU())
+    cost = estimate(model, Float[Tensor, "b c t"], b=2, c=4, t=16)
+    # per output position 2*4*4*3 for the convolution and 4 for the relu: 100*b*t
+    assert cost.exact and str(cost.formula) == "100*b*t"
+    # was {"c": 4}: the kernel of 3 is a number in the formula, so it is listed
+    assert cost.fixed == {"c": 4, "0.kernel_size[0]": 3}
+    with record() as rec:
+        model(torch.randn(2, 4, 16))
+    assert cost.flops == rec.total.flops == 3200
+    _each_term_predicts(cost, {"t": 9}, estimate(model, Float[Tensor, "b c t"], b=2, c=4, t=9))
+    # the formula holds at that kernel only: at 5 (padding 2, same length) it is 2*4*4*5 + 4
+    wider = nn.Sequential(nn.Conv1d(4, 4, 5, padding=2), nn.ReLU())
+    assert estimate(wider, Float[Tensor, "b c t"], b=2, c=4, t=16).flops == 164 * 2 * 16
+    # a strided 2-d convolution: each tuple's ints above 1 by index, each value listed once
+    strided = nn.Sequential(nn.Conv2d(4, 8, (3, 5), stride=2))
+    held = estimate(strided, Float[Tensor, "b c h w"], b=1, c=4, h=16, w=16).fixed
+    assert held == {
+        "c": 4,
+        "0.out_channels": 8,
+        "0.kernel_size[0]": 3,
+        "0.kernel_size[1]": 5,
+        "0.stride[0]": 2,
+    }
+
+
+class Steps(nn.Module):
+    """One layer applied a number of times kept under another name than the constructor's
+    argument: the module cannot be rebuilt, and the count sizes no axis. It reads two
+    other ints that change no count: an index and a limit it checks."""
+
+    def __init__(self, d_model: int, n_layers: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(d_model, d_model)
+        self.depth = n_layers
+        self.layer_idx = 5
+        self.max_rows = 4096
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "b d_model"]) -> Float[Tensor, "b d_model"]:
+        assert x.shape[0] <= self.max_rows and self.layer_idx >= 0
+        for _ in range(self.depth):
+            x = torch.tanh(self.lin(x))
+        return x
+
+
+def test_a_count_the_forward_reads_is_held() -> None:
+    cost = Steps.forward.estimate(Steps(8, 3), b=2, d_model=8)
+    # per row, each of 3 steps: 2*8*8 for the product, 8 for the bias, 8 for the tanh
+    assert cost.exact and str(cost.formula) == "408*b"
+    # was {"d_model": 8}: 3 unlisted (the index and the limit change no count: not listed)
+    assert cost.fixed == {"d_model": 8, "depth": 3}
+    assert cost.flops == _recorded_forward(Steps(8, 3), torch.randn(2, 8)) == 816
+    _each_term_predicts(cost, {"b": 5}, Steps.forward.estimate(Steps(8, 3), b=5, d_model=8))
+    # the formula holds at 3 steps only
+    assert Steps.forward.estimate(Steps(8, 5), b=2, d_model=8).flops == 5 * 2 * 136
+
+
+class KeywordSteps(nn.Module):
+    """A count of steps set from ``**kwargs``: the module is rebuilt at other widths, and the
+    count passes through unchanged."""
+
+    def __init__(self, d: int, **options: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.depth = options.get("depth", 3)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "b d"]) -> Float[Tensor, "b d"]:
+        for _ in range(self.depth):
+            x = torch.tanh(self.lin(x))
+        return x
+
+
+def test_a_count_from_keyword_arguments_is_held() -> None:
+    cost = KeywordSteps.forward.estimate(KeywordSteps(8, depth=3), b=2, d=8)
+    # per row, each of 3 steps: 2*d*d for the product, d for the bias, d for the tanh
+    assert cost.exact and str(cost.formula) == "3*b*d*(2*d + 1)"
+    assert cost.fixed == {"depth": 3}  # was {}: the 3 was unlisted
+    assert cost.flops == _recorded_forward(KeywordSteps(8, depth=3), torch.randn(2, 8)) == 816
+    again = KeywordSteps.forward.estimate(KeywordSteps(5, depth=3), b=4, d=5)
+    _each_term_predicts(cost, {"b": 4, "d": 5}, again)
+    assert KeywordSteps.forward.estimate(KeywordSteps(8, depth=2), b=2, d=8).flops == 544

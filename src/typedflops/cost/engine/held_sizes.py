@@ -15,17 +15,21 @@ int fields of a config passed in; what else it was given passes through unchange
   rebuild leaves alone rather than pick one.
 
 Whatever way the module is built, an int global its classes' constructors read (``HIDDEN``
-in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis. A module that cannot be
-rebuilt holds all of its sizes: its names, its count of blocks (``self.n_blocks``), its
-lists' ints, those globals, and the widths of its torch layers and the axes of its own
-tensors that no size listed has (``fc1.out_features`` = 32, where ``hidden`` is kept
-nowhere; ``table.shape[0]`` = 1024, a buffer's length given to the constructor and kept
-nowhere else).
+in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis; and an int attribute its
+classes' methods count steps by (``for _ in range(self.depth):``), whatever it
+sizes. A module that cannot be rebuilt holds all of its sizes: its names, its count of
+blocks (``self.n_blocks``), its lists' ints, those globals, and the widths of its torch
+layers and the axes of its own tensors that no size listed has (``fc1.out_features`` =
+32, where ``hidden`` is kept nowhere; ``table.shape[0]`` = 1024, a buffer's length given
+to the constructor and kept nowhere else).
 """
 
 from __future__ import annotations
 
+import ast
 import dis
+import inspect
+import textwrap
 import types
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -77,9 +81,12 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
             unchanged = _unchanged_names(module, rebuild).items()
             found += [Held(name, f"self.{name}", size) for name, size in unchanged]
     found += [Held(name, name, size) for name, size in _globals_read(module).items()]
-    found = [held for held in found if _sizes(held, axes)]
+    counts = {held.name for held in _counts_read(module)}
+    found = [held for held in found if held.name in counts or _sizes(held, axes)]
     if rebuild is None:  # (its count of blocks, which sizes no axis: ``self.n_blocks``)
         found += [Held(name, name, count) for name, count in module_repeats(module).items()]
+        # (and a count its code reads, which sizes no axis either: ``self.depth`` steps)
+        found += _counts_read(module)
     return tuple(dict.fromkeys(found))
 
 
@@ -137,6 +144,9 @@ def _unchanged_names(module: torch.nn.Module, rebuild: Rebuild) -> dict[str, int
     sizes changed alone (a ``self.hidden`` read from ``**kwargs``); none where a build
     fails (a size that derives from those changes cannot be told from one held)."""
     kept = {name: size for name, size in module_names(module).items() if name not in rebuild.sizes}
+    for count in _counts_read(module):  # (a count from ``**kwargs``, or set in the body)
+        if count.name not in rebuild.sizes:
+            kept.setdefault(count.name, count.size)
     if not kept:
         return {}
     original = _fields_by_path(module)
@@ -216,15 +226,23 @@ def _nested_sizes(name: str, qualified: str, value: Any, depth: int = 3) -> list
 
 def _layer_widths(module: torch.nn.Module) -> list[Held]:
     """The int attributes of the module's torch layers (``in_features``, ``out_channels``),
-    by path (``fc1.out_features``): the only names a width has that the module keeps
-    nowhere else (``nn.Linear(d, hidden)`` with ``hidden`` not kept)."""
+    and the ints of their tuples (a convolution's ``kernel_size``, ``stride``), by path
+    (``fc1.out_features``, ``conv.kernel_size[0]``): the only names a size has that the
+    module keeps nowhere else (``nn.Linear(d, hidden)`` with ``hidden`` not kept)."""
     found: list[Held] = []
     for path, sub in module.named_modules():
         if type(sub).__module__.startswith("torch."):
             for name, value in vars(sub).items():
-                if type(value) is int and value > 1 and not name.startswith("_"):
-                    where = f"{path}.{name}" if path else name
-                    found.append(Held(where, where, value, unnamed=True))
+                if name.startswith("_"):
+                    continue
+                where = f"{path}.{name}" if path else name
+                if type(value) is int:
+                    ints = [(where, value)]
+                elif type(value) is tuple:
+                    ints = [(f"{where}[{i}]", n) for i, n in _ints_of(value)]
+                else:
+                    ints = []
+                found += [Held(key, key, n, unnamed=True) for key, n in ints if n > 1]
     return found
 
 
@@ -247,6 +265,65 @@ def _tensor_axes(module: torch.nn.Module) -> list[Held]:
                         held = f"{where}.shape[{axis}]"
                         found.append(Held(held, held, size, unnamed=True))
     return found
+
+
+def _counts_read(module: torch.nn.Module) -> list[Held]:
+    """The int attributes of the module's own classes that their methods count steps by
+    (``for _ in range(self.depth):``), whatever axes they size: numbers in the formulas
+    of a module that cannot be rebuilt. Other attributes code reads (an index, a limit an
+    ``assert`` checks) are left out; so is everything where the source cannot be read."""
+    found: list[Held] = []
+    for path, sub in module.named_modules():
+        if type(sub).__module__.startswith("torch."):
+            continue
+        counts = _ranged_attributes(type(sub))
+        for name, value in vars(sub).items():
+            if type(value) is int and value > 1 and name in counts and not name.endswith("_id"):
+                found.append(Held(name, f"{path}.{name}" if path else f"self.{name}", value))
+    return found
+
+
+def _ranged_attributes(cls: type) -> set[str]:
+    """The attributes of ``self`` that the methods of ``cls`` and of its bases that are not
+    torch's (``__init__`` left out) pass to ``range`` (``range(self.depth)``,
+    ``range(0, n, self.chunk)``)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object or klass.__module__.startswith("torch."):
+            continue
+        for key, value in vars(klass).items():
+            if key == "__init__" or not callable(value):
+                continue
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(value))))
+            except (OSError, TypeError, SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                if not node.args.args:
+                    continue
+                owner = node.args.args[0].arg  # (``self``)
+                for call in ast.walk(node):
+                    if (
+                        isinstance(call, ast.Call)
+                        and isinstance(call.func, ast.Name)
+                        and call.func.id == "range"
+                    ):
+                        names.update(_attributes_of(owner, call.args))
+    return names
+
+
+def _attributes_of(owner: str, nodes: list[ast.expr]) -> Iterator[str]:
+    """The attributes of ``owner`` (``self.depth``) read in ``nodes``."""
+    for expression in nodes:
+        for node in ast.walk(expression):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == owner
+            ):
+                yield node.attr
 
 
 def _ints_of(value: Any) -> list[tuple[int, int]]:
