@@ -276,14 +276,19 @@ def _counts_read(module: torch.nn.Module) -> list[Held]:
     for path, sub in module.named_modules():
         if type(sub).__module__.startswith("torch."):
             continue
-        counts = _ranged_attributes(type(sub))
+        counts = _RANGED.get(type(sub))
+        if counts is None:  # (read once per class: 10,000 blocks of one class, once)
+            counts = _RANGED[type(sub)] = _ranged_attributes(type(sub))
         for name, value in vars(sub).items():
             if type(value) is int and value > 1 and name in counts and not name.endswith("_id"):
                 found.append(Held(name, f"{path}.{name}" if path else f"self.{name}", value))
     return found
 
 
-def _ranged_attributes(cls: type) -> set[str]:
+_RANGED: dict[type, frozenset[str]] = {}
+
+
+def _ranged_attributes(cls: type) -> frozenset[str]:
     """The attributes of ``self`` that the methods of ``cls`` and of its bases that are not
     torch's (``__init__`` left out) pass to ``range`` (``range(self.depth)``,
     ``range(0, n, self.chunk)``)."""
@@ -311,7 +316,7 @@ def _ranged_attributes(cls: type) -> set[str]:
                         and call.func.id == "range"
                     ):
                         names.update(_attributes_of(owner, call.args))
-    return names
+    return frozenset(names)
 
 
 def _attributes_of(owner: str, nodes: list[ast.expr]) -> Iterator[str]:
