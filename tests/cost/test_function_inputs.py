@@ -172,3 +172,51 @@ def test_ops_under_no_grad_look_for_no_function(monkeypatch: pytest.MonkeyPatch)
     # held's backward, as in test_what_a_function_reads_reaches_backward_through_it
     assert rec.total.backward_flops == 1056 + 32 + 544
     del held
+
+
+class _Tied(nn.Module):
+    """A weight read by a Function and by a plain op: the Function is the record's first
+    op needing grad, on a leaf (nothing waits yet when its forward runs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x @ _Double.apply(self.w) + x @ self.w  # type: ignore[no-any-return, no-untyped-call]
+
+
+class _Residual(nn.Module):
+    """A reentrant checkpoint of a layer over an input needing grad, and the input added."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return checkpoint.checkpoint(self.a, x, use_reentrant=True) + x  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("model", "grad", "backward"),
+    [
+        # the two weight gradients 2·(2·4·8·8), the Function's 64 multiplies, and w's two
+        # gradients summed: 64 adds
+        (_Tied(), False, 1024 + 64 + 64),
+        # a's weight and input gradients 512 each, its bias's 32, x's two gradients summed:
+        # 32 adds
+        (_Residual(), True, 512 + 512 + 32 + 32),
+    ],
+)
+def test_a_leaf_a_function_reads_first_sums_its_gradients_in_a_record(
+    model: nn.Module, grad: bool, backward: int
+) -> None:
+    cost = estimate(model, _X, batch=4, d=8, grad=("x",) if grad else ())
+    assert (cost.backward_flops, cost.exact) == (backward, True)
+    x = torch.randn(4, 8, requires_grad=grad)
+    with record() as predicted:  # (no backward runs: the prediction)
+        model(x)
+    assert (predicted.total.backward_flops, predicted.total.exact) == (backward, True)
+    with record() as ran:  # (a backward runs: counted as it runs, the prediction's)
+        model(x).sum().backward()
+    assert (ran.total.backward_flops, ran.total.exact) == (backward, True)

@@ -199,8 +199,9 @@ def test_each_call_of_a_function_is_counted_once() -> None:
     assert uncounted == ()
     # Each call's backward: 2 products and an add per element (12 elements), once however
     # many ops took its outputs; the adds' own backward is free; `first`, read twice, has
-    # its two gradients summed (12 adds).
-    assert backward == 2 * (3 * 12) + 12
+    # its two gradients summed (12 adds), and so has x, read by both calls (12 adds: a
+    # backward from both results runs 96)
+    assert backward == 2 * (3 * 12) + 12 + 12
 
 
 def test_a_function_returned_by_a_checked_call_is_counted_by_estimate_and_record() -> None:

@@ -12,13 +12,20 @@ runs the first product and the relu again (8,448), not the second.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+    set_checkpoint_early_stop,
+)
 from torch.utils.flop_counter import FlopCounterMode
 
 import typedflops
@@ -197,3 +204,44 @@ def test_a_block_repeated_inside_a_region_runs_again_where_its_own_ops_fall() ->
     with kernels_of("cpu"):
         estimated = TransformerLM(config).loss_estimate(batch=2, seq=16)
     assert rec.total.recompute_flops == estimated.recompute_flops == 414_720
+
+
+def _save_products(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    if op is torch.ops.aten.addmm.default:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class _Selective(nn.Module):
+    """``Block``'s body checkpointed selectively: the products' outputs kept."""
+
+    def __init__(self, early_stop: bool) -> None:
+        super().__init__()
+        self.block = Block()
+        self.early_stop = early_stop
+
+    def forward(self, x: Tensor) -> Tensor:
+        contexts = functools.partial(create_selective_checkpoint_contexts, _save_products)
+        with set_checkpoint_early_stop(self.early_stop):
+            out: Tensor = checkpoint(self.block.body, x, use_reentrant=False, context_fn=contexts)
+        return out
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_selective_checkpointing_runs_again_only_what_its_policy_did_not_keep(
+    early_stop: bool,
+) -> None:
+    # The first product's output is kept: backward takes it from the storage, and runs the
+    # relu alone again (with early_stop off too: the second product is kept as well).
+    model = _Selective(early_stop)
+    cost = typedflops.estimate(model, Float[Tensor, "n d"], n=8, d=16, grad=("x",))
+    assert (cost.flops, cost.backward_flops, cost.recompute_flops) == (FORWARD, BACKWARD, RELU)
+    assert cost.exact
+    x = torch.randn(8, 16, requires_grad=True)
+    with record() as predicted:
+        model(x)
+    assert (predicted.total.recompute_flops, predicted.total.exact) == (RELU, True)
+    rec, counted = _both(lambda: model(x).sum().backward())
+    assert (rec.total.recompute_flops, rec.total.exact) == (RELU, True)
+    # FlopCounterMode: the forward's products and backward's, none run again
+    assert counted == sum(torch_counts(rec.session.root)) == UP + DOWN + 2 * UP + 2 * DOWN

@@ -118,7 +118,7 @@ def estimate(
         else:
             dims[key] = value
     for key, value in arguments.items():
-        if isinstance(value, str):
+        if isinstance(value, str) and not _takes_string(signature.parameters.get(key)):
             raise SpecError.at(
                 f"estimate({_label(model)})",
                 f"{key}={value!r} is a string; an input is given as an annotation",
@@ -224,6 +224,27 @@ def _forward_signature(call: Callable[..., Any], owner: Any) -> inspect.Signatur
         parameters = list(signature.parameters.values())[1:]
         signature = signature.replace(parameters=parameters)
     return signature
+
+
+#: A string annotation that takes a string: ``str``, ``str | None``, ``Literal["a", "b"]``.
+_STRING_ANNOTATION = re.compile(r"\bstr\b|\bLiteral\[")
+
+
+def _takes_string(parameter: inspect.Parameter | None) -> bool:
+    """Whether ``parameter`` takes a string (``mode: str = "train"``, a ``Literal`` of
+    names): a string given for it is passed as it is, not taken for a dim string meant as
+    an annotation (``input_ids="batch seq"``)."""
+    if parameter is None:
+        return False
+    if isinstance(parameter.default, str):
+        return True
+    annotation = parameter.annotation
+    if annotation is parameter.empty:
+        return False
+    if annotation is str:
+        return True
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return _STRING_ANNOTATION.search(text) is not None
 
 
 def _positional_names(signature: inspect.Signature) -> list[str]:

@@ -107,7 +107,19 @@ def backward_of(event: Event) -> BackwardResult:
     return result
 
 
+#: Ops whose backward only moves values (0 FLOPs), which a replay cannot run on meta: the
+#: positions of the inputs it sends gradients to. ``_pack_padded_sequence`` needs its
+#: lengths' values on a CPU; its backward puts each step's gradient back in the padded
+#: batch.
+_MOVES_BACK: dict[Any, tuple[int, ...]] = {
+    torch.ops.aten._pack_padded_sequence.default: (0,),
+}
+
+
 def _replay(event: Event) -> BackwardResult:
+    moves = _MOVES_BACK.get(event.func)
+    if moves is not None:  # (its one floating-point output, the packed values, flows)
+        return BackwardResult([], edges=moves, flows=(0,))
     # A CUDA kernel that meta runs as a decomposition is replayed as its stand-in.
     func = META_STAND_INS.get(event.func, event.func)
     mutates = any(

@@ -70,6 +70,8 @@ _function_depth = torch._C._len_torch_function_stack
 _function_at = torch._C._get_function_stack_at
 _getframe = sys._getframe
 _grad = torch._C.is_grad_enabled
+_forward_ad = torch._C._is_fwd_grad_enabled
+_inference = torch._C.is_inference_mode_enabled
 _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 _in_tls = torch._C._is_key_in_tls
 _get_tls = torch._C._get_obj_in_tls
@@ -292,7 +294,16 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         again = self.again
         if hooked or again.regions:
             again.op(event, region_frame())
-        if event.needs_grad or plan.writes or self.sums.waiting:
+        if (
+            event.needs_grad
+            or plan.writes
+            or self.sums.waiting
+            or self.function is not None
+            or not (_grad() or _forward_ad() or _inference())
+        ):
+            # (an op with autograd and forward AD off, outside inference mode, may run
+            # inside a torch.autograd.Function's forward, whose edges go to its inputs,
+            # leaves too: see .function_inputs)
             self.edges(event, func, args, kwargs or {}, out)
         return out
 

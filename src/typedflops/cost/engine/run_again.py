@@ -11,22 +11,80 @@ it is pending until that list grows past its length when the op ran, and is then
 run again, in one event (``rerun``) placed where the growth was seen. Ops still pending when
 the region's forward has completed are its tail and are dropped; with ``early_stop`` off,
 every op runs again.
+
+Selective activation checkpointing (``context_fn=create_selective_checkpoint_contexts``)
+keeps the outputs of the ops its policy saves: backward takes them from its storage instead
+of running them again. Such an op is found under torch's caching mode, above the counting
+mode on the stack, and is counted run again only if that mode stored no output for it.
 """
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+import torch.utils.checkpoint as _checkpoint
+
 from .events import Event, named_event
 from .saved import top_pack_hook
+from .stack import frame_of
 
 __all__ = ["RunAgain", "region_frame"]
 
 #: The event standing for each run of pending ops found to run again, kept by those ops.
 _RERUNS: dict[tuple[Event, ...], Event] = {}
 _RERUNS_LIMIT = 4096
+
+
+def _none() -> None:
+    return None
+
+
+#: Selective checkpointing's mode over a region's forward, which stores the outputs its
+#: policy saves, and the mark it stores for an op run again instead.
+_CACHING = getattr(_checkpoint, "_CachingTorchDispatchMode", None)
+_CACHING_CODE = getattr(
+    inspect.unwrap(getattr(_CACHING, "__torch_dispatch__", _none)), "__code__", None
+)  # (torch wraps a mode's __torch_dispatch__ to keep dynamo out)
+_RECOMPUTE = getattr(_checkpoint, "_RECOMPUTE", None)
+_STORAGE_KEY: Callable[[Any, Any], Any] = getattr(
+    _checkpoint, "_sac_storage_key", lambda func, args: func
+)
+# How far up the stack from the counting mode's op the caching mode's call is looked for
+# (torch's dispatch between them, and an op decomposed inside the counting mode).
+_CACHING_DEPTH = 24
+
+#: Where selective checkpointing keeps an op's output: its storage, key and index.
+_Stored = tuple[Any, Any, int]
+
+
+def _stored_at() -> _Stored | None:
+    """Where the caching mode of a selectively checkpointed region will keep the output of
+    the op it runs now (the op that an op counted now is, or is part of), or None."""
+    if _CACHING_CODE is None:
+        return None
+    frame = frame_of(_CACHING_CODE, _CACHING_DEPTH, 3)
+    if frame is None:
+        return None
+    found = frame.f_locals
+    mode = found.get("self")
+    storage = getattr(mode, "storage", None)
+    counter = getattr(mode, "func_counter", None)
+    if storage is None or counter is None:
+        return None
+    key = _STORAGE_KEY(found.get("func"), found.get("args", ()))
+    return storage, key, counter.get(key, 0)
+
+
+def _runs_again(stored: _Stored | None) -> bool:
+    """Whether an op runs again in backward: selective checkpointing kept no output of it."""
+    if stored is None:
+        return True
+    storage, key, index = stored
+    outputs = storage.get(key)
+    return outputs is None or outputs.get(index, _RECOMPUTE) is _RECOMPUTE
 
 
 def region_frame() -> Any:
@@ -46,7 +104,7 @@ def region_frame() -> Any:
 
 
 class _Region:
-    __slots__ = ("early_stop", "frame", "holders", "mark", "pending")
+    __slots__ = ("early_stop", "frame", "holders", "mark", "pending", "stored")
 
     def __init__(self, frame: Any) -> None:
         self.frame = weakref.ref(frame)
@@ -54,6 +112,20 @@ class _Region:
         self.early_stop = bool(getattr(frame, "early_stop", True))
         self.mark = 0
         self.pending: list[Event] = []
+        # (by pending op: where selective checkpointing keeps its output, if it does)
+        self.stored: list[_Stored | None] = []
+
+    def run_again(self) -> tuple[Event, ...]:
+        """The pending ops that backward runs again (not those whose output is kept)."""
+        return tuple(
+            event
+            for event, stored in zip(self.pending, self.stored, strict=True)
+            if _runs_again(stored)
+        )
+
+    def clear(self) -> None:
+        self.pending = []
+        self.stored = []
 
     def ended(self) -> bool:
         frame = self.frame()
@@ -84,6 +156,7 @@ class RunAgain:
             self.regions.append(region)
         region.mark = len(region.holders)
         region.pending.append(event)
+        region.stored.append(_stored_at())
 
     def settle(self) -> None:
         """Count the pending ops a tensor was saved after; drop the tail of regions whose
@@ -92,12 +165,14 @@ class RunAgain:
         for region in self.regions:
             ended = region.ended()
             if len(region.holders) > region.mark or (ended and not region.early_stop):
-                self.place(_rerun(tuple(region.pending)))
-                region.pending = []
+                events = region.run_again()
+                if events:
+                    self.place(_rerun(events))
+                region.clear()
             if not ended:
                 kept.append(region)
             elif region.pending:
-                region.pending = []  # ran after the region's last save: not run again
+                region.clear()  # ran after the region's last save: not run again
         self.regions = [region for region in kept if region.pending]
 
 
