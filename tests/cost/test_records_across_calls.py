@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from contextlib import ExitStack
 
+import pytest
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -157,3 +158,20 @@ def test_a_record_entered_by_hand_in_a_body_leaves_no_mode_behind() -> None:
         opens_by_hand(X)
     assert again.total.flops == counter.get_total_flops() == 2 * P
     assert [inner.total.flops for inner in _opened] == [P, P]
+
+
+def test_a_record_entered_again_is_refused_with_the_way_out() -> None:
+    block = record()
+    with block as first:
+        X @ W
+    assert first.total.flops == P
+    with pytest.raises(RuntimeError) as error, block:
+        X @ W
+    assert str(error.value) == (
+        "this record() was entered already: each `with` block needs a record() of its own"
+        " (`with record() as rec:`)"
+    )
+    assert first.total.flops == P  # (the refused block counted nothing, anywhere)
+    with record() as again:  # a new record() works as before
+        X @ W
+    assert again.total.flops == P

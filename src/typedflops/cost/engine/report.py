@@ -23,7 +23,7 @@ from .recorder import Row, loose_counts, merged_total
 from .recording import entered, left
 from .works import RecordSession
 
-__all__ = ["Recorder", "record"]
+__all__ = ["RecordBlock", "Recorder", "record"]
 
 
 class Recorder:
@@ -178,13 +178,36 @@ def _block_frame() -> tuple[int, types.CodeType] | None:
     """The frame of the code inside the ``with record()`` block (past contextlib's), by its
     id and code."""
     frame: types.FrameType | None = sys._getframe(2)  # (past this and record's generator)
-    while frame is not None and frame.f_code.co_filename == _CONTEXTLIB:
+    while frame is not None and (frame.f_code.co_filename == _CONTEXTLIB or frame.f_code is _ENTER):
         frame = frame.f_back
     return None if frame is None else (id(frame), frame.f_code)
 
 
-@contextlib.contextmanager
-def record() -> Iterator[Recorder]:
+class RecordBlock(contextlib.AbstractContextManager["Recorder"]):
+    """What :func:`record` returns: a ``with`` block entered once (a second ``with`` of the
+    same object is refused: each block opens a ``record()`` of its own)."""
+
+    def __init__(self) -> None:
+        self._block: contextlib.AbstractContextManager[Recorder] | None = None
+
+    def __enter__(self) -> Recorder:
+        if self._block is not None:
+            raise RuntimeError(
+                "this record() was entered already: each `with` block needs a record() of its"
+                " own (`with record() as rec:`)"
+            )
+        self._block = _recording()
+        return self._block.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        assert self._block is not None
+        return self._block.__exit__(*exc)
+
+
+_ENTER = RecordBlock.__enter__.__code__
+
+
+def record() -> RecordBlock:
     """Record every decorated call and op run inside the block, in this thread or asyncio
     task (and the tasks it starts inside the block).
 
@@ -199,6 +222,12 @@ def record() -> Iterator[Recorder]:
     >>> rec.total.flops
     48
     """
+    return RecordBlock()
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[Recorder]:
+    """:func:`record`'s block."""
     recorder = Recorder()
     session = recorder.session
     outer = counting_frame.get()
