@@ -13,6 +13,7 @@ their value alone.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -175,7 +176,29 @@ def tied(runner: Runner, at: Mapping[str, Size], base: Run, studies: list[Study]
             result.append(joint)
             calls = [a for a in calls if a.keys[0] not in joint.axis.keys]
             owns = [a for a in owns if a.keys[0] not in joint.axis.keys]
+        # The call's own dims of one value that run only changed together (``x @ x`` on
+        # ``"b h w"``, an ``assert n == m``): one axis, named after the first.
+        while len(calls) >= 2:
+            joint = _tie_calls(runner, at, base, calls)
+            if joint is None:
+                break
+            result = [s for s in result if s.axis.keys[0] not in joint.axis.keys]
+            result.append(joint)
+            calls = [a for a in calls if a.keys[0] not in joint.axis.keys]
     return result
+
+
+def _tie_calls(
+    runner: Runner, at: Mapping[str, Size], base: Run, calls: list[Axis]
+) -> Study | None:
+    """The first group of the call's stuck dims that runs changed together, pairs first."""
+    groups = [*itertools.combinations(calls, 2), tuple(calls)]
+    for together in dict.fromkeys(groups):
+        keys = tuple(key for axis in together for key in axis.keys)
+        joint = study(runner, at, base, Axis(together[0].name, keys, True))
+        if not joint.stuck:
+            return joint
+    return None
 
 
 def _tie(

@@ -159,7 +159,9 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     elif moving:
         cost = _inexact(cost)
     if not shifted:
-        checked = [s.axis for s in studies if s.axis not in at_one]
+        # (a dim no other value runs is a number of the formulas, listed as held: no part
+        # at 1 names it, though torch may broadcast it there)
+        checked = [s.axis for s in studies if s.axis not in at_one and not s.stuck]
         cost = checked_at_one(
             probe, runner, base, start, checked, cost, lambda p: measure(p, shifted=True)
         )
