@@ -275,6 +275,17 @@ _FOUND_BY_SEARCH = [
     # temporary first, so u's edge stays (112; 96 before)
     [("call view", 0, 0), ("expand", 1, 0), ("assign", 2, 0)],
     [("call view", 2, 3), ("expand", 13, 10), ("assign", 2, 13), ("slice", 7, 13)],
+    # a slice s of h, h assigned through a slice, then a call's view of s (s made again
+    # inside it), then h written: the view's edge is taken back, and so is the edge of s
+    # made again that it alone read (64: x * 1, the assignment's sum, mul_, one sum where
+    # h's last node has two readers; 80 before)
+    [("slice", 0, 0), ("assign", 0, 0), ("call view", 1, 0), ("mul_", 0, 0)],
+    # the same with a slice of s made again held where a call begins (80; 96 before)
+    [("slice", 0, 0), ("assign", 0, 0), ("slice", 1, 0), ("call view", 0, 0), ("mul_", 0, 0)],
+    # an expand e of h held where a call begins, the call's view of e, then h written: the
+    # view made again sums over e's expanded dim, the sum e's backward counted (80: x * 1,
+    # mul_, that sum, one sum where h's new node has two readers; 112 before)
+    [("expand", 0, 0), ("call view", 1, 0), ("mul_", 0, 0)],
 ]
 
 

@@ -19,7 +19,8 @@ autograd's ``CopySlices`` gives the base (see :mod:`.in_place`).
 
 A view op's own backward where it computes (``expand``'s sum) stays in the call's row; the
 view made again when next read costs its own backward in its place (``as_strided``'s sum
-over the same expanded dims), so that one is not counted again.
+over the same expanded dims), so that one is not counted again; nor, once, that of a held
+view of it made again (a call's ``e.unsqueeze(0)`` of an expand ``e`` held where it began).
 Not taken back: the ops that made what the view read (they stay reached), and a computing
 view op's backward where the view is never read again.
 """
@@ -64,6 +65,7 @@ class HeldSums(Protocol):
     held_views: dict[int, HeldView]
     view_parents: dict[int, tuple[weakref.ref[torch.Tensor], list[int]]]
     credits: dict[Any, int]
+    expanded: dict[weakref.ref[torch.Tensor], list[int]]
     deferred: dict[Any, list[Deferred]]
     holding: bool
     realm: Callable[[Any], Any] | None
@@ -102,7 +104,8 @@ class HeldView:
 def hold(sums: HeldSums, output: WaitingOutput) -> None:
     """Count the edges of ``output``'s op, decided at a call's boundary, noting them if it
     is a view's (see module): its own and those of the view ops it alone read
-    (``h.unsqueeze(0).expand(2, n)``)."""
+    (``h.unsqueeze(0).expand(2, n)``), and of a view's node made again that it alone read
+    (``s[1:]`` of a slice ``s`` read after its base was written: reached through it only)."""
     waiting = output.waiting
     view = output.ref()
     if view is None or view._base is None or not _viewing(waiting):
@@ -152,12 +155,11 @@ def take_credit(sums: HeldSums, key: Any, adds: int) -> int:
 
 
 def _viewing(waiting: Waiting) -> bool:
-    """Whether ``waiting`` is a view op's, with one edge."""
+    """Whether ``waiting`` is a view op's, with one edge (or a view's node made again)."""
     event = waiting.event
     inputs = waiting.inputs
     return (
-        event is not None
-        and getattr(event.func, "is_view", False)
+        (waiting.remade or (event is not None and getattr(event.func, "is_view", False)))
         and inputs is not None
         and len(inputs) == 1
     )
@@ -250,7 +252,9 @@ def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch
         bases.add(id(tensor._base if tensor._base is not None else tensor))
     standing: list[torch.Tensor] = []
     held = sums.held_views
-    for key, found in list(held.items()):
+    boxes: dict[int, list[int]] = {}  # (an expand's backward counted, by the held view's id)
+    every = dict(held)
+    for key, found in every.items():
         view, viewed = found.ref(), found.base()
         if view is None or viewed is None:
             del held[key]
@@ -269,13 +273,37 @@ def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch
             # sum still waits, when it is dropped instead)
             if count > 1 and not _drop_sum(sums, edge):
                 sums.credits[edge] = sums.credits.get(edge, 0) + 1
-        if _expands(found.ops) and not any(view is tensor for tensor in tensors):
-            sums.credits[found.ref] = 1  # (its view ops' backward sums, counted: see module)
+        if any(view is tensor for tensor in tensors):
+            continue
+        box = [1] if _expands(found.ops) else _box_of(found.parents, boxes, every)
+        if box is not None:  # (its view ops' backward sums, or a held view's it views,
+            boxes[key] = sums.expanded[found.ref] = box  # counted: see module)
     if not held:
         sums.view_parents.clear()
     if sums.deferred:
         release(sums)
     return standing
+
+
+def _box_of(
+    parents: list[int], boxes: dict[int, list[int]], held: dict[int, HeldView]
+) -> list[int] | None:
+    """The credit of an expand's backward counted for a held view among ``parents`` (the
+    held views a view views, through others: a view of that expand made again sums over
+    the same dims), shared: the first view made again takes it."""
+    stack, seen = list(parents), set()
+    while stack:
+        key = stack.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        box = boxes.get(key)
+        if box is not None:
+            return box
+        found = held.get(key)
+        if found is not None:
+            stack.extend(found.parents)
+    return None
 
 
 def _pending(sums: HeldSums) -> set[Any]:

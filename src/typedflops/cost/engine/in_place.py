@@ -129,8 +129,13 @@ def regenerate(sums: GradientSums, tensors: list[torch.Tensor]) -> None:
         sums._replaced(tensor)
         context = sums.where() if sums.where is not None else None
         node = Waiting([sums._input(base)], 1, None, None, context)
-        if not sums.credits or not sums.credits.pop(ref, 0):  # (see .held_views)
-            node.again = view_again(tuple(tensor.shape), tensor.stride(), tensor.dtype, sums.shared)
+        node.remade = True
+        again = view_again(tuple(tensor.shape), tensor.stride(), tensor.dtype, sums.shared)
+        box = sums.expanded.pop(ref, None) if sums.expanded else None
+        if again is not None and box is not None and box[0]:  # (see .held_views)
+            box[0] = 0
+        else:
+            node.again = again
         _read(sums, node, base, True)
         key = id(tensor)
         held = weakref.ref(tensor, functools.partial(sums._let_go, key))
