@@ -286,6 +286,16 @@ _FOUND_BY_SEARCH = [
     # view made again sums over e's expanded dim, the sum e's backward counted (80: x * 1,
     # mul_, that sum, one sum where h's new node has two readers; 112 before)
     [("expand", 0, 0), ("call view", 1, 0), ("mul_", 0, 0)],
+    # a slice s of h read by s.t() and by an expand of s, both held where a call begins,
+    # then h written: neither reaches s, whose edge is taken back with theirs (104: x * 1,
+    # mul_, the expand made again (24), three sums where h's new node has four readers;
+    # 120 before)
+    [("slice", 0, 0), ("t", 1, 0), ("expand", 1, 0), ("call view", 0, 0), ("mul_", 0, 0)],
+    # a slice s of h read by exp, a call's view of s, then h written: the sum the view's
+    # edge added to s's is taken back with it, no later edge to s to take it from (76:
+    # x * 1, exp, mul_, a sum where h's old node has two readers and one where its new
+    # node has two; 88 before)
+    [("slice", 0, 0), ("exp", 1, 0), ("call view", 1, 0), ("mul_", 0, 0)],
 ]
 
 

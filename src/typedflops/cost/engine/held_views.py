@@ -11,9 +11,9 @@ edge to it is counted: an op that differentiates it reaches backward; what an op
 in place reads reaches before its write), and taken back if its base is written first: its
 count, and a sum it or a later edge added because of it (the next edge counted to the same
 tensor adds one sum less). A sum an edge adds while a held view's edge to the same tensor
-may yet be taken back waits (:func:`defer`): taking the edge back drops it; once none may
-(the view reached, the block ended), it is counted where that happens (:func:`release`;
-the row of a call that has returned takes no more events).
+may yet be taken back (its own too) waits (:func:`defer`): taking the edge back drops it;
+once none may (the view reached, the block ended), it is counted where that happens
+(:func:`release`; the row of a call that has returned takes no more events).
 A view written itself, no op having read it, keeps its edge: it stands for the edge
 autograd's ``CopySlices`` gives the base (see :mod:`.in_place`).
 
@@ -105,14 +105,34 @@ def hold(sums: HeldSums, output: WaitingOutput) -> None:
     """Count the edges of ``output``'s op, decided at a call's boundary, noting them if it
     is a view's (see module): its own and those of the view ops it alone read
     (``h.unsqueeze(0).expand(2, n)``), and of a view's node made again that it alone read
-    (``s[1:]`` of a slice ``s`` read after its base was written: reached through it only)."""
+    (``s[1:]`` of a slice ``s`` read after its base was written: reached through it only).
+    A view op's node other ops read too, none reached yet (``s = h[1:]`` read by a held
+    ``s.t()`` and a held expand of ``s``), is noted as a held view of its own, which each
+    of them views: reached if one of its readers is, taken back with them."""
     waiting = output.waiting
     view = output.ref()
     if view is None or view._base is None or not _viewing(waiting):
         sums._live(waiting)
         return
+    held = _entry(sums, view, waiting)
+    pending = sums.view_parents.pop(id(view), None)
+    if pending is not None and pending[0]() is view:
+        held.parents.extend(key for key in pending[1] if key not in held.parents)
+    _note(sums, view, held)  # (first: a sum its own edges add waits, see defer)
+    sums.holding = True
+    try:
+        sums._live(waiting)
+    finally:
+        sums.holding = False
+
+
+def _entry(sums: HeldSums, view: torch.Tensor, waiting: Waiting) -> HeldView:
+    """The note of a held view ``view`` whose view op waits (``waiting``), its edges not
+    counted yet: the edges of the view ops it alone reaches, the held views they read, and
+    (noted first, see :func:`hold`) the view ops' nodes others read too."""
     keys: list[Any] = []
     ops: list[Waiting] = []
+    parents: list[int] = []
     chain, viewed = [waiting], None
     while chain:
         found = chain.pop()
@@ -124,19 +144,27 @@ def hold(sums: HeldSums, output: WaitingOutput) -> None:
             if viewed is None:
                 viewed = ref()
         for source in found.sources:
-            if not source.done and source.readers <= 1 and _viewing(source.waiting):
+            tensor = source.ref()
+            if tensor is not None and _holds(sums, tensor, False):
+                if id(tensor) not in parents:
+                    parents.append(id(tensor))
+            elif source.done or not _viewing(source.waiting):
+                continue
+            elif source.readers <= 1:
                 chain.append(source.waiting)
-    sums.holding = True
-    try:
-        sums._live(waiting)
-    finally:
-        sums.holding = False
-    pending = sums.view_parents.pop(id(view), None)
-    parents = pending[1] if pending is not None and pending[0]() is view else []
+            elif tensor is not None and tensor._base is not None:
+                _note(sums, tensor, _entry(sums, tensor, source.waiting))
+                parents.append(id(tensor))
     if viewed is not None and _holds(sums, viewed, False) and id(viewed) not in parents:
         parents.append(id(viewed))
-    stands = viewed is view._base and len(waiting.inputs or ()) <= 1
-    held = HeldView(weakref.ref(view), weakref.ref(view._base), keys, ops, parents, stands)
+    base = view._base
+    assert base is not None
+    stands = viewed is base and len(waiting.inputs or ()) <= 1
+    return HeldView(weakref.ref(view), weakref.ref(base), keys, ops, parents, stands)
+
+
+def _note(sums: HeldSums, view: torch.Tensor, held: HeldView) -> None:
+    """Note ``held``, the entry of a held view ``view``."""
     views = sums.held_views
     views[id(view)] = held
     if len(views) > _LIMIT:  # (views let go, read by nothing since: nothing to take back)
