@@ -296,6 +296,15 @@ _FOUND_BY_SEARCH = [
     # x * 1, exp, mul_, a sum where h's old node has two readers and one where its new
     # node has two; 88 before)
     [("slice", 0, 0), ("exp", 1, 0), ("call view", 1, 0), ("mul_", 0, 0)],
+    # a slice s of h, s.t() held where a call begins, then exp(s), then h written: exp
+    # reads s after the hold, so s's edge stays though s.t()'s is taken back (92: x * 1,
+    # exp, mul_, a sum where h's old node has two readers, s's slice and mul_, and one where
+    # its new node has two; 76 before)
+    [("slice", 0, 0), ("t", 1, 0), ("call view", 0, 0), ("exp", 1, 0), ("mul_", 0, 0)],
+    # an expand e of h, h assigned, a call's view of e (e made again), then e[0] = e[-1]:
+    # the write reads e made again first, its edge and its sum over the expanded dim stay
+    # (176)
+    [("expand", 0, 0), ("assign", 0, 0), ("call view", 1, 0), ("assign", 1, 0)],
 ]
 
 

@@ -106,9 +106,10 @@ def hold(sums: HeldSums, output: WaitingOutput) -> None:
     is a view's (see module): its own and those of the view ops it alone read
     (``h.unsqueeze(0).expand(2, n)``), and of a view's node made again that it alone read
     (``s[1:]`` of a slice ``s`` read after its base was written: reached through it only).
-    A view op's node other ops read too, none reached yet (``s = h[1:]`` read by a held
-    ``s.t()`` and a held expand of ``s``), is noted as a held view of its own, which each
-    of them views: reached if one of its readers is, taken back with them."""
+    A view op's node whose view is still alive (``s = h[1:]`` read by a held ``s.t()``,
+    maybe by a held expand of ``s`` too), none of its readers reached yet, is noted as a
+    held view of its own, which each of them views: reached if one of them is or an op
+    reads ``s`` later, taken back with them."""
     waiting = output.waiting
     view = output.ref()
     if view is None or view._base is None or not _viewing(waiting):
@@ -150,9 +151,10 @@ def _entry(sums: HeldSums, view: torch.Tensor, waiting: Waiting) -> HeldView:
                     parents.append(id(tensor))
             elif source.done or not _viewing(source.waiting):
                 continue
-            elif source.readers <= 1:
-                chain.append(source.waiting)
-            elif tensor is not None and tensor._base is not None:
+            elif tensor is None:  # (a temporary: read by nothing else from now on)
+                if source.readers <= 1:
+                    chain.append(source.waiting)
+            elif tensor._base is not None:  # (an op may read it yet: reached then)
                 _note(sums, tensor, _entry(sums, tensor, source.waiting))
                 parents.append(id(tensor))
     if viewed is not None and _holds(sums, viewed, False) and id(viewed) not in parents:
@@ -194,9 +196,11 @@ def _viewing(waiting: Waiting) -> bool:
 
 
 def _expands(ops: list[Waiting]) -> bool:
-    """Whether one of a held view's ``ops`` is an ``expand`` (its backward sums what it
-    repeats, as the view's node made again would)."""
-    return any(op.event is not None and op.event.func is _EXPAND for op in ops)
+    """Whether one of a held view's ``ops`` is an ``expand`` or an expanded view's node
+    made again (its backward sums what it repeats, as the view's node made again would)."""
+    return any(
+        op.again is not None or (op.event is not None and op.event.func is _EXPAND) for op in ops
+    )
 
 
 def _alive(ref: weakref.ref[torch.Tensor], known: Any, entries: dict[int, Any], key: int) -> bool:
