@@ -305,6 +305,11 @@ _FOUND_BY_SEARCH = [
     # the write reads e made again first, its edge and its sum over the expanded dim stay
     # (176)
     [("expand", 0, 0), ("assign", 0, 0), ("call view", 1, 0), ("assign", 1, 0)],
+    # an expand e of h held where a call begins, the call's e[..., 1:] returned, then h
+    # written: e's backward (a sum of 32) waits with its edge and is taken back with it;
+    # the slice made again sums its own 24 (72: x * 1, mul_, that sum, one sum where h's
+    # new node has two readers; 80, 104 before)
+    [("expand", 0, 0), ("call view", 1, 2), ("mul_", 0, 0)],
 ]
 
 
@@ -325,6 +330,13 @@ def _expand_returned(x: Tensor) -> Tensor:
     t = _expanded(h)
     h.mul_(2.0)
     return t.sum() + h.sum()
+
+
+def _expand_returned_never_read(x: Tensor) -> Tensor:
+    h = x * 1.0
+    _ = _expanded(h)  # (held, never read)
+    h.mul_(2.0)
+    return h.sum()
 
 
 def _expand_returned_read_twice(x: Tensor) -> Tensor:
@@ -361,6 +373,9 @@ def _twice(h: Float[Tensor, "4 4"]) -> Float[Tensor, "4 4"]:
         # (32), one sum where h's new node has two readers (16); the expand returned never
         # runs its backward (112 predicted before)
         (_expand_returned, 80),
+        # the expand let go unread, h written, h.sum() alone: h * 1 and mul_ (32); the
+        # expand's backward, waiting with its edge, is taken back with it (64 before)
+        (_expand_returned_never_read, 32),
         # t made again once, read twice: a sum of its 32 gradients (32) and mean's (32):
         # 144 (176 before)
         (_expand_returned_read_twice, 144),

@@ -91,7 +91,6 @@ class GradientSums:
         "deferred",
         "detached",
         "elsewhere",
-        "expanded",
         "gone",
         "held_views",
         "histories",
@@ -128,9 +127,6 @@ class GradientSums:
         self.held_views: dict[int, HeldView] = {}
         self.view_parents: dict[int, tuple[weakref.ref[torch.Tensor], list[int]]] = {}
         self.credits: dict[Any, int] = {}
-        # Held views taken back whose expand's backward was counted: the first of them
-        # made again costs no second sum (a credit shared by a view and the views of it).
-        self.expanded: dict[weakref.ref[torch.Tensor], list[int]] = {}
         self.deferred: dict[Any, list[Deferred]] = {}  # (sums a held view may take back)
         self.holding = False
         # Detached copies of waiting outputs, by the copy's id; outputs let go while a
@@ -574,7 +570,6 @@ class GradientSums:
             self.held_views.clear()
             self.view_parents.clear()
             self.credits.clear()
-            self.expanded.clear()
             self.uses.clear()
             self.histories.clear()
             self.made.clear()

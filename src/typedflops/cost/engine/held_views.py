@@ -17,12 +17,11 @@ once none may (the view reached, the block ended), it is counted where that happ
 A view written itself, no op having read it, keeps its edge: it stands for the edge
 autograd's ``CopySlices`` gives the base (see :mod:`.in_place`).
 
-A view op's own backward where it computes (``expand``'s sum) stays in the call's row; the
-view made again when next read costs its own backward in its place (``as_strided``'s sum
-over the same expanded dims), so that one is not counted again; nor, once, that of a held
-view of it made again (a call's ``e.unsqueeze(0)`` of an expand ``e`` held where it began).
-Not taken back: the ops that made what the view read (they stay reached), and a computing
-view op's backward where the view is never read again.
+A view op's own backward where it computes (``expand``'s sum, a view's node made again)
+waits with its edge (:func:`_backs`): taken off where the op ran, counted where the view is
+reached (or a result: let go, the block ended), dropped if it is taken back, the view made
+again then costing its own (``as_strided``'s sum over its expanded dims) when read.
+Not taken back: the ops that made what the view read (they stay reached).
 """
 
 from __future__ import annotations
@@ -65,7 +64,6 @@ class HeldSums(Protocol):
     held_views: dict[int, HeldView]
     view_parents: dict[int, tuple[weakref.ref[torch.Tensor], list[int]]]
     credits: dict[Any, int]
-    expanded: dict[weakref.ref[torch.Tensor], list[int]]
     deferred: dict[Any, list[Deferred]]
     holding: bool
     realm: Callable[[Any], Any] | None
@@ -73,15 +71,17 @@ class HeldSums(Protocol):
 
     def _live(self, waiting: Waiting) -> None: ...
     def hand_sum(self, adds: int, edge: Any, context: Any) -> None: ...
+    def _hand(self, event: Event, context: Any) -> None: ...
 
 
 class HeldView:
     """A view held at a call's boundary whose edge was counted there: the view and its
     base (weakly), the keys in ``uses`` of the edges its view ops added (those that added
-    no sum), those view ops (``ops``: their own backward), and the held views it views
+    no sum), those view ops (``ops``), their own backward where it computes, waiting
+    (``backs``: an expand's, a view's node made again), and the held views it views
     (``parents``: reached through it)."""
 
-    __slots__ = ("base", "keys", "ops", "parents", "ref", "stands")
+    __slots__ = ("backs", "base", "keys", "ops", "parents", "ref", "stands")
 
     def __init__(
         self,
@@ -97,6 +97,7 @@ class HeldView:
         self.keys = keys
         self.ops = ops
         self.parents = parents
+        self.backs = _backs(ops)
         # Whether its edge goes to its base itself (it stands for CopySlices' if written).
         self.stands = stands
 
@@ -171,7 +172,7 @@ def _note(sums: HeldSums, view: torch.Tensor, held: HeldView) -> None:
     views[id(view)] = held
     if len(views) > _LIMIT:  # (views let go, read by nothing since: nothing to take back)
         for gone in [k for k, found in views.items() if found.ref() is None]:
-            del views[gone]
+            _count_backs(sums, views.pop(gone))
         if sums.deferred:
             release(sums)
 
@@ -195,12 +196,61 @@ def _viewing(waiting: Waiting) -> bool:
     )
 
 
-def _expands(ops: list[Waiting]) -> bool:
-    """Whether one of a held view's ``ops`` is an ``expand`` or an expanded view's node
-    made again (its backward sums what it repeats, as the view's node made again would)."""
-    return any(
-        op.again is not None or (op.event is not None and op.event.func is _EXPAND) for op in ops
-    )
+def _backs(ops: list[Waiting]) -> list[Event]:
+    """The own backward of a held view's ``ops`` where it computes (an ``expand``'s sum of
+    what it repeats, a view's node made again), taken off where they ran to wait: counted
+    once the view is reached (or a result), not if it is taken back."""
+    found: list[Event] = []
+    for op in ops:
+        event = op.event
+        if op.again is not None:
+            found.append(op.again)
+            op.again = None
+        elif event is not None and event.func is _EXPAND and event.needs_grad:
+            found.append(_copy(event, _BACKS, op.places is not None, True))
+            if op.places is None:  # (a dry run's own event)
+                event.needs_grad = False
+                continue
+            off = _copy(event, _OFF, True, False)
+            for items, index in op.places:
+                if index < len(items) and items[index] is event:
+                    items[index] = off
+    return found
+
+
+#: A record's expands' backward alone, and the expands without it, by the expand's event
+#: (one event for every call alike, as for ops: a call's items the same each time).
+_BACKS: dict[Event, Event] = {}
+_OFF: dict[Event, Event] = {}
+
+
+def _copy(event: Event, found: dict[Event, Event], shared: bool, backward: bool) -> Event:
+    """``event``'s backward alone (``backward``: a copy with no forward FLOPs or bytes), or
+    the op without it (one for every call of it alike, where ``shared``: a record's)."""
+    copy = found.get(event) if shared else None
+    if copy is None:
+        copy = object.__new__(Event)
+        copy.__dict__.update(event.__dict__)
+        if backward:
+            copy.flops = copy.matmul_flops = copy.bytes_read = copy.bytes_written = 0
+            copy.backward = list(event.backward)  # (a dry run fills its own)
+        else:
+            copy.needs_grad = False
+        if shared:
+            if len(found) > _LIMIT:
+                found.clear()
+            found[event] = copy
+    return copy
+
+
+def _count_backs(sums: HeldSums, found: HeldView) -> None:
+    """Count the own backward that waits on ``found`` (see :func:`_backs`), where the run
+    is now."""
+    if found.backs:
+        now = sums.where() if sums.where is not None else None
+        for event in found.backs:
+            sums._hand(event, now)
+        found.backs = []
 
 
 def _alive(ref: weakref.ref[torch.Tensor], known: Any, entries: dict[int, Any], key: int) -> bool:
@@ -233,10 +283,14 @@ def reached(sums: HeldSums, tensor: torch.Tensor | None) -> None:
     while stack:
         key, known = stack.pop()
         found = sums.held_views.get(key)
-        if found is not None and _alive(found.ref, known, sums.held_views, key):
-            del sums.held_views[key]
-            stack.extend((parent, None) for parent in found.parents)
-            continue
+        if found is not None:
+            view = found.ref()
+            if view is None or known is None or view is known:
+                del sums.held_views[key]
+                _count_backs(sums, found)  # (reached, or let go: a result)
+            if view is not None and (known is None or view is known):
+                stack.extend((parent, None) for parent in found.parents)
+                continue
         pending = sums.view_parents.get(key)
         if pending is not None and _alive(pending[0], known, sums.view_parents, key):
             del sums.view_parents[key]
@@ -268,7 +322,9 @@ def read_held(
         if parents:
             pending[id(outputs[0])] = (weakref.ref(outputs[0]), parents)
             if len(pending) > _LIMIT:  # (too many to follow: the held views' edges stay,
-                held.clear()  # as counted where they were held)
+                for found in held.values():  # as counted where they were held)
+                    _count_backs(sums, found)
+                held.clear()
                 pending.clear()
         return
     for tensor in chosen:
@@ -284,18 +340,18 @@ def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch
         bases.add(id(tensor._base if tensor._base is not None else tensor))
     standing: list[torch.Tensor] = []
     held = sums.held_views
-    boxes: dict[int, list[int]] = {}  # (an expand's backward counted, by the held view's id)
-    every = dict(held)
-    for key, found in every.items():
+    for key, found in list(held.items()):
         view, viewed = found.ref(), found.base()
         if view is None or viewed is None:
             del held[key]
+            _count_backs(sums, found)
             continue
         if id(viewed) not in bases:
             continue
         del held[key]
         if found.stands and any(view is tensor for tensor in tensors):
             standing.append(view)
+            _count_backs(sums, found)
             continue
         for edge in found.keys:
             count = sums.uses.get(edge, 0)
@@ -305,37 +361,11 @@ def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch
             # sum still waits, when it is dropped instead)
             if count > 1 and not _drop_sum(sums, edge):
                 sums.credits[edge] = sums.credits.get(edge, 0) + 1
-        if any(view is tensor for tensor in tensors):
-            continue
-        box = [1] if _expands(found.ops) else _box_of(found.parents, boxes, every)
-        if box is not None:  # (its view ops' backward sums, or a held view's it views,
-            boxes[key] = sums.expanded[found.ref] = box  # counted: see module)
     if not held:
         sums.view_parents.clear()
     if sums.deferred:
         release(sums)
     return standing
-
-
-def _box_of(
-    parents: list[int], boxes: dict[int, list[int]], held: dict[int, HeldView]
-) -> list[int] | None:
-    """The credit of an expand's backward counted for a held view among ``parents`` (the
-    held views a view views, through others: a view of that expand made again sums over
-    the same dims), shared: the first view made again takes it."""
-    stack, seen = list(parents), set()
-    while stack:
-        key = stack.pop()
-        if key in seen:
-            continue
-        seen.add(key)
-        box = boxes.get(key)
-        if box is not None:
-            return box
-        found = held.get(key)
-        if found is not None:
-            stack.extend(found.parents)
-    return None
 
 
 def _pending(sums: HeldSums) -> set[Any]:
@@ -370,6 +400,9 @@ def _drop_sum(sums: HeldSums, key: Any) -> bool:
 def release(sums: HeldSums, everything: bool = False) -> None:
     """Count the sums that wait where no held view's edge to their tensor may be taken
     back now (``everything``: all of them, none may be)."""
+    if everything:  # (the views still held are results: their own backward counts)
+        for found in sums.held_views.values():
+            _count_backs(sums, found)
     pending = set() if everything else _pending(sums)
     now = sums.where() if sums.where is not None else None
     for key in [key for key in sums.deferred if key not in pending]:

@@ -130,12 +130,7 @@ def regenerate(sums: GradientSums, tensors: list[torch.Tensor]) -> None:
         context = sums.where() if sums.where is not None else None
         node = Waiting([sums._input(base)], 1, None, None, context)
         node.remade = True
-        again = view_again(tuple(tensor.shape), tensor.stride(), tensor.dtype, sums.shared)
-        box = sums.expanded.pop(ref, None) if sums.expanded else None
-        if again is not None and box is not None and box[0]:  # (see .held_views)
-            box[0] = 0
-        else:
-            node.again = again
+        node.again = view_again(tuple(tensor.shape), tensor.stride(), tensor.dtype, sums.shared)
         _read(sums, node, base, True)
         key = id(tensor)
         held = weakref.ref(tensor, functools.partial(sums._let_go, key))
