@@ -20,6 +20,7 @@ from jaxtyping import Float
 from kernel_counts import ran_and_predicted
 from torch import Tensor
 
+import typedflops
 from typedflops import typed_flops
 
 _Step = tuple[str, int, int]
@@ -389,6 +390,14 @@ def test_an_expand_held_at_a_call_and_made_again_costs_one_sum_of_what_it_repeat
     program: Callable[[Tensor], Tensor], ran: int
 ) -> None:
     assert ran_and_predicted(program) == (ran, ran)
+
+
+def test_an_expand_returned_by_the_function_costed_costs_its_backward() -> None:
+    # the expand's sum of its 2x4x4 gradient over the repeated dim (32), waiting with the
+    # held view's edge until the run ends, as a backward from the result runs it
+    cost = typedflops.estimate(_expanded, Float[Tensor, "4 4"], grad=("h",))
+    assert cost.backward_flops == 32
+    assert ran_and_predicted(lambda x: _expanded(x).sum()) == (32, 32)
 
 
 def test_a_chain_of_views_sums_only_where_a_tensor_has_two_readers() -> None:
