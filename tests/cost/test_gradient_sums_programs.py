@@ -20,6 +20,7 @@ from jaxtyping import Float
 from kernel_counts import ran_and_predicted
 from torch import Tensor
 
+import typedflops
 from typedflops import typed_flops
 
 _Step = tuple[str, int, int]
@@ -275,6 +276,41 @@ _FOUND_BY_SEARCH = [
     # temporary first, so u's edge stays (112; 96 before)
     [("call view", 0, 0), ("expand", 1, 0), ("assign", 2, 0)],
     [("call view", 2, 3), ("expand", 13, 10), ("assign", 2, 13), ("slice", 7, 13)],
+    # a slice s of h, h assigned through a slice, then a call's view of s (s made again
+    # inside it), then h written: the view's edge is taken back, and so is the edge of s
+    # made again that it alone read (64: x * 1, the assignment's sum, mul_, one sum where
+    # h's last node has two readers; 80 before)
+    [("slice", 0, 0), ("assign", 0, 0), ("call view", 1, 0), ("mul_", 0, 0)],
+    # the same with a slice of s made again held where a call begins (80; 96 before)
+    [("slice", 0, 0), ("assign", 0, 0), ("slice", 1, 0), ("call view", 0, 0), ("mul_", 0, 0)],
+    # an expand e of h held where a call begins, the call's view of e, then h written: the
+    # view made again sums over e's expanded dim, the sum e's backward counted (80: x * 1,
+    # mul_, that sum, one sum where h's new node has two readers; 112 before)
+    [("expand", 0, 0), ("call view", 1, 0), ("mul_", 0, 0)],
+    # a slice s of h read by s.t() and by an expand of s, both held where a call begins,
+    # then h written: neither reaches s, whose edge is taken back with theirs (104: x * 1,
+    # mul_, the expand made again (24), three sums where h's new node has four readers;
+    # 120 before)
+    [("slice", 0, 0), ("t", 1, 0), ("expand", 1, 0), ("call view", 0, 0), ("mul_", 0, 0)],
+    # a slice s of h read by exp, a call's view of s, then h written: the sum the view's
+    # edge added to s's is taken back with it, no later edge to s to take it from (76:
+    # x * 1, exp, mul_, a sum where h's old node has two readers and one where its new
+    # node has two; 88 before)
+    [("slice", 0, 0), ("exp", 1, 0), ("call view", 1, 0), ("mul_", 0, 0)],
+    # a slice s of h, s.t() held where a call begins, then exp(s), then h written: exp
+    # reads s after the hold, so s's edge stays though s.t()'s is taken back (92: x * 1,
+    # exp, mul_, a sum where h's old node has two readers, s's slice and mul_, and one where
+    # its new node has two; 76 before)
+    [("slice", 0, 0), ("t", 1, 0), ("call view", 0, 0), ("exp", 1, 0), ("mul_", 0, 0)],
+    # an expand e of h, h assigned, a call's view of e (e made again), then e[0] = e[-1]:
+    # the write reads e made again first, its edge and its sum over the expanded dim stay
+    # (176)
+    [("expand", 0, 0), ("assign", 0, 0), ("call view", 1, 0), ("assign", 1, 0)],
+    # an expand e of h held where a call begins, the call's e[..., 1:] returned, then h
+    # written: e's backward (a sum of 32) waits with its edge and is taken back with it;
+    # the slice made again sums its own 24 (72: x * 1, mul_, that sum, one sum where h's
+    # new node has two readers; 80, 104 before)
+    [("expand", 0, 0), ("call view", 1, 2), ("mul_", 0, 0)],
 ]
 
 
@@ -295,6 +331,13 @@ def _expand_returned(x: Tensor) -> Tensor:
     t = _expanded(h)
     h.mul_(2.0)
     return t.sum() + h.sum()
+
+
+def _expand_returned_never_read(x: Tensor) -> Tensor:
+    h = x * 1.0
+    _ = _expanded(h)  # (held, never read)
+    h.mul_(2.0)
+    return h.sum()
 
 
 def _expand_returned_read_twice(x: Tensor) -> Tensor:
@@ -331,6 +374,9 @@ def _twice(h: Float[Tensor, "4 4"]) -> Float[Tensor, "4 4"]:
         # (32), one sum where h's new node has two readers (16); the expand returned never
         # runs its backward (112 predicted before)
         (_expand_returned, 80),
+        # the expand let go unread, h written, h.sum() alone: h * 1 and mul_ (32); the
+        # expand's backward, waiting with its edge, is taken back with it (64 before)
+        (_expand_returned_never_read, 32),
         # t made again once, read twice: a sum of its 32 gradients (32) and mean's (32):
         # 144 (176 before)
         (_expand_returned_read_twice, 144),
@@ -344,6 +390,14 @@ def test_an_expand_held_at_a_call_and_made_again_costs_one_sum_of_what_it_repeat
     program: Callable[[Tensor], Tensor], ran: int
 ) -> None:
     assert ran_and_predicted(program) == (ran, ran)
+
+
+def test_an_expand_returned_by_the_function_costed_costs_its_backward() -> None:
+    # the expand's sum of its 2x4x4 gradient over the repeated dim (32), waiting with the
+    # held view's edge until the run ends, as a backward from the result runs it
+    cost = typedflops.estimate(_expanded, Float[Tensor, "4 4"], grad=("h",))
+    assert cost.backward_flops == 32
+    assert ran_and_predicted(lambda x: _expanded(x).sum()) == (32, 32)
 
 
 def test_a_chain_of_views_sums_only_where_a_tensor_has_two_readers() -> None:

@@ -400,7 +400,7 @@ class GradientSums:
             self._decide(output)
         self.gone.clear()
         self.detached.clear()
-        if not boundary and self.deferred:  # (no held view's edge is taken back now)
+        if not boundary and (self.deferred or self.held_views):  # (none is taken back now)
             release(self, everything=True)
 
     def places_in(self, items: list[Any]) -> list[tuple[int, list[Place], int]]:

@@ -11,17 +11,17 @@ edge to it is counted: an op that differentiates it reaches backward; what an op
 in place reads reaches before its write), and taken back if its base is written first: its
 count, and a sum it or a later edge added because of it (the next edge counted to the same
 tensor adds one sum less). A sum an edge adds while a held view's edge to the same tensor
-may yet be taken back waits (:func:`defer`): taking the edge back drops it; once none may
-(the view reached, the block ended), it is counted where that happens (:func:`release`;
-the row of a call that has returned takes no more events).
+may yet be taken back (its own too) waits (:func:`defer`): taking the edge back drops it;
+once none may (the view reached, the block ended), it is counted where that happens
+(:func:`release`; the row of a call that has returned takes no more events).
 A view written itself, no op having read it, keeps its edge: it stands for the edge
 autograd's ``CopySlices`` gives the base (see :mod:`.in_place`).
 
-A view op's own backward where it computes (``expand``'s sum) stays in the call's row; the
-view made again when next read costs its own backward in its place (``as_strided``'s sum
-over the same expanded dims), so that one is not counted again.
-Not taken back: the ops that made what the view read (they stay reached), and a computing
-view op's backward where the view is never read again.
+A view op's own backward where it computes (``expand``'s sum, a view's node made again)
+waits with its edge (:func:`_backs`): taken off where the op ran, counted where the view is
+reached (or a result: let go, the block ended), dropped if it is taken back, the view made
+again then costing its own (``as_strided``'s sum over its expanded dims) when read.
+Not taken back: the ops that made what the view read (they stay reached).
 """
 
 from __future__ import annotations
@@ -71,15 +71,17 @@ class HeldSums(Protocol):
 
     def _live(self, waiting: Waiting) -> None: ...
     def hand_sum(self, adds: int, edge: Any, context: Any) -> None: ...
+    def _hand(self, event: Event, context: Any) -> None: ...
 
 
 class HeldView:
     """A view held at a call's boundary whose edge was counted there: the view and its
     base (weakly), the keys in ``uses`` of the edges its view ops added (those that added
-    no sum), those view ops (``ops``: their own backward), and the held views it views
+    no sum), those view ops (``ops``), their own backward where it computes, waiting
+    (``backs``: an expand's, a view's node made again), and the held views it views
     (``parents``: reached through it)."""
 
-    __slots__ = ("base", "keys", "ops", "parents", "ref", "stands")
+    __slots__ = ("backs", "base", "keys", "ops", "parents", "ref", "stands")
 
     def __init__(
         self,
@@ -95,6 +97,7 @@ class HeldView:
         self.keys = keys
         self.ops = ops
         self.parents = parents
+        self.backs = _backs(ops)
         # Whether its edge goes to its base itself (it stands for CopySlices' if written).
         self.stands = stands
 
@@ -102,14 +105,36 @@ class HeldView:
 def hold(sums: HeldSums, output: WaitingOutput) -> None:
     """Count the edges of ``output``'s op, decided at a call's boundary, noting them if it
     is a view's (see module): its own and those of the view ops it alone read
-    (``h.unsqueeze(0).expand(2, n)``)."""
+    (``h.unsqueeze(0).expand(2, n)``), and of a view's node made again that it alone read
+    (``s[1:]`` of a slice ``s`` read after its base was written: reached through it only).
+    A view op's node whose view is still alive (``s = h[1:]`` read by a held ``s.t()``,
+    maybe by a held expand of ``s`` too), none of its readers reached yet, is noted as a
+    held view of its own, which each of them views: reached if one of them is or an op
+    reads ``s`` later, taken back with them."""
     waiting = output.waiting
     view = output.ref()
     if view is None or view._base is None or not _viewing(waiting):
         sums._live(waiting)
         return
+    held = _entry(sums, view, waiting)
+    pending = sums.view_parents.pop(id(view), None)
+    if pending is not None and pending[0]() is view:
+        held.parents.extend(key for key in pending[1] if key not in held.parents)
+    _note(sums, view, held)  # (first: a sum its own edges add waits, see defer)
+    sums.holding = True
+    try:
+        sums._live(waiting)
+    finally:
+        sums.holding = False
+
+
+def _entry(sums: HeldSums, view: torch.Tensor, waiting: Waiting) -> HeldView:
+    """The note of a held view ``view`` whose view op waits (``waiting``), its edges not
+    counted yet: the edges of the view ops it alone reaches, the held views they read, and
+    (noted first, see :func:`hold`) the view ops' nodes others read too."""
     keys: list[Any] = []
     ops: list[Waiting] = []
+    parents: list[int] = []
     chain, viewed = [waiting], None
     while chain:
         found = chain.pop()
@@ -121,24 +146,33 @@ def hold(sums: HeldSums, output: WaitingOutput) -> None:
             if viewed is None:
                 viewed = ref()
         for source in found.sources:
-            if not source.done and source.readers <= 1 and _viewing(source.waiting):
-                chain.append(source.waiting)
-    sums.holding = True
-    try:
-        sums._live(waiting)
-    finally:
-        sums.holding = False
-    pending = sums.view_parents.pop(id(view), None)
-    parents = pending[1] if pending is not None and pending[0]() is view else []
+            tensor = source.ref()
+            if tensor is not None and _holds(sums, tensor, False):
+                if id(tensor) not in parents:
+                    parents.append(id(tensor))
+            elif source.done or not _viewing(source.waiting):
+                continue
+            elif tensor is None:  # (a temporary: read by nothing else from now on)
+                if source.readers <= 1:
+                    chain.append(source.waiting)
+            elif tensor._base is not None:  # (an op may read it yet: reached then)
+                _note(sums, tensor, _entry(sums, tensor, source.waiting))
+                parents.append(id(tensor))
     if viewed is not None and _holds(sums, viewed, False) and id(viewed) not in parents:
         parents.append(id(viewed))
-    stands = viewed is view._base and len(waiting.inputs or ()) <= 1
-    held = HeldView(weakref.ref(view), weakref.ref(view._base), keys, ops, parents, stands)
+    base = view._base
+    assert base is not None
+    stands = viewed is base and len(waiting.inputs or ()) <= 1
+    return HeldView(weakref.ref(view), weakref.ref(base), keys, ops, parents, stands)
+
+
+def _note(sums: HeldSums, view: torch.Tensor, held: HeldView) -> None:
+    """Note ``held``, the entry of a held view ``view``."""
     views = sums.held_views
     views[id(view)] = held
     if len(views) > _LIMIT:  # (views let go, read by nothing since: nothing to take back)
         for gone in [k for k, found in views.items() if found.ref() is None]:
-            del views[gone]
+            _count_backs(sums, views.pop(gone))
         if sums.deferred:
             release(sums)
 
@@ -152,21 +186,71 @@ def take_credit(sums: HeldSums, key: Any, adds: int) -> int:
 
 
 def _viewing(waiting: Waiting) -> bool:
-    """Whether ``waiting`` is a view op's, with one edge."""
+    """Whether ``waiting`` is a view op's, with one edge (or a view's node made again)."""
     event = waiting.event
     inputs = waiting.inputs
     return (
-        event is not None
-        and getattr(event.func, "is_view", False)
+        (waiting.remade or (event is not None and getattr(event.func, "is_view", False)))
         and inputs is not None
         and len(inputs) == 1
     )
 
 
-def _expands(ops: list[Waiting]) -> bool:
-    """Whether one of a held view's ``ops`` is an ``expand`` (its backward sums what it
-    repeats, as the view's node made again would)."""
-    return any(op.event is not None and op.event.func is _EXPAND for op in ops)
+def _backs(ops: list[Waiting]) -> list[Event]:
+    """The own backward of a held view's ``ops`` where it computes (an ``expand``'s sum of
+    what it repeats, a view's node made again), taken off where they ran to wait: counted
+    once the view is reached (or a result), not if it is taken back."""
+    found: list[Event] = []
+    for op in ops:
+        event = op.event
+        if op.again is not None:
+            found.append(op.again)
+            op.again = None
+        elif event is not None and event.func is _EXPAND and event.needs_grad:
+            found.append(_copy(event, _BACKS, op.places is not None, True))
+            if op.places is None:  # (a dry run's own event)
+                event.needs_grad = False
+                continue
+            off = _copy(event, _OFF, True, False)
+            for items, index in op.places:
+                if index < len(items) and items[index] is event:
+                    items[index] = off
+    return found
+
+
+#: A record's expands' backward alone, and the expands without it, by the expand's event
+#: (one event for every call alike, as for ops: a call's items the same each time).
+_BACKS: dict[Event, Event] = {}
+_OFF: dict[Event, Event] = {}
+
+
+def _copy(event: Event, found: dict[Event, Event], shared: bool, backward: bool) -> Event:
+    """``event``'s backward alone (``backward``: a copy with no forward FLOPs or bytes), or
+    the op without it (one for every call of it alike, where ``shared``: a record's)."""
+    copy = found.get(event) if shared else None
+    if copy is None:
+        copy = object.__new__(Event)
+        copy.__dict__.update(event.__dict__)
+        if backward:
+            copy.flops = copy.matmul_flops = copy.bytes_read = copy.bytes_written = 0
+            copy.backward = list(event.backward)  # (a dry run fills its own)
+        else:
+            copy.needs_grad = False
+        if shared:
+            if len(found) > _LIMIT:
+                found.clear()
+            found[event] = copy
+    return copy
+
+
+def _count_backs(sums: HeldSums, found: HeldView) -> None:
+    """Count the own backward that waits on ``found`` (see :func:`_backs`), where the run
+    is now."""
+    if found.backs:
+        now = sums.where() if sums.where is not None else None
+        for event in found.backs:
+            sums._hand(event, now)
+        found.backs = []
 
 
 def _alive(ref: weakref.ref[torch.Tensor], known: Any, entries: dict[int, Any], key: int) -> bool:
@@ -199,10 +283,14 @@ def reached(sums: HeldSums, tensor: torch.Tensor | None) -> None:
     while stack:
         key, known = stack.pop()
         found = sums.held_views.get(key)
-        if found is not None and _alive(found.ref, known, sums.held_views, key):
-            del sums.held_views[key]
-            stack.extend((parent, None) for parent in found.parents)
-            continue
+        if found is not None:
+            view = found.ref()
+            if view is None or known is None or view is known:
+                del sums.held_views[key]
+                _count_backs(sums, found)  # (reached, or let go: a result)
+            if view is not None and (known is None or view is known):
+                stack.extend((parent, None) for parent in found.parents)
+                continue
         pending = sums.view_parents.get(key)
         if pending is not None and _alive(pending[0], known, sums.view_parents, key):
             del sums.view_parents[key]
@@ -234,7 +322,9 @@ def read_held(
         if parents:
             pending[id(outputs[0])] = (weakref.ref(outputs[0]), parents)
             if len(pending) > _LIMIT:  # (too many to follow: the held views' edges stay,
-                held.clear()  # as counted where they were held)
+                for found in held.values():  # as counted where they were held)
+                    _count_backs(sums, found)
+                held.clear()
                 pending.clear()
         return
     for tensor in chosen:
@@ -254,12 +344,14 @@ def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch
         view, viewed = found.ref(), found.base()
         if view is None or viewed is None:
             del held[key]
+            _count_backs(sums, found)
             continue
         if id(viewed) not in bases:
             continue
         del held[key]
         if found.stands and any(view is tensor for tensor in tensors):
             standing.append(view)
+            _count_backs(sums, found)
             continue
         for edge in found.keys:
             count = sums.uses.get(edge, 0)
@@ -269,8 +361,6 @@ def written_views(sums: HeldSums, tensors: Sequence[torch.Tensor]) -> list[torch
             # sum still waits, when it is dropped instead)
             if count > 1 and not _drop_sum(sums, edge):
                 sums.credits[edge] = sums.credits.get(edge, 0) + 1
-        if _expands(found.ops) and not any(view is tensor for tensor in tensors):
-            sums.credits[found.ref] = 1  # (its view ops' backward sums, counted: see module)
     if not held:
         sums.view_parents.clear()
     if sums.deferred:
@@ -310,6 +400,9 @@ def _drop_sum(sums: HeldSums, key: Any) -> bool:
 def release(sums: HeldSums, everything: bool = False) -> None:
     """Count the sums that wait where no held view's edge to their tensor may be taken
     back now (``everything``: all of them, none may be)."""
+    if everything:  # (the views still held are results: their own backward counts)
+        for found in sums.held_views.values():
+            _count_backs(sums, found)
     pending = set() if everything else _pending(sums)
     now = sums.where() if sums.where is not None else None
     for key in [key for key in sums.deferred if key not in pending]:

@@ -129,8 +129,8 @@ def regenerate(sums: GradientSums, tensors: list[torch.Tensor]) -> None:
         sums._replaced(tensor)
         context = sums.where() if sums.where is not None else None
         node = Waiting([sums._input(base)], 1, None, None, context)
-        if not sums.credits or not sums.credits.pop(ref, 0):  # (see .held_views)
-            node.again = view_again(tuple(tensor.shape), tensor.stride(), tensor.dtype, sums.shared)
+        node.remade = True
+        node.again = view_again(tuple(tensor.shape), tensor.stride(), tensor.dtype, sums.shared)
         _read(sums, node, base, True)
         key = id(tensor)
         held = weakref.ref(tensor, functools.partial(sums._let_go, key))

@@ -216,6 +216,7 @@ class Waiting:
         "places",
         "reached",
         "read",
+        "remade",
         "serial",
         "shown",
         "sources",
@@ -247,6 +248,8 @@ class Waiting:
         self.serial = next(_SERIALS)
         # A view made again: the event of its own backward, if it computes (see view_again).
         self.again: Event | None = None
+        # Whether it is a view's node made again (one edge, to the view's base).
+        self.remade = False
 
 
 class Split:
