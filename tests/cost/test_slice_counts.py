@@ -64,6 +64,14 @@ def test_a_complex_renorm_multiplies_by_a_complex_factor() -> None:
     assert (rec.total.flops, rec.total.uncounted) == (136, ())
 
 
+def test_renorm_in_place_counts_as_renorm() -> None:
+    # 5 x 3 over dim 0: 3·15 + 4·5, as the out-of-place op
+    x = torch.randn(5, 3, dtype=torch.float64)
+    with record() as rec:
+        x.renorm_(2, 0, 1.0)
+    assert (rec.total.flops, rec.total.uncounted) == (65, ())
+
+
 def test_a_histogram_is_counted_by_its_range() -> None:
     # one shape, two calls: over its own range 7 per element, over a range given 6 (each
     # call counted by its own min and max, not by the first one's)
