@@ -86,6 +86,28 @@ CASES: list[tuple[str, Any, int, int]] = [
         4 * N + 3 * N + 3 + N + 1,
         8 * N,
     ),
+    # soft margin log1p(exp(-x·y)): a negate, a multiply, an exp, a log1p (4), the mean's N
+    # adds and divide; backward -norm·y·z/(1 + z)·grad, z = exp(-y·x): negate, multiply,
+    # exp, the multiplies by y and -norm, an add, a divide, the gradient's multiply (8),
+    # the scale by -norm taken for a sum and none too
+    (
+        "soft-margin-mean",
+        lambda x: F.soft_margin_loss(x, torch.ones_like(x)),
+        4 * N + N + 1,
+        8 * N,
+    ),
+    (
+        "soft-margin-sum",
+        lambda x: F.soft_margin_loss(x, _half(x), reduction="sum"),
+        4 * N + N,
+        8 * N,
+    ),
+    (
+        "soft-margin-none",
+        lambda x: F.soft_margin_loss(x, _half(x), reduction="none"),
+        4 * N,
+        8 * N,
+    ),
     # multi-class margin (5 samples, 3 classes, target 0): per other class margin - x[y] + x[i]
     # (2), a compare, the branch's add (1; p = 2 its square, weight its multiply, 1 each);
     # per sample a divide by the classes; the mean's 5 adds and divide. Backward z for every
@@ -147,6 +169,25 @@ def test_a_margin_loss_backward_that_ran_is_the_one_predicted() -> None:
     assert (rec.total.flops, rec.total.backward_flops, rec.total.uncounted) == (51, 65, ())
 
 
+def test_a_soft_margin_backward_that_ran_is_the_one_predicted() -> None:
+    # 76 forward and 120 backward (above)
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    with record() as rec:
+        F.soft_margin_loss(x, torch.ones_like(x)).backward()
+    assert (rec.total.flops, rec.total.backward_flops, rec.total.uncounted) == (76, 120, ())
+
+
+def test_a_multilabel_margin_loss_is_uncounted_by_its_ops_names() -> None:
+    # its work per sample runs over the targets before the first -1 (values): listed, and
+    # its backward, which torch cannot run on meta, by its own name
+    def body(x: Tensor) -> Tensor:
+        return F.multilabel_margin_loss(x, torch.zeros(x.shape, dtype=torch.long))
+
+    names = ("multilabel_margin_loss_forward", "multilabel_margin_loss_backward (backward)")
+    assert on_cpu(body, [AB], SIZES) == Counts(0, 0, names)
+    assert on_meta(body, [AB], SIZES) == Counts(0, 0, names)
+
+
 def test_a_gated_linear_unit_is_a_sigmoid_and_a_product_per_output() -> None:
     # 5 x 6 in, 5 x 3 out (M = 15): a sigmoid and a product per output; backward the sigmoid
     # again, 1 - s, grad·s, grad·a·s·(1 - s): 6 per gradient value
@@ -170,3 +211,4 @@ def test_flop_counter_mode_counts_the_fused_losses_as_zero() -> None:
     x = torch.randn(5, 3, requires_grad=True)
     assert flop_counter_total(lambda: F.mse_loss(x, torch.ones_like(x))) == 0
     assert flop_counter_total(lambda: F.binary_cross_entropy(torch.sigmoid(x), _half(x))) == 0
+    assert flop_counter_total(lambda: F.soft_margin_loss(x, torch.ones_like(x))) == 0

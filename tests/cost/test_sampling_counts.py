@@ -191,3 +191,47 @@ def test_cdist_pair_by_pair_runs_no_matrix_product() -> None:
         with record() as rec:
             torch.cdist(x1, x2, p=p)
         assert rec.total.flops > 0 and rec.total.matmul_flops == 0
+
+
+ROWS = Float[Tensor, "n m"]
+
+PDIST: list[tuple[float, int, int]] = [
+    # 6 rows of 3: 15 pairs. Forward as cdist's pairs: p = 2 subtract, abs, square, add per
+    # coordinate and a root (13). Backward per pair and coordinate: the difference, the
+    # derivative (times the gradient, over the distance), added to the first row's gradient
+    # and subtracted from the second's (5)
+    (2.0, 15 * 13, 15 * 5 * 3),
+    (1.0, 15 * 9, 15 * 5 * 3),  # no power, no root; backward a sign for the divide
+    (3.0, 15 * 13, 15 * (8 * 3 + 1)),  # backward |d|^(p-2)·d·grad/dist^(p-1), 8 and a power
+    (float("inf"), 15 * 9, 15 * 7 * 3),  # a max for the add; backward 7
+    (0.0, 15 * 9, 0),  # a count of the coordinates that differ; no gradient (zeros)
+]
+
+
+@pytest.mark.parametrize(("p", "forward", "backward"), PDIST)
+def test_pdist_costs_each_pair_of_rows_and_coordinate(
+    p: float, forward: int, backward: int
+) -> None:
+    def body(x: Tensor) -> Tensor:
+        return F.pdist(x, p=p)
+
+    sizes = {"n": 6, "m": 3}
+    expected = Counts(forward, backward, ())
+    assert on_cpu(body, [ROWS], sizes) == expected
+    assert on_meta(body, [ROWS], sizes) == expected
+
+
+def test_a_pdist_backward_that_ran_is_the_one_predicted_and_runs_no_matrix_product() -> None:
+    # 5 rows of 3, p = 2: 10 pairs, 130 forward, 150 backward, the sum's 10 adds; no part of
+    # it a matrix product; FlopCounterMode has no formula for either kernel
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    with record() as rec:
+        F.pdist(x).sum().backward()
+    total = rec.total
+    assert (total.flops, total.backward_flops, total.matmul_flops, total.uncounted) == (
+        140,
+        150,
+        0,
+        (),
+    )
+    assert flop_counter_total(lambda: F.pdist(x)) == 0

@@ -1,9 +1,13 @@
 """The FLOP rules of fused loss kernels and their backward kernels: mean squared error,
-Huber and smooth L1, binary cross-entropy (on probabilities and on logits), multi-class
-margin. The conventions they follow are written in :mod:`.rules`; the losses torch composes
-of other ops (L1, KL divergence, cross-entropy's log-softmax) are counted as those ops.
+Huber and smooth L1, binary cross-entropy (on probabilities and on logits), soft margin,
+multi-class margin. The conventions they follow are written in :mod:`.rules`; the losses
+torch composes of other ops (L1, KL divergence, cross-entropy's log-softmax) are counted as
+those ops.
 Connectionist temporal classification (``_ctc_loss``) has no rule: its recursion runs over
-each sample's own lengths, values rather than sizes, and it is listed as uncounted.
+each sample's own lengths, values rather than sizes, and it is listed as uncounted; so has
+the multi-label margin loss (``multilabel_margin_loss_forward`` and its backward), whose
+work per sample runs over the targets before the first ``-1``, a length only the values
+tell (its backward is given a meta kernel here, so a replay lists it by its name).
 
 Per element of the input, as the kernels compute it:
 
@@ -19,6 +23,10 @@ Per element of the input, as the kernels compute it:
   an activation); ``pos_weight`` scales the log-sigmoid by ``(p - 1)·y + 1``, 3 more (and a
   subtract per ``pos_weight`` value); ``weight`` a multiply more. Its backward is composed of
   other ops, counted as they run.
+- soft margin ``log1p(exp(-x·y))`` (``Loss.cpp``: ``neg``, ``mul_``, ``exp_``, ``log1p_``): 4;
+  its backward ``-norm·y·z/(1 + z)·grad`` with ``z = exp(-y·x)``: a negate, a multiply and
+  an exponential for ``z``, a multiply by ``y`` and one by ``-norm`` (1 or 1/N, taken for a
+  sum too), an add, a divide and the gradient's multiply, 8.
 
 The reduction then adds an add per element (``sum``; ``mean`` a divide more, per output).
 
@@ -106,6 +114,14 @@ def _binary_cross_entropy_with_logits(call: OpCall) -> Any:
     return count + _reduced(elements, call.arg(4, "reduction", 1))
 
 
+def _soft_margin(call: OpCall) -> Any:
+    x = call.inputs[0]
+    if not is_float(x):
+        return 0
+    elements = numel(x)
+    return 4 * elements + _reduced(elements, call.arg(2, "reduction", _MEAN))
+
+
 def _margin_shape(x: Any) -> tuple[Any, Any]:
     """Samples and classes of a multi-margin loss's input (a vector is one sample)."""
     if len(x.shape) == 2:
@@ -141,12 +157,25 @@ def _multi_margin_backward_on_meta(
     return torch.empty_like(input, memory_format=torch.contiguous_format)
 
 
+def _multilabel_margin_backward_on_meta(
+    grad_output: torch.Tensor, input: torch.Tensor, *rest: Any
+) -> torch.Tensor:
+    """The input's gradient of the multi-label margin loss, as the CPU and GPU kernels give
+    it (torch has no meta kernel: without one, a backward replayed on meta fails, and the
+    op is listed by its failure rather than by its name)."""
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+_META_BACKWARDS = {
+    "multi_margin_loss_backward": _multi_margin_backward_on_meta,
+    "multilabel_margin_loss_backward": _multilabel_margin_backward_on_meta,
+}
 _LIBRARY: torch.library.Library | None = None
-if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::multi_margin_loss_backward", "Meta"):
-    _LIBRARY = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
-    _LIBRARY.impl(  # type: ignore[no-untyped-call]
-        "multi_margin_loss_backward", _multi_margin_backward_on_meta, "Meta"
-    )
+for _name, _kernel in _META_BACKWARDS.items():
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{_name}", "Meta"):
+        if _LIBRARY is None:
+            _LIBRARY = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
+        _LIBRARY.impl(_name, _kernel, "Meta")  # type: ignore[no-untyped-call]
 
 
 def loss_rules() -> dict[Any, Rule]:
@@ -161,6 +190,8 @@ def loss_rules() -> dict[Any, Rule]:
         aten.binary_cross_entropy: _binary_cross_entropy,
         aten.binary_cross_entropy_backward: _binary_cross_entropy_backward,
         aten.binary_cross_entropy_with_logits: _binary_cross_entropy_with_logits,
+        aten.soft_margin_loss: _soft_margin,
+        aten.soft_margin_loss_backward: _loss_backward(8),
         aten.multi_margin_loss: _multi_margin,
         aten.multi_margin_loss_backward: _multi_margin_backward,
     }

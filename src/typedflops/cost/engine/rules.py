@@ -40,7 +40,8 @@ Conventions (the only place they are written; the documentation quotes them):
   ``_foreach_*`` ops as their op on each tensor, its fused steps as the ops they fuse
   (:mod:`.optimizer_rules`). Fused losses by their per-element arithmetic
   (:mod:`.loss_rules`); interpolation as nested weighted sums of taps, ``grid_sample``,
-  ``affine_grid`` and ``cdist`` (:mod:`.sampling_rules`); dense linear algebra by LAPACK
+  ``affine_grid``, ``cdist`` and ``pdist`` (:mod:`.sampling_rules`); ``renorm``, fractional
+  max pooling and ``histc`` (:mod:`.slice_rules`); dense linear algebra by LAPACK
   Working Note 41's counts (:mod:`.linalg_rules`; eigen and singular value decompositions,
   which iterate, are uncounted); ``nn.LSTM``'s fused CPU kernel as the step-by-step LSTM
   cell torch runs elsewhere (:mod:`.rnn_rules`); ``nn.Bilinear``'s ``_trilinear`` and weight
@@ -125,6 +126,7 @@ from .pointwise_rules import (
 )
 from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
+from .slice_rules import SLICE_READ_NUMBERS, slice_rules
 from .tensors import TensorMeta, map_meta, numel
 
 __all__ = [
@@ -282,7 +284,7 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for target, rule in layer_rules().items():
         table[target] = entry(rule, matmul=target is aten.convolution_backward)
     rulesets = [loss_rules(), sampling_rules(), linalg_rules(), rnn_rules(), pad_rules()]
-    rulesets += [index_rules()]
+    rulesets += [index_rules(), slice_rules()]
     rulesets += [cudnn_rnn_rules(), cuda_cell_rules(), optimizer_rules()]
     for rules in rulesets:
         for target, rule in rules.items():
@@ -291,7 +293,7 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for parts in (*matmul_parts, cudnn_rnn_matmul_parts()):
         for target, part in parts.items():  # (fused kernels, part matrix products)
             table[target] = dataclasses.replace(table[target], matmul_part=part)
-    for target, names in READ_NUMBERS.items():  # (keyed by these numbers' values)
+    for target, names in {**READ_NUMBERS, **SLICE_READ_NUMBERS}.items():  # (keyed by values)
         table[target].extra["values"] = names
     table[aten._flash_attention_forward_no_dropout_inplace] = RuleEntry(
         flash_attention_into, symbolic=False, source="torch", raw=True, matmul=True

@@ -1,5 +1,5 @@
 """The FLOP rules of interpolation (``F.interpolate``'s linear modes, ``F.grid_sample``) and
-of pairwise distances (``torch.cdist``); the conventions they follow are written in
+of pairwise distances (``torch.cdist``, ``F.pdist``); the conventions they follow are written in
 :mod:`.rules`.
 
 Interpolation is a weighted sum of taps, nested axis by axis as torch's kernels compute it:
@@ -44,6 +44,13 @@ Matrix products (the ``matmul`` term of a Cost, :func:`sampling_matmul_parts`):
 product inside the kernel (``x1_ @ x2_.mT``); its norms, clamp and root are not, and its
 backward's products run as ``bmm`` ops of their own. ``_cdist_forward`` and
 ``_cdist_backward`` compute each pair directly, with no matrix product: none of them.
+
+``pdist`` (``_pdist_forward``: the n·(n - 1)/2 pairs of distinct rows of an n-by-M input)
+runs ``cdist``'s per-pair arithmetic: ``4·M + 1`` a pair for p = 2 and other p, ``3·M`` for
+p = 0, 1, ∞. Its backward (``_pdist_backward``) computes each pair's derivative once and adds
+it into the first row's gradient and subtracts it from the second's: ``cdist``'s backward and
+a subtract more per pair and coordinate (p = 1, 2: 5; ∞: 7; other p: 8 and a power per
+pair; p = 0 fills zeros, 0). Neither runs a matrix product.
 ``affine_grid_generator``'s product is one too (``base_grid.bmm(theta.mT)``).
 Interpolation and ``grid_sample`` are weighted sums, not matrix products.
 """
@@ -171,6 +178,39 @@ def _cdist_backward(call: OpCall) -> Any:
     return (7 * length + 1) * pairs
 
 
+def _pairs(x: Any) -> Any:
+    """The n·(n - 1)/2 pairs of distinct rows of an n-by-M input, from its rows."""
+    rows = x.shape[0]
+    return rows * (rows - 1) // 2 if isinstance(rows, int) else rows * (rows - 1) / 2
+
+
+def _pdist(call: OpCall) -> Any:
+    x = call.inputs[0]
+    if not is_float(x):
+        return 0
+    pairs, length = _pairs(x), x.shape[-1]
+    p = float(call.arg(1, "p", 2.0))
+    if p in (0.0, 1.0, math.inf):
+        return 3 * length * pairs
+    return (4 * length + 1) * pairs
+
+
+def _pdist_backward(call: OpCall) -> Any:
+    grad = call.inputs[0]  # (grad, self, p, pdist)
+    if not is_float(grad):
+        return 0
+    length = call.inputs[1].shape[-1]
+    pairs = _pairs(call.inputs[1])
+    p = float(call.arg(2, "p"))
+    if p == 0.0:
+        return 0
+    if p in (1.0, 2.0):
+        return 5 * length * pairs
+    if p == math.inf:
+        return 7 * length * pairs
+    return (8 * length + 1) * pairs
+
+
 def _euclidean_dist(call: OpCall) -> Any:
     x1, x2 = call.inputs[0], call.inputs[1]
     if not is_float(x1):
@@ -209,6 +249,8 @@ def _affine_grid_product(call: OpCall) -> Any:
 READ_NUMBERS: dict[Any, tuple[str, ...]] = {
     aten._cdist_forward: ("p",),
     aten._cdist_backward: ("p",),
+    aten._pdist_forward: ("p",),
+    aten._pdist_backward: ("p",),
 }
 
 
@@ -229,6 +271,8 @@ def sampling_rules() -> dict[Any, Rule]:
         aten.grid_sampler_3d_backward: _grid_sample_backward,
         aten._cdist_forward: _cdist,
         aten._cdist_backward: _cdist_backward,
+        aten._pdist_forward: _pdist,
+        aten._pdist_backward: _pdist_backward,
         aten._euclidean_dist: _euclidean_dist,
         aten.affine_grid_generator: _affine_grid,
     }
