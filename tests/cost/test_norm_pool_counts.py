@@ -16,25 +16,10 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
+from kernel_counts import Counts, recorded
 from torch import Tensor, nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import estimate, record, typed_flops
-
-aten = torch.ops.aten
-
-
-def _recorded(body: Any) -> tuple[int, int, tuple[str, ...]]:
-    with record() as rec:
-        body()
-    return rec.total.flops, rec.total.backward_flops, rec.total.uncounted
-
-
-def _torch_backward(out: Tensor) -> int:
-    with FlopCounterMode(display=False) as counter:
-        out.sum().backward()
-    return int(counter.get_total_flops())
-
 
 # -- norms, pooling ---------------------------------------------------------------------------
 
@@ -46,16 +31,16 @@ def test_batch_norm_counts_follow_the_documented_rule_in_both_modes(affine: bool
     elements = x.numel()
     weights = 2 if affine else 0
     norm.train()
-    assert _recorded(lambda: norm(x))[0] == (5 + weights) * elements
+    assert recorded(lambda: norm(x)).forward == (5 + weights) * elements
     norm.eval()
-    assert _recorded(lambda: norm(x))[0] == (2 + weights) * elements
+    assert recorded(lambda: norm(x)).forward == (2 + weights) * elements
     # Its backward in eval mode scales the gradient; with batch statistics it is 8 per
     # element (and the weight's and bias's gradients, 2 and 1, either way).
     y = x.clone().requires_grad_(True)
     norm.eval()
-    assert _recorded(lambda: norm(y))[1] == (2 + (3 if affine else 0)) * elements
+    assert recorded(lambda: norm(y)).backward == (2 + (3 if affine else 0)) * elements
     norm.train()
-    assert _recorded(lambda: norm(y))[1] == (8 + (3 if affine else 0)) * elements
+    assert recorded(lambda: norm(y)).backward == (8 + (3 if affine else 0)) * elements
 
 
 def test_batch_norm_in_a_dry_run_counts_as_in_a_real_run() -> None:
@@ -66,7 +51,7 @@ def test_batch_norm_in_a_dry_run_counts_as_in_a_real_run() -> None:
         return norm(x)  # type: ignore[no-any-return]
 
     cost = apply.estimate(b=10)
-    assert cost.flops == _recorded(lambda: norm(torch.randn(10, 6)))[0] == 4 * 60
+    assert cost.flops == recorded(lambda: norm(torch.randn(10, 6))).forward == 4 * 60
     assert str(cost.formula) == "24*b"
 
 
@@ -100,7 +85,7 @@ def test_batch_norm_in_eval_mode_writes_what_a_device_writes(grad: bool) -> None
 )
 def test_pooling_is_counted(pool: Any, forward: int, backward: int) -> None:
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
-    assert _recorded(lambda: pool(x)) == (forward, backward, ())
+    assert recorded(lambda: pool(x)) == Counts(forward, backward, ())
 
 
 def _window_reads(size: int, out: int, k: int, stride: int, pad: int, dilation: int) -> int:
@@ -144,7 +129,7 @@ def test_pooling_counts_the_windows_in_the_input(
     outputs = y.numel()
     forward = reads if kind == "max" else reads + outputs
     backward = outputs if kind == "max" else reads + outputs
-    assert _recorded(run) == (forward, backward, ())
+    assert recorded(run) == Counts(forward, backward, ())
 
 
 @settings(max_examples=60, deadline=None)
@@ -171,4 +156,4 @@ def test_any_pooling_window_counts_what_lies_in_the_input(
     y = run()
     reads = 2 * _window_reads(size, y.shape[-1], k, stride, pad, dilation) ** 2
     forward = reads if kind == "max" else reads + y.numel()
-    assert _recorded(run)[0] == forward
+    assert recorded(run).forward == forward
