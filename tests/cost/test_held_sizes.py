@@ -440,3 +440,16 @@ def test_a_count_from_keyword_arguments_is_held() -> None:
     again = KeywordSteps.forward.estimate(KeywordSteps(5, depth=3), b=4, d=5)
     _each_term_predicts(cost, {"b": 4, "d": 5}, again)
     assert KeywordSteps.forward.estimate(KeywordSteps(8, depth=2), b=2, d=8).flops == 544
+
+
+def test_an_axis_index_or_a_count_of_tensors_of_a_torch_layer_is_no_size() -> None:
+    # was {"0.in_features": 8, "1.dim": 2}: Softmax's dim is the axis it normalizes over
+    soft = nn.Sequential(nn.Linear(8, 8), nn.Softmax(dim=2))
+    cost = estimate(soft, Float[Tensor, "b s 8"], b=2, s=4)
+    assert cost.fixed == {"0.in_features": 8}
+    # per row: the product 2*8*8 = 128 (addmm, as FlopCounterMode counts it), the softmax
+    # 5*8 = 40: 168
+    assert cost.exact and str(cost.formula) == "168*b*s"
+    # was {"0.in_features": 8, "0.parametrizations.weight.ntensors": 2}: weight_norm's g and v
+    normed = nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(8, 8)), nn.Flatten(1))
+    assert estimate(normed, Float[Tensor, "b 8"], b=2).fixed == {"0.in_features": 8}

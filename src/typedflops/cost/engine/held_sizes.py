@@ -224,6 +224,14 @@ def _nested_sizes(name: str, qualified: str, value: Any, depth: int = 3) -> list
     return found
 
 
+#: The int attributes of torch's layers that are no size: an axis's index (``Softmax(dim=2)``,
+#: ``Flatten(start_dim)``), a parametrization's count of tensors (``weight_norm``'s 2), an
+#: index the layer skips, a norm's order (``LPPool2d(2, ...)``'s ``norm_type``).
+_NO_SIZES = frozenset(
+    {"dim", "start_dim", "end_dim", "ntensors", "ignore_index", "padding_idx", "norm_type"}
+)
+
+
 def _layer_widths(module: torch.nn.Module) -> list[Held]:
     """The int attributes of the module's torch layers (``in_features``, ``out_channels``),
     and the ints of their tuples (a convolution's ``kernel_size``, ``stride``), by path
@@ -233,7 +241,7 @@ def _layer_widths(module: torch.nn.Module) -> list[Held]:
     for path, sub in module.named_modules():
         if type(sub).__module__.startswith("torch."):
             for name, value in vars(sub).items():
-                if name.startswith("_"):
+                if name.startswith("_") or name in _NO_SIZES:
                     continue
                 where = f"{path}.{name}" if path else name
                 if type(value) is int:
