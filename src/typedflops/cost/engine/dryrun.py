@@ -38,6 +38,7 @@ from .axes import Axis, axes_of, named_alike, named_by_call, study, third, tied
 from .events import Event
 from .fit import Fitted, Plan, Size, fit, size_value
 from .held_sizes import Held, own_held, with_held
+from .more_runs import more_runs
 from .orders import order_checked
 from .own_far import OWN_FAR, own_far_checked
 from .rebuild import OWN
@@ -65,6 +66,10 @@ class _Fitting:
     saved: list[list[Event]]
     varied: list[Axis]
     values: dict[str, int]
+
+    def exact(self) -> bool:
+        """Whether every op's formulas and the bytes saved in every run were fitted."""
+        return self.fitted.exact and all(t.exact for t in self.terms().values())
 
     def terms(self, repeat: Mapping[int, sympy.Symbol] | None = None) -> dict[str, Term]:
         """The terms of the fit's base run (``repeat``: names for counts of blocks)."""
@@ -236,7 +241,22 @@ def _fit_at(
     assignments = [{**own, **point} for point in points]
     plan = Plan(assignments, [run.events for run in runs], [a.name for a in varied], checked)
     saved = [run.saved for run in runs]
-    return _Fitting(plan, fit(plan), saved, varied, _values(at, varied))
+    fitting = _Fitting(plan, fit(plan), saved, varied, _values(at, varied))
+    if checked and varied and not fitting.exact():
+        # (sizes the simple forms fit in no op: fitted again as products, from more runs)
+        more = more_runs(runner, at, base, varied, points)
+        if more is not None:
+            extra, ran = more
+            plan = Plan(
+                [*assignments, *({**own, **point} for point in extra)],
+                [*plan.runs, *(run.events for run in ran)],
+                plan.varied,
+                True,
+                more=True,
+            )
+            saved = [*saved, *(run.saved for run in ran)]
+            fitting = _Fitting(plan, fit(plan), saved, varied, fitting.values)
+    return fitting
 
 
 def _values(at: Mapping[str, Size], axes: Sequence[Axis]) -> dict[str, int]:

@@ -3,7 +3,8 @@
 A body is dry-run at its base sizes, once more per dim with that dim changed, and once with
 every dim changed at once (the check). The runs give, for each op, the size of every axis it
 saw at each set of sizes; each axis size is fitted as a monomial ``c * b**i * s**j`` (``c``
-rational, so ``d/2`` and ``3*d`` fit) or, failing that, an affine function (``s + 1``). The
+rational, so ``d/2`` and ``3*d`` fit) or, failing that, an affine function (``s + 1``), or,
+from a few more runs made only then, a product of one factor per dim (:mod:`.families`). The
 op's rule is then applied to the fitted sizes, giving its FLOPs as a formula in the dims
 (``2*b*s*d*k`` for a matmul), and the check run must agree, op by op. Nothing is inferred
 from names, and nothing is assumed about which ops keep which axes: reshapes, tensors made
@@ -27,6 +28,7 @@ import sympy
 
 from ..types import tidy
 from .events import Event
+from .families import product_of_factors
 from .memo import fit_key
 from .opcall import OpCall, Rule
 from .tensors import TensorMeta, flat_tensors, map_meta
@@ -46,9 +48,11 @@ def size_value(size: Size) -> int:
 @dataclass
 class Plan:
     """Runs of one body: ``runs[0]`` at the base sizes, ``runs[1 + i]`` with ``varied[i]``
-    changed, and (when ``checked``) a last run with every varied dim changed;
-    ``assignments[i]`` holds the value of each varied dim (by its name in formulas) in run
-    ``i``."""
+    changed, and (when ``checked``) a run with every varied dim changed (the check); where
+    ``more`` (the simple forms fitted some size of no op), after those ``runs[check + 1 + i]``
+    with ``varied[i]`` changed alone to a third value, and a last run with every varied dim
+    changed again (:mod:`.families`). ``assignments[i]`` holds the value of each varied dim
+    (by its name in formulas) in run ``i``."""
 
     assignments: list[dict[str, Size]]
     runs: list[list[Event]]
@@ -57,10 +61,17 @@ class Plan:
     _series: dict[tuple[int, ...], tuple[sympy.Expr | None, bool]] = field(default_factory=dict)
     _rules: dict[Any, sympy.Expr | None] = field(default_factory=dict)
     _values: dict[int, dict[sympy.Symbol, int]] = field(default_factory=dict)
+    more: bool = False
 
     def x(self, run: int, index: int) -> int:
         """The value of varied dim ``index`` in run ``run``."""
         return size_value(self.assignments[run][self.varied[index]])
+
+    @property
+    def check(self) -> int:
+        """The index of the check run (every varied dim changed), the last one unless
+        ``more``."""
+        return len(self.varied) + 1 if self.more else len(self.runs) - 1
 
 
 @dataclass
@@ -172,7 +183,10 @@ def fit_event(plan: Plan, series: list[Event], *, matmul: bool = False) -> tuple
                 if (
                     formula is not None
                     and _value(plan, formula, 0) == counts[0]
-                    and (not plan.checked or _value(plan, formula, -1) == counts[-1])
+                    and (
+                        not plan.checked or _value(plan, formula, plan.check) == counts[plan.check]
+                    )
+                    and (not plan.more or _holds(plan, formula, counts))
                 ):
                     return formula, exact
     return fit_count(plan, counts)
@@ -233,6 +247,10 @@ def _fit_series(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr | None,
     found = _monomial(plan, values)
     if found[0] is None:
         found = _affine(plan, values)
+    if found[0] is None and plan.more:
+        found = product_of_factors(plan, values)
+    elif found[0] is not None and plan.more and not _holds(plan, found[0], values):
+        found = None, False  # (a form the check run confirmed, refuted by the last runs)
     plan._series[values] = found
     return found
 
@@ -256,8 +274,8 @@ def _monomial(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr | None, b
     if plan.checked:
         predicted = coefficient
         for index, exponent in enumerate(exponents):
-            predicted *= Fraction(plan.x(len(plan.runs) - 1, index)) ** exponent
-        if predicted != values[-1]:
+            predicted *= Fraction(plan.x(plan.check, index)) ** exponent
+        if predicted != values[plan.check]:
             return None, False
     expr: sympy.Expr = sympy.Rational(coefficient.numerator, coefficient.denominator)
     for index, exponent in enumerate(exponents):
@@ -288,11 +306,11 @@ def _affine(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr | None, boo
         (slope * plan.x(0, index) for index, slope in enumerate(slopes)), Fraction(0)
     )
     if plan.checked:
-        last = len(plan.runs) - 1
+        last = plan.check
         predicted = intercept + sum(
             (slope * plan.x(last, index) for index, slope in enumerate(slopes)), Fraction(0)
         )
-        if predicted != values[-1]:
+        if predicted != values[last]:
             return None, False
     expr: sympy.Expr = sympy.Rational(intercept.numerator, intercept.denominator)
     for index, slope in enumerate(slopes):
@@ -301,6 +319,15 @@ def _affine(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr | None, boo
                 plan.varied[index]
             )
     return expr, plan.checked or not any(slopes)
+
+
+def _holds_at(plan: Plan, formula: sympy.Expr, values: Sequence[int], run: int) -> bool:
+    return bool(_value(plan, formula, run) == values[run])
+
+
+def _holds(plan: Plan, formula: sympy.Expr, values: Sequence[int]) -> bool:
+    """Whether ``formula`` gives ``values[i]`` at the sizes of every run ``i``."""
+    return all(_value(plan, formula, run) == value for run, value in enumerate(values))
 
 
 def evaluate(formula: sympy.Expr, dims: Mapping[str, int]) -> Any:
