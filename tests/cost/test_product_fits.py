@@ -41,6 +41,7 @@ class MultiQuery(nn.Module):
         super().__init__()
         if config.hidden % config.n_head:
             raise ValueError("hidden must be a multiple of n_head")
+        self.config = config
         head_dim = config.hidden // config.n_head
         self.qkv = nn.Linear(config.hidden, config.hidden + 2 * head_dim)
 
@@ -135,6 +136,7 @@ class Floored(nn.Module):
 
     def __init__(self, config: Config) -> None:
         super().__init__()
+        self.config = config
         self.qkv = nn.Linear(config.hidden, config.hidden + 2 * (config.hidden // config.n_head))
 
     @typed_flops
@@ -169,6 +171,7 @@ class Rounded(nn.Module):
         hidden = int(2 * 4 * config.dim / 3)
         m = config.multiple_of
         hidden = m * ((hidden + m - 1) // m)
+        self.config = config
         self.up = nn.Linear(config.dim, hidden, bias=False)
         self.down = nn.Linear(hidden, config.dim, bias=False)
 
@@ -210,7 +213,73 @@ def test_sizes_the_simple_forms_fit_take_no_more_runs(monkeypatch: pytest.Monkey
     def refused(*args: object) -> None:
         raise AssertionError("more runs made for sizes the simple forms fit")
 
-    monkeypatch.setattr(dryrun, "more_runs", refused)
+    monkeypatch.setattr(dryrun, "fitted_further", refused)
     cost = Plain.forward.estimate(Plain(8), batch=4, d=8)
     assert cost.exact
     assert sympy.expand(cost.formula - 4 * batch * d**2) == 0
+
+
+@dataclasses.dataclass
+class Heads:
+    hidden: int = 64
+    n_head: int = 8
+    n_kv_head: int = 2
+
+
+class GroupedQuery(nn.Module):
+    """A fused projection for grouped-query attention: ``n_head`` query heads and
+    ``n_kv_head`` key and value heads of ``hidden // n_head``.
+
+    ``x``: (batch, seq, hidden) -> (batch, seq, hidden + 2 * n_kv_head * head_dim)."""
+
+    def __init__(self, config: Heads) -> None:
+        super().__init__()
+        if config.hidden % config.n_head or config.n_head % config.n_kv_head:
+            raise ValueError("n_kv_head must divide n_head, and n_head hidden")
+        self.config = config
+        head_dim = config.hidden // config.n_head
+        self.qkv = nn.Linear(config.hidden, config.hidden + 2 * config.n_kv_head * head_dim)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "batch seq d"]) -> Float[Tensor, "batch seq e"]:
+        out: Tensor = self.qkv(x)
+        return out
+
+
+OTHER_HEADS = [(48, 6, 2), (64, 8, 8), (96, 4, 1), (32, 2, 1), (40, 10, 5)]
+
+
+def test_a_grouped_query_projection_is_fitted_in_its_three_sizes() -> None:
+    cost = GroupedQuery.forward.estimate(GroupedQuery(Heads()), batch=2, seq=8, d=64)
+    n_kv = sympy.Symbol("n_kv_head")
+    truth = 2 * batch * seq * d * (d + 2 * n_kv * d / n_head)
+    assert sympy.simplify(cost.formula - truth) == 0
+    assert cost.exact
+    for hidden, heads, kv in OTHER_HEADS:
+        module = GroupedQuery(Heads(hidden, heads, kv))
+        sizes = {**cost.dims, "d": hidden, "n_head": heads, "n_kv_head": kv, "batch": 3}
+        assert cost.forward.at(sizes) == _matmul_flops(module, torch.randn(3, 8, hidden))
+
+
+@SLOW
+@given(heads=st.sampled_from([(64, 8, 2), (64, 4, 4), (32, 4, 1), (16, 2, 2), (24, 3, 1)]))
+def test_grouped_query_sizes_that_coincide_make_no_false_fit(
+    heads: tuple[int, int, int],
+) -> None:
+    hidden, n_heads, kv = heads
+    cost = GroupedQuery.forward.estimate(
+        GroupedQuery(Heads(hidden, n_heads, kv)), batch=2, seq=3, d=hidden
+    )
+    assert cost.forward.holds_at(cost.dims)
+    names = {str(s) for s in cost.formula.free_symbols}
+    for other in OTHER_HEADS:
+        changed = {
+            name
+            for name, value, own in zip(("d", "n_head", "n_kv_head"), other, heads, strict=True)
+            if value != own
+        }
+        if cost.forward.exact and changed <= names:
+            module = GroupedQuery(Heads(*other))
+            sizes = {**cost.dims, "d": other[0], "n_head": other[1], "n_kv_head": other[2]}
+            truth = _matmul_flops(module, torch.randn(2, 3, other[0]))
+            assert cost.forward.at(sizes) == truth, other

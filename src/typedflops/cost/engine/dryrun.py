@@ -38,7 +38,7 @@ from .axes import Axis, axes_of, named_alike, named_by_call, study, third, tied
 from .events import Event
 from .fit import Fitted, Plan, Size, fit, size_value
 from .held_sizes import Held, own_held, with_held
-from .more_runs import more_runs
+from .more_runs import fitted_further
 from .orders import order_checked
 from .own_far import OWN_FAR, own_far_checked
 from .rebuild import OWN
@@ -244,18 +244,12 @@ def _fit_at(
     fitting = _Fitting(plan, fit(plan), saved, varied, _values(at, varied))
     if checked and varied and not fitting.exact():
         # (sizes the simple forms fit in no op: fitted again as products, from more runs)
-        more = more_runs(runner, at, base, varied, points)
-        if more is not None:
-            extra, ran = more
-            plan = Plan(
-                [*assignments, *({**own, **point} for point in extra)],
-                [*plan.runs, *(run.events for run in ran)],
-                plan.varied,
-                True,
-                more=True,
-            )
-            saved = [*saved, *(run.saved for run in ran)]
+        def refit(plan: Plan, saved: list[list[Event]]) -> bool:
+            nonlocal fitting
             fitting = _Fitting(plan, fit(plan), saved, varied, fitting.values)
+            return fitting.exact()
+
+        fitted_further(runner, at, base, varied, points, plan, saved, refit)
     return fitting
 
 

@@ -9,7 +9,10 @@ one more run with every dim changed again. Each dim's factor is read from its th
 (the base run and its two runs alone) as the first of these forms that gives all three,
 ``c*x**e``, ``a + b*x``, ``a + b/x``, else ``a + b*x + c*x**2`` (which any three points
 give); the product is kept only where it gives the count of every run, the check run
-and the last one among them, neither of which it was fitted from.
+and the last one among them, neither of which it was fitted from. Two dims whose factors
+are lines that do not factor apart (a grouped-query projection's ``d + 2*d*n_kv/n_head``)
+take one more run, with both changed together, and are fitted as ``a + b*u + c*v + e*u*v``
+in the two (or their reciprocals), again kept only where every run agrees.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def product_of_factors(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr 
     product gives every run's value. Exact: two runs confirm it that it was not fitted from."""
     count = len(plan.varied)
     check = plan.check
-    if not plan.more or not plan.checked or len(values) != check + count + 2:
+    if not plan.more or not plan.checked or len(values) != len(plan.runs):
         return None, False
     base = values[0]
     if base == 0:
@@ -51,15 +54,87 @@ def product_of_factors(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr 
         if factor is None:
             return None, False
         factors.append(factor)
-    for run, value in enumerate(values):
-        predicted = Fraction(base)
+    symbols = [sympy.Symbol(name) for name in plan.varied]
+    lines = [i for i, factor in enumerate(factors) if factor[0] in (1, 2)]
+    if all(_predicted(plan, factors, base, run) == value for run, value in enumerate(values)):
+        expr: sympy.Expr = sympy.Integer(base)
         for index, factor in enumerate(factors):
+            expr *= _formula(factor, symbols[index])
+        return sympy.expand(expr), True
+    if len(lines) != 2:
+        return None, False
+    pair = (lines[0], lines[1])
+    if pair not in plan.pairs:
+        plan.mixed.add(pair)  # (a run with both changed may show how they combine)
+        return None, False
+    return _bilinear(plan, values, factors, pair, symbols)
+
+
+def _predicted(
+    plan: Plan, factors: Sequence[tuple[Fraction, ...]], base: int, run: int
+) -> Fraction:
+    predicted = Fraction(base)
+    for index, factor in enumerate(factors):
+        predicted *= _at(factor, Fraction(plan.x(run, index)))
+    return predicted
+
+
+def _bilinear(
+    plan: Plan,
+    values: tuple[int, ...],
+    factors: Sequence[tuple[Fraction, ...]],
+    pair: tuple[int, int],
+    symbols: Sequence[sympy.Symbol],
+) -> tuple[sympy.Expr | None, bool]:
+    """Two dims whose factors are lines (in ``x`` or ``1/x``) that do not factor apart:
+    the base value times the other dims' factors times ``a + b*u + c*v + e*u*v`` (``u``,
+    ``v`` the two dims or their reciprocals), through the base run, each one's run alone
+    and the run of the pair; kept where it gives every run's value."""
+    first, second = pair
+    runs = (0, 1 + first, 1 + second, plan.pairs[pair])
+
+    def variable(index: int, run: int) -> Fraction:
+        x = Fraction(plan.x(run, index))
+        return x if factors[index][0] == 1 else 1 / x
+
+    u0, u1 = variable(first, 0), variable(first, 1 + first)
+    v0, v1 = variable(second, 0), variable(second, 1 + second)
+    if u0 == u1 or v0 == v1 or variable(first, runs[3]) != u1 or variable(second, runs[3]) != v1:
+        return None, False
+    base = values[0]
+    rest = [factor for i, factor in enumerate(factors) if i not in pair]
+    others = [i for i in range(len(factors)) if i not in pair]
+    # bilinear interpolation on the grid {u0, u1} x {v0, v1} of the values over the rest
+    grid = [Fraction(values[run], base) for run in runs]  # (u0 v0, u1 v0, u0 v1, u1 v1)
+    du, dv = u1 - u0, v1 - v0
+    slope_u = (grid[1] - grid[0]) / du
+    slope_v = (grid[2] - grid[0]) / dv
+    cross = (grid[3] - grid[2] - grid[1] + grid[0]) / (du * dv)
+
+    def surface(u: Fraction, v: Fraction) -> Fraction:
+        return grid[0] + slope_u * (u - u0) + slope_v * (v - v0) + cross * (u - u0) * (v - v0)
+
+    for run, value in enumerate(values):
+        predicted = Fraction(base) * surface(variable(first, run), variable(second, run))
+        for index, factor in zip(others, rest, strict=True):
             predicted *= _at(factor, Fraction(plan.x(run, index)))
         if predicted != value:
             return None, False
-    expr: sympy.Expr = sympy.Integer(base)
-    for index, factor in enumerate(factors):
-        expr *= _formula(factor, sympy.Symbol(plan.varied[index]))
+
+    def term(index: int) -> sympy.Expr:
+        symbol = symbols[index]
+        return symbol if factors[index][0] == 1 else 1 / symbol
+
+    def number(value: Fraction) -> sympy.Expr:
+        return sympy.Rational(value.numerator, value.denominator)
+
+    u, v = term(first), term(second)
+    expr: sympy.Expr = number(grid[0])
+    expr += number(slope_u) * (u - number(u0)) + number(slope_v) * (v - number(v0))
+    expr += number(cross) * (u - number(u0)) * (v - number(v0))
+    expr *= sympy.Integer(base)
+    for index, factor in zip(others, rest, strict=True):
+        expr *= _formula(factor, symbols[index])
     return sympy.expand(expr), True
 
 

@@ -50,9 +50,9 @@ class Plan:
     """Runs of one body: ``runs[0]`` at the base sizes, ``runs[1 + i]`` with ``varied[i]``
     changed, and (when ``checked``) a run with every varied dim changed (the check); where
     ``more`` (the simple forms fitted some size of no op), after those ``runs[check + 1 + i]``
-    with ``varied[i]`` changed alone to a third value, and a last run with every varied dim
-    changed again (:mod:`.families`). ``assignments[i]`` holds the value of each varied dim
-    (by its name in formulas) in run ``i``."""
+    with ``varied[i]`` changed alone to a third value, a run with every varied dim changed
+    again, then those of ``pairs`` (:mod:`.families`). ``assignments[i]`` holds the value
+    of each varied dim (by its name in formulas) in run ``i``."""
 
     assignments: list[dict[str, Size]]
     runs: list[list[Event]]
@@ -62,6 +62,11 @@ class Plan:
     _rules: dict[Any, sympy.Expr | None] = field(default_factory=dict)
     _values: dict[int, dict[sympy.Symbol, int]] = field(default_factory=dict)
     more: bool = False
+    #: Runs with two varied dims changed together (to their values in their runs alone),
+    #: by the pair of their indices: made for sizes in which those two dims do not factor
+    #: apart (``d + 2*d*n_kv/n_head``); ``mixed`` the pairs a fit asked for.
+    pairs: dict[tuple[int, int], int] = field(default_factory=dict)
+    mixed: set[tuple[int, int]] = field(default_factory=set)
 
     def x(self, run: int, index: int) -> int:
         """The value of varied dim ``index`` in run ``run``."""
