@@ -32,7 +32,7 @@ from .fit import Size, size_value
 from .runs import Counted, Run, Runner
 from .tensors import flat_tensors
 
-__all__ = ["order_checked"]
+__all__ = ["axes_at_one", "order_checked"]
 
 #: Beyond this many sizes, pairs are not run one by one when a run of all of them is refused.
 _MOST_PAIRED = 6
@@ -63,14 +63,14 @@ def order_checked(
     if base is None:
         return terms
     shared = {event.op for event in base.events}
-    ones = _ones(base.events, shared)
+    ones = axes_at_one(base.events, shared)
 
     def check(assigned: Mapping[str, int], group: Sequence[Axis]) -> bool:
         change: dict[str, Size] = {}
         for axis in group:
             change.update(axis.assign(assigned[axis.name]))
         run = runner.run({**at, **change})
-        if run is not None and _ones(run.events, shared) <= ones:
+        if run is not None and axes_at_one(run.events, shared) <= ones:
             mark(run, terms, {**values, **{axis.name: assigned[axis.name] for axis in group}})
         return run is not None
 
@@ -96,7 +96,9 @@ def _turned(group: Sequence[Axis], own: Mapping[str, int]) -> dict[str, int]:
     return {axis.name: ranked[-1 - ranked.index(own[axis.name])] for axis in group}
 
 
-def _ones(events: Sequence[Event], ops: set[str]) -> set[tuple[str, int, int, tuple[int, ...]]]:
+def axes_at_one(
+    events: Sequence[Event], ops: set[str]
+) -> set[tuple[str, int, int, tuple[int, ...]]]:
     """Where the ops of a run named in ``ops`` take a tensor with an axis of 1: (op,
     argument, rank, the axes of 1)."""
     found: set[tuple[str, int, int, tuple[int, ...]]] = set()

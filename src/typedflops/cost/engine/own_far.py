@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from ..types import Term
 from .axes import Axis
 from .fit import Size, size_value
-from .orders import Mark
-from .runs import Runner
+from .orders import Mark, axes_at_one
+from .runs import Counted, Run, Runner
 
 __all__ = ["OWN_FAR", "own_far_checked"]
 
@@ -29,6 +29,46 @@ OWN_FAR = 16
 #: What is added to ``OWN_FAR`` times a size for the run off its multiples (each below the
 #: size, so that the value is a multiple of no divisor of it above the one added).
 _OFF = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)
+
+
+#: How far the sizes are taken (times, or a fraction of, their values), the first that
+#: makes no size derived from them 1 where it was not (``n_head`` 16 times over at
+#: ``d_model = 16 * n_head``: heads of width 1, their products run as multiplies).
+_FACTORS = (OWN_FAR, OWN_FAR // 2, OWN_FAR // 4)
+
+
+class _Ones:
+    """Where the ops of the run at the call's own sizes take an axis of 1 (see
+    :mod:`.orders`)."""
+
+    def __init__(self, runner: Runner, at: Mapping[str, Size]) -> None:
+        self.runner, self.at = runner, at
+        self.shared: set[str] | None = None
+        self.ones: set[tuple[str, int, int, tuple[int, ...]]] = set()
+
+    def new_at(
+        self,
+        change: Mapping[str, Size],
+        run: Run | Counted,
+        terms: dict[str, Term],
+        values: Mapping[str, int],
+        mark: Mark,
+    ) -> bool:
+        """Whether ``run`` (at ``change``) would refute a term and takes an axis of 1 in an
+        op where the call's own run never does: there torch lowers ops to others, and such
+        a run refutes nothing."""
+        trial = dict(terms)
+        mark(run, trial, values)
+        if all(trial[name].exact == term.exact for name, term in terms.items()):
+            return False
+        if self.shared is None:
+            base = self.runner.run(dict(self.at))
+            if base is None:
+                return False
+            self.shared = {event.op for event in base.events}
+            self.ones = axes_at_one(base.events, self.shared)
+        whole = self.runner.run({**self.at, **change})
+        return whole is not None and not axes_at_one(whole.events, self.shared) <= self.ones
 
 
 def own_far_checked(
@@ -48,18 +88,26 @@ def own_far_checked(
     at a value off the multiples of its own (:data:`_OFF`), and so is a call's dim tied to
     a module's size (the input's ``dim`` with the ``dim`` the module is built with)."""
     own = [axis for axis in axes if not axis.far and isinstance(at[axis.keys[0]], int)]
+    ones = _Ones(runner, at)
     for up in (True, False):
         attempts = [own, *([axis] for axis in own)] if len(own) > 1 else [own]
         for index, together in enumerate(attempts if own else []):
-            change: dict[str, Size] = {}
-            sizes: dict[str, int] = {}
-            for axis in together:
-                size = size_value(at[axis.keys[0]])
-                value = OWN_FAR * size if up else max(2, size // OWN_FAR)
-                change.update(axis.assign(value))
-                sizes[axis.name] = value
-            run = runner.counted({**at, **change})
-            mark(run, terms, {**values, **sizes})
+            for factor in _FACTORS:
+                change: dict[str, Size] = {}
+                sizes: dict[str, int] = {}
+                for axis in together:
+                    size = size_value(at[axis.keys[0]])
+                    value = factor * size if up else max(2, size // factor)
+                    change.update(axis.assign(value))
+                    sizes[axis.name] = value
+                run = runner.counted({**at, **change})
+                excused = run is not None and ones.new_at(
+                    change, run, terms, {**values, **sizes}, mark
+                )
+                if not excused:
+                    break  # (else: a size derived from them is 1 there; nearer)
+            if not excused:
+                mark(run, terms, {**values, **sizes})
             if run is not None and index == 0:
                 break  # all at once ran: each alone adds nothing
     # (a call's dim tied to a module's size too: its far checks are refused where the

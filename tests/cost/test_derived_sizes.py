@@ -1,0 +1,144 @@
+"""Sizes a constructor derives from its own (``head_dim = d // n_head``) in formulas: the
+module is rebuilt far from its sizes to check them, and where that makes a derived size 1
+(``n_head`` at ``d``: heads of width 1, whose products torch runs as multiplies) the run
+refutes nothing, as a summed dim of 1 keeps a product's formula; a nearer value checks
+instead. Every formula marked exact is checked against real runs of the module rebuilt at
+other sizes (``record()`` around forward and backward)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import sympy
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from typedflops import Cost, record, typed_flops
+
+SLOW = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+b, n, d, n_head = sympy.symbols("b n d n_head")
+
+
+@dataclasses.dataclass
+class Config:
+    d: int = 64
+    n_head: int = 4
+
+
+@dataclasses.dataclass
+class Thresholded(Config):
+    threshold: int = 10_000
+
+
+class Attention(nn.Module):
+    """Causal self-attention written out (no fused kernel): heads of ``d // n_head``, a
+    scale read from the keys' width, positions from ``torch.arange``.
+
+    ``x``: (b, n, d) -> (b, n, d)."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        if config.d % config.n_head:
+            raise ValueError("n_head must divide d")
+        self.config = config
+        self.n_head = config.n_head
+        self.head_dim = config.d // config.n_head
+        self.qkv = nn.Linear(config.d, 3 * config.d)
+        self.out = nn.Linear(config.d, config.d)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "b n d"]) -> Float[Tensor, "b n d"]:
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=-1)
+        q, k, v = (
+            t.view(batch, seq, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v)
+        )
+        scores = (q @ k.transpose(-2, -1)) / (k.shape[-1] ** 0.5)
+        position = torch.arange(seq, device=x.device)
+        scores = scores.masked_fill(position[None, :] > position[:, None], float("-inf"))
+        y = self.scaled(scores.softmax(-1) @ v)
+        out: Tensor = self.out(y.transpose(1, 2).reshape(batch, seq, width))
+        return out
+
+    def scaled(self, y: Tensor) -> Tensor:
+        return y
+
+
+class Branching(Attention):
+    """An extra scaling past ``threshold`` heads."""
+
+    def __init__(self, config: Thresholded) -> None:
+        super().__init__(config)
+        self.threshold = config.threshold
+
+    def scaled(self, y: Tensor) -> Tensor:
+        return y * 2 if self.n_head > self.threshold else y
+
+
+def _ran(config: Config, batch: int, seq: int) -> dict[str, int]:
+    """What a real forward and backward of the module at ``config`` ran (the backward of
+    the loss, a sum, costs nothing: its gradient is a broadcast of ones)."""
+    module = Branching(config) if isinstance(config, Thresholded) else Attention(config)
+    x = torch.randn(batch, seq, config.d)
+    with record() as rec:
+        y = module(x)
+    with record() as back:
+        y.sum().backward()
+    return {"forward": rec.total.flops, "backward": back.total.backward_flops}
+
+
+def _exact_terms_hold(cost: Cost, config: Config, batch: int, seq: int) -> None:
+    ran = _ran(config, batch, seq)
+    values = {**cost.dims, "b": batch, "n": seq, "d": config.d, "n_head": config.n_head}
+    for name in ("forward", "backward"):
+        term = cost.terms[name]
+        if term.exact:
+            assert term.at(values) == ran[name], (name, config, batch, seq)
+
+
+def test_attention_written_out_is_exact_in_its_heads() -> None:
+    cost = Attention.forward.estimate(Attention(Config()), b=2, n=12, d=64)
+    # the projections 2*b*n*d*(3*d + d); scores and their products with v 2*b*n*n*d each;
+    # the scale's divide and the softmax's 5 per score, b*n_head*n*n scores
+    truth = 8 * b * n * d**2 + 4 * b * n**2 * d + 6 * b * n**2 * n_head
+    assert sympy.expand(cost.formula - truth) == 0
+    assert cost.forward.exact and cost.backward.exact
+    for config, batch, seq in [
+        (Config(96, 8), 3, 20),
+        (Config(48, 3), 1, 31),
+        (Config(32, 2), 2, 9),
+    ]:
+        _exact_terms_hold(cost, config, batch, seq)
+
+
+@SLOW
+@given(
+    heads=st.sampled_from([(64, 4), (32, 8), (128, 2), (48, 6)]),
+    threshold=st.sampled_from([2, 5, 16, 40, 10_000]),
+)
+def test_a_branch_on_the_heads_is_never_exact_and_wrong(
+    heads: tuple[int, int], threshold: int
+) -> None:
+    width, count = heads
+    module = Branching(Thresholded(width, count, threshold))
+    cost = Branching.forward.estimate(module, b=2, n=5, d=width)
+    for term in cost.terms.values():
+        assert term.holds_at(cost.dims)
+    for other_width, other_count in [(width, 2 * count), (2 * width, count), (96, 3), (96, 12)]:
+        if other_count == other_width:
+            continue  # (heads of width 1: the products run as multiplies)
+        _exact_terms_hold(cost, Thresholded(other_width, other_count, threshold), 2, 5)
+
+
+@pytest.mark.parametrize("heads", [4, 16])
+def test_heads_of_width_one_are_counted_as_they_ran(heads: int) -> None:
+    # the call's own count is what ran, heads of width 1 included
+    cost = Attention.forward.estimate(Attention(Config(16, heads)), b=2, n=3, d=16)
+    ran = _ran(Config(16, heads), 2, 3)
+    assert cost.flops == ran["forward"]
+    assert cost.backward_flops == ran["backward"]
