@@ -453,3 +453,32 @@ def test_an_axis_index_or_a_count_of_tensors_of_a_torch_layer_is_no_size() -> No
     # was {"0.in_features": 8, "0.parametrizations.weight.ntensors": 2}: weight_norm's g and v
     normed = nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(8, 8)), nn.Flatten(1))
     assert estimate(normed, Float[Tensor, "b 8"], b=2).fixed == {"0.in_features": 8}
+
+
+class Windows(nn.Module):
+    """Windows of ``size`` along the last axis, each squared; no weights, and a constructor
+    argument kept under another name (no rebuild reads it back); an axis kept too."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.k = size
+        self.axis = 2
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "b n"]) -> Tensor:
+        y = x.unfold(-1, self.k, 1)
+        return (y * y).softmax(dim=self.axis)
+
+
+def test_a_size_the_body_passes_to_an_op_is_held() -> None:
+    cost = Windows.forward.estimate(Windows(3), b=2, n=10)
+    # n - k + 1 windows of k: a multiply and the softmax's 5 per value, at k = 3
+    assert (
+        cost.exact
+        and sympy.expand(cost.formula - 18 * sympy.Symbol("b") * (sympy.Symbol("n") - 2)) == 0
+    )
+    assert cost.fixed == {"k": 3}  # was {}: the 3 was unlisted; the axis is no size
+    for b, n in [(1, 4), (3, 17)]:
+        assert cost.forward.at({"b": b, "n": n}) == _recorded_forward(Windows(3), torch.randn(b, n))
+    # at another window the count is another: the formula holds at k = 3 only
+    assert _recorded_forward(Windows(4), torch.randn(2, 10)) != cost.flops

@@ -85,8 +85,10 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
     found = [held for held in found if held.name in counts or _sizes(held, axes)]
     if rebuild is None:  # (its count of blocks, which sizes no axis: ``self.n_blocks``)
         found += [Held(name, name, count) for name, count in module_repeats(module).items()]
-        # (and a count its code reads, which sizes no axis either: ``self.depth`` steps)
+        # (and a count its code reads, which sizes no axis either: ``self.depth`` steps,
+        # and a size its code passes to an op: ``x.unfold(-1, self.k, 1)``'s window)
         found += _counts_read(module)
+        found += _counts_read(module, passed=True)
     return tuple(dict.fromkeys(found))
 
 
@@ -275,18 +277,21 @@ def _tensor_axes(module: torch.nn.Module) -> list[Held]:
     return found
 
 
-def _counts_read(module: torch.nn.Module) -> list[Held]:
+def _counts_read(module: torch.nn.Module, *, passed: bool = False) -> list[Held]:
     """The int attributes of the module's own classes that their methods count steps by
     (``for _ in range(self.depth):``), whatever axes they size: numbers in the formulas
-    of a module that cannot be rebuilt. Other attributes code reads (an index, a limit an
-    ``assert`` checks) are left out; so is everything where the source cannot be read."""
+    of a module that cannot be rebuilt; with ``passed``, those they pass to a call instead
+    (``x.unfold(-1, self.k, 1)``, ``F.avg_pool1d(x, self.window)``), but as an axis
+    (``dim=self.axis``). Other attributes code reads (an index, a limit an ``assert``
+    checks) are left out; so is everything where the source cannot be read."""
     found: list[Held] = []
+    table = _PASSED if passed else _RANGED
     for path, sub in module.named_modules():
         if type(sub).__module__.startswith("torch."):
             continue
-        counts = _RANGED.get(type(sub))
+        counts = table.get(type(sub))
         if counts is None:  # (read once per class: 10,000 blocks of one class, once)
-            counts = _RANGED[type(sub)] = _ranged_attributes(type(sub))
+            counts = table[type(sub)] = _ranged_attributes(type(sub), passed)
         for name, value in vars(sub).items():
             if type(value) is int and value > 1 and name in counts and not name.endswith("_id"):
                 found.append(Held(name, f"{path}.{name}" if path else f"self.{name}", value))
@@ -294,12 +299,17 @@ def _counts_read(module: torch.nn.Module) -> list[Held]:
 
 
 _RANGED: dict[type, frozenset[str]] = {}
+_PASSED: dict[type, frozenset[str]] = {}
+
+#: Keywords whose value is an axis, an index or a number that sizes nothing.
+_NO_SIZE = frozenset(("dim", "dims", "axis", "index", "dtype", "p", "eps", "value", "alpha"))
 
 
-def _ranged_attributes(cls: type) -> frozenset[str]:
+def _ranged_attributes(cls: type, passed: bool = False) -> frozenset[str]:
     """The attributes of ``self`` that the methods of ``cls`` and of its bases that are not
     torch's (``__init__`` left out) pass to ``range`` (``range(self.depth)``,
-    ``range(0, n, self.chunk)``)."""
+    ``range(0, n, self.chunk)``), or with ``passed`` to any other call (not as a keyword
+    of :data:`_NO_SIZE`)."""
     names: set[str] = set()
     for klass in cls.__mro__:
         if klass is object or klass.__module__.startswith("torch."):
@@ -318,12 +328,14 @@ def _ranged_attributes(cls: type) -> frozenset[str]:
                     continue
                 owner = node.args.args[0].arg  # (``self``)
                 for call in ast.walk(node):
-                    if (
-                        isinstance(call, ast.Call)
-                        and isinstance(call.func, ast.Name)
-                        and call.func.id == "range"
-                    ):
+                    if not isinstance(call, ast.Call):
+                        continue
+                    ranged = isinstance(call.func, ast.Name) and call.func.id == "range"
+                    if ranged and not passed:
                         names.update(_attributes_of(owner, call.args))
+                    elif passed and not ranged:
+                        given = [k.value for k in call.keywords if k.arg not in _NO_SIZE]
+                        names.update(_attributes_of(owner, [*call.args, *given]))
     return frozenset(names)
 
 
