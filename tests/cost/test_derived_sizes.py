@@ -8,6 +8,7 @@ other sizes (``record()`` around forward and backward)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 import sympy
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
 from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import Cost, record, typed_flops
 
@@ -142,3 +144,64 @@ def test_heads_of_width_one_are_counted_as_they_ran(heads: int) -> None:
     ran = _ran(Config(16, heads), 2, 3)
     assert cost.flops == ran["forward"]
     assert cost.backward_flops == ran["backward"]
+
+
+@dataclasses.dataclass
+class Widths:
+    h: int = 64
+    k: int = 1
+
+
+def _widened(width: Callable[[int, int], int]) -> type[nn.Module]:
+    class Widened(nn.Module):
+        """A projection to a width the constructor derives from ``h`` and ``k`` with ``//``.
+
+        ``x``: (b, h) -> (b, e)."""
+
+        def __init__(self, config: Widths) -> None:
+            super().__init__()
+            self.config = config
+            self.proj = nn.Linear(config.h, width(config.h, config.k), bias=False)
+
+        @typed_flops
+        def forward(self, x: Float[Tensor, "b h"]) -> Float[Tensor, "b e"]:
+            out: Tensor = self.proj(x)
+            return out
+
+    return Widened
+
+
+def _products(module: nn.Module, x: Tensor) -> int:
+    with FlopCounterMode(display=False) as counter:
+        module(x)
+    count: int = counter.get_total_flops()
+    return count
+
+
+@pytest.mark.parametrize(
+    ("width", "h", "k"),
+    [
+        # a size of 1 divides everything: every run the fits made kept h // k exact
+        (lambda h, k: (h // k) ** 2, 64, 1),
+        (lambda h, k: h + h // k, 64, 1),
+        # floored only where both are odd: each alone off its multiples keeps it exact
+        (lambda h, k: h * k // 2, 8, 2),
+        (lambda h, k: h * k // 2, 30, 4),
+    ],
+    ids=["(h//k)**2", "h + h//k", "h*k//2 at 8, 2", "h*k//2 at 30, 4"],
+)
+def test_a_floored_width_is_never_exact_and_wrong(
+    width: Callable[[int, int], int], h: int, k: int
+) -> None:
+    widened = _widened(width)
+    cost = widened.forward.estimate(widened(Widths(h, k)), b=2, h=h)
+    assert cost.forward.holds_at(cost.dims)
+    names = {str(s) for s in cost.formula.free_symbols}
+    checked = 0
+    for other_h, other_k in [(h, 5), (h + 1, 2), (h + 1, 3), (2 * h + 1, 5), (7, 3)]:
+        if cost.forward.exact and {"h", "k"} <= names:
+            truth = _products(widened(Widths(other_h, other_k)), torch.randn(2, other_h))
+            assert cost.forward.at({**cost.dims, "h": other_h, "k": other_k}) == truth
+            checked += 1
+    # (exact, it names both sizes and holds at each; else it is marked inexact)
+    assert checked in (0, 5)

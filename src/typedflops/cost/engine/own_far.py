@@ -27,7 +27,8 @@ __all__ = ["OWN_FAR", "own_far_checked"]
 OWN_FAR = 16
 
 #: What is added to ``OWN_FAR`` times a size for the run off its multiples (each below the
-#: size, so that the value is a multiple of no divisor of it above the one added).
+#: size, so that the value is a multiple of no divisor of it above the one added; 1 for a
+#: size of 1). The sizes are then taken there all at once.
 _OFF = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)
 
 
@@ -113,14 +114,22 @@ def own_far_checked(
     # (a call's dim tied to a module's size too: its far checks are refused where the
     # module needs a multiple, ``dim % n_heads``)
     tied = [axis for axis in axes if axis.far and len(axis.keys) > 1]
+    off: dict[str, Size] = {}
+    off_values: dict[str, int] = {}
     for axis in [*own, *(axis for axis in tied if isinstance(at[axis.keys[0]], int))]:
         if not any(term.exact for term in terms.values()):
             break
         size = size_value(at[axis.keys[0]])
-        for added in (step for step in _OFF if step < size):
+        # (a size of 1 divides everything: taken to 17, it divides a width no more)
+        for added in (step for step in _OFF if step < max(size, 2)):
             value = OWN_FAR * size + added
             run = runner.counted({**at, **axis.assign(value)})
             if run is not None:
                 mark(run, terms, {**values, axis.name: value})
+                off.update(axis.assign(value))
+                off_values[axis.name] = value
                 break
+    # (and all of them at once: ``hidden * k // 2`` is floored only where both are odd)
+    if len(off_values) >= 2 and any(term.exact for term in terms.values()):
+        mark(runner.counted({**at, **off}), terms, {**values, **off_values})
     return terms
