@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sympy
@@ -152,7 +153,7 @@ class Widths:
     k: int = 1
 
 
-def _widened(width: Callable[[int, int], int]) -> type[nn.Module]:
+def _widened(width: Callable[[int, int], int]) -> Any:
     class Widened(nn.Module):
         """A projection to a width the constructor derives from ``h`` and ``k`` with ``//``.
 
