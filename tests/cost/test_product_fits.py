@@ -283,3 +283,20 @@ def test_grouped_query_sizes_that_coincide_make_no_false_fit(
             sizes = {**cost.dims, "d": other[0], "n_head": other[1], "n_kv_head": other[2]}
             truth = _matmul_flops(module, torch.randn(2, 3, other[0]))
             assert cost.forward.at(sizes) == truth, other
+
+
+@typed_flops
+def patches_squared(x: Float[Tensor, "b c h w"]) -> Tensor:
+    patches = nn.functional.unfold(x, 3)  # (b, c*9, (h - 2)*(w - 2))
+    return patches * patches
+
+
+def test_positions_of_a_valid_window_are_a_product_of_affine_factors() -> None:
+    cost = patches_squared.estimate(b=2, c=3, h=8, w=10)
+    b, c, h, w = sympy.symbols("b c h w")
+    # a multiply per value: c*9 values at each of (h - 2)*(w - 2) positions
+    assert sympy.expand(cost.formula - 9 * b * c * (h - 2) * (w - 2)) == 0
+    assert cost.exact
+    for sizes in [(1, 2, 3, 3), (3, 1, 11, 5), (2, 4, 20, 17)]:
+        truth = _recorded(patches_squared, torch.randn(*sizes))
+        assert cost.forward.at(dict(zip("bchw", sizes, strict=True))) == truth
