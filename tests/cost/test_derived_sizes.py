@@ -16,7 +16,7 @@ import sympy
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -206,3 +206,74 @@ def test_a_floored_width_is_never_exact_and_wrong(
             checked += 1
     # (exact, it names both sizes and holds at each; else it is marked inexact)
     assert checked in (0, 5)
+
+
+@dataclasses.dataclass
+class LMConfig:
+    d: int = 32
+    n_head: int = 4
+    n_kv_head: int = 4
+    vocab: int = 32
+    intermediate: int = 128
+
+
+class GroupedLM(nn.Module):
+    """One block of a language model with grouped-query attention (queries, keys and
+    values from one fused projection; keys and values repeated to the query heads, once
+    over where the counts are equal) and an MLP.
+
+    ``ids``: (b, n) -> (b, n, v)."""
+
+    def __init__(self, config: LMConfig) -> None:
+        super().__init__()
+        if config.d % config.n_head or config.n_head % config.n_kv_head:
+            raise ValueError("n_head must divide d, and n_kv_head n_head")
+        self.config = config
+        self.head_dim = config.d // config.n_head
+        self.emb = nn.Embedding(config.vocab, config.d)
+        kv_width = config.n_kv_head * self.head_dim
+        self.qkv = nn.Linear(config.d, config.d + 2 * kv_width, bias=False)
+        self.o = nn.Linear(config.d, config.d, bias=False)
+        self.up = nn.Linear(config.d, config.intermediate)
+        self.down = nn.Linear(config.intermediate, config.d)
+        self.head = nn.Linear(config.d, config.vocab, bias=False)
+
+    @typed_flops
+    def forward(self, ids: Int[Tensor, "b n"]) -> Float[Tensor, "b n v"]:
+        c = self.config
+        x = self.emb(ids)
+        batch, seq, width = x.shape
+        kv_width = c.n_kv_head * self.head_dim
+        q, k, v = self.qkv(x).split([width, kv_width, kv_width], dim=-1)
+        q = q.reshape(batch, seq, c.n_head, self.head_dim).transpose(1, 2)
+        k = k.reshape(batch, seq, c.n_kv_head, self.head_dim).transpose(1, 2)
+        v = v.reshape(batch, seq, c.n_kv_head, self.head_dim).transpose(1, 2)
+        k = k.repeat_interleave(c.n_head // c.n_kv_head, dim=1)
+        v = v.repeat_interleave(c.n_head // c.n_kv_head, dim=1)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(y.transpose(1, 2).reshape(batch, seq, width))
+        x = x + self.down(nn.functional.gelu(self.up(x)))
+        out: Tensor = self.head(x)
+        return out
+
+
+def test_coinciding_sizes_of_a_config_are_each_a_symbol() -> None:
+    # n_head == n_kv_head, d == vocab, intermediate == 4 * d
+    cost = GroupedLM.forward.estimate(GroupedLM(LMConfig()), b=2, n=8)
+    assert cost.forward.exact
+    names = {str(s) for s in cost.formula.free_symbols}
+    assert names == {"b", "n", "d", "n_head", "n_kv_head", "v", "intermediate"}
+    for changed in [
+        {"d": 48},
+        {"n_head": 8},
+        {"n_kv_head": 2},
+        {"vocab": 50},
+        {"intermediate": 96},
+        {"d": 64, "n_head": 8, "n_kv_head": 2, "vocab": 40, "intermediate": 200},
+    ]:
+        config = dataclasses.replace(LMConfig(), **changed)
+        ids = torch.randint(0, config.vocab, (3, 5))
+        with record() as rec:
+            GroupedLM(config)(ids)
+        sizes = {**dataclasses.asdict(config), "v": config.vocab, "b": 3, "n": 5}
+        assert cost.forward.at({**cost.dims, **sizes}) == rec.total.flops, changed
