@@ -20,19 +20,44 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import sympy
 
-if TYPE_CHECKING:
-    from .fit import Plan
+__all__ = ["Runs", "product_of_factors"]
 
-__all__ = ["product_of_factors"]
+
+class Runs(Protocol):
+    """What a fit reads of its runs (a :class:`~.fit.Plan`)."""
+
+    @property
+    def varied(self) -> list[str]: ...  # the varied dims' names
+
+    @property
+    def runs(self) -> list[list[Any]]: ...
+
+    @property
+    def checked(self) -> bool: ...
+
+    @property
+    def more(self) -> bool: ...
+
+    @property
+    def check(self) -> int: ...
+
+    @property
+    def pairs(self) -> dict[tuple[int, int], int]: ...
+
+    @property
+    def mixed(self) -> set[tuple[int, int]]: ...
+
+    def x(self, run: int, index: int) -> int: ...
+
 
 _MAX_EXPONENT = 4
 
 
-def product_of_factors(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr | None, bool]:
+def product_of_factors(plan: Runs, values: tuple[int, ...]) -> tuple[sympy.Expr | None, bool]:
     """``values`` (one size in each run of ``plan``, which has ``more`` runs) as the base
     value times one factor per varied dim, each 1 at the base sizes; None where no such
     product gives every run's value. Exact: two runs confirm it that it was not fitted from."""
@@ -71,7 +96,7 @@ def product_of_factors(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr 
 
 
 def _predicted(
-    plan: Plan, factors: Sequence[tuple[Fraction, ...]], base: int, run: int
+    plan: Runs, factors: Sequence[tuple[Fraction, ...]], base: int, run: int
 ) -> Fraction:
     predicted = Fraction(base)
     for index, factor in enumerate(factors):
@@ -80,7 +105,7 @@ def _predicted(
 
 
 def _bilinear(
-    plan: Plan,
+    plan: Runs,
     values: tuple[int, ...],
     factors: Sequence[tuple[Fraction, ...]],
     pair: tuple[int, int],
