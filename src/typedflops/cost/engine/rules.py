@@ -124,6 +124,7 @@ from .pointwise_rules import (
     trace,
     words,
 )
+from .grouped_rules import grouped_mm_flops
 from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
 from .slice_rules import SLICE_READ_NUMBERS, slice_rules
@@ -297,6 +298,9 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         table[target].extra["values"] = names
     table[aten._flash_attention_forward_no_dropout_inplace] = RuleEntry(
         flash_attention_into, symbolic=False, source="torch", raw=True, matmul=True
+    )
+    table[aten._grouped_mm] = RuleEntry(
+        grouped_mm_flops, symbolic=False, source="typedflops", raw=True, matmul=True
     )
     table[aten._fused_rms_norm] = entry(_rms_norm)
     table[aten._fused_rms_norm_backward] = entry(norm_backward)

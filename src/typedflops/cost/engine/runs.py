@@ -247,6 +247,10 @@ class Runner:
             except (ContractError, SpecError):
                 raise
             except Exception as error:
+                if self.branched and not _explained(error):
+                    # (the path taken for fake tensors, code written for tracing, failed
+                    # too: the run stops where a real run's path read a value)
+                    raise dry_run_error(self.probe, exc) from None
                 if not _explained(error):
                     raise body_error(self.probe, error) from error
                 raise dry_run_error(self.probe, error) from None
@@ -323,6 +327,7 @@ _SPARSE_LAYOUTS = ("", "_csr", "_csc", "_bsr", "_bsc")
 _VALUE_OPS = {
     "_local_scalar_dense": "a tensor's value (.item(), bool(), int(), an `if` on a tensor)",
     "nonzero": "nonzero (what x[mask] runs)",
+    "_grouped_mm": "_grouped_mm (a grouped product: each group's rows, offs, are values)",
     "_unique2": "unique",
     "unique_dim": "unique",
     "unique_consecutive": "unique_consecutive",

@@ -34,9 +34,6 @@ _COV = frozenset({torch.cov, torch.Tensor.cov})
 _CORRCOEF = frozenset({torch.corrcoef, torch.Tensor.corrcoef})
 _GAUSSIAN_NLL = F.gaussian_nll_loss
 
-#: The ops that read a value for a check: a dry run answers them from :data:`_ANSWERS`.
-READS = frozenset({torch.ops.aten.equal.default, torch.ops.aten._local_scalar_dense.default})
-
 #: The answers, in order, to the value reads of the call running now (None: none known).
 _ANSWERS: ContextVar[list[Any] | None] = ContextVar("typedflops_value_answers", default=None)
 
