@@ -29,6 +29,7 @@ from .frames import no_frame
 from .outputs_reached import differentiated, flowing
 from .stand_ins import META_STAND_INS
 from .tensors import TensorMeta, is_float, map_meta
+from .value_rules import VALUE_COUNTED
 
 __all__ = ["BackwardResult", "backward_of"]
 
@@ -87,6 +88,8 @@ def backward_of(event: Event) -> BackwardResult:
         return BackwardResult(event.backward)
     if event.func is _GROUPED_MM:  # (its count reads its groups' values: not by signature)
         return _grouped_backward(event)
+    if event.func in VALUE_COUNTED:  # (its backward's work is set by values, not kept)
+        return BackwardResult([], f"{event.op} (backward: its work depends on values)")
     key: Any = (event.signature, event.reached)
     if event.func in RUNS:  # (run as the device the dry run stands for runs it)
         key = (key, stands_for())

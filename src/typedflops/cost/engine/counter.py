@@ -49,6 +49,7 @@ from .skip_dynamo import keep_dynamo_out
 from .known_values import READS as VALUE_READS
 from .known_values import SHAPED_BY_VALUES, KnownValues
 from .value_checks import answer
+from .value_rules import VALUE_COUNTED
 from .waits import Place
 
 __all__ = [
@@ -213,6 +214,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if func is _GROUPED_MM and _groups_unknown(known, args, kwargs):
             # (the rows each group gets, routed by values: see .grouped_rules)
             raise DynamicOutputShapeException(func)
+        if func in VALUE_COUNTED and any(map(_without_values, tensors_in((args, kwargs)))):
+            raise DynamicOutputShapeException(func)  # (work set by values: see .value_rules)
         if func._overloadpacket in _SPARSE_FROM_DENSE and _without_values(args[0]):
             # (its number of values is the number of nonzeros: meta would give none)
             raise DynamicOutputShapeException(func)

@@ -125,6 +125,7 @@ from .pointwise_rules import (
     words,
 )
 from .grouped_rules import grouped_mm_flops
+from .value_rules import value_rules
 from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
 from .slice_rules import SLICE_READ_NUMBERS, slice_rules
@@ -302,6 +303,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten._grouped_mm] = RuleEntry(
         grouped_mm_flops, symbolic=False, source="typedflops", raw=True, matmul=True
     )
+    for target, rule in value_rules().items():  # (counted from their values)
+        table[target] = RuleEntry(rule, symbolic=False, source="typedflops", raw=True)
     table[aten._fused_rms_norm] = entry(_rms_norm)
     table[aten._fused_rms_norm_backward] = entry(norm_backward)
     # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.

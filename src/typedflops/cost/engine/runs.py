@@ -328,6 +328,10 @@ _VALUE_OPS = {
     "_local_scalar_dense": "a tensor's value (.item(), bool(), int(), an `if` on a tensor)",
     "nonzero": "nonzero (what x[mask] runs)",
     "_grouped_mm": "_grouped_mm (a grouped product: each group's rows, offs, are values)",
+    "_ctc_loss": "ctc_loss (its work, set by the input and target lengths and labels, is values)",
+    "multilabel_margin_loss_forward": (
+        "multilabel_margin_loss (its work, set by which margins are positive, is values)"
+    ),
     "_unique2": "unique",
     "unique_dim": "unique",
     "unique_consecutive": "unique_consecutive",
