@@ -64,7 +64,9 @@ def test_a_path_chosen_by_position_ids_is_the_real_runs() -> None:
     torch.manual_seed(0)
     model = GroupedQueryAttention()
     cost = estimate(model, Float[Tensor, "b s 32"], b=2, s=8, grad=("x",))
-    assert (cost.flops, cost.backward_flops) == _ran(model, torch.randn(2, 8, 32, requires_grad=True))
+    assert (cost.flops, cost.backward_flops) == _ran(
+        model, torch.randn(2, 8, 32, requires_grad=True)
+    )
     assert cost.exact
     other = torch.randn(3, 5, 32, requires_grad=True)
     assert (cost.forward.at({"b": 3, "s": 5}), cost.backward.at({"b": 3, "s": 5})) == _ran(
@@ -86,7 +88,7 @@ class Masked(nn.Module):
         positions = self.positions[: ids.shape[1]]  # type: ignore[index]
         if (positions[1:] - positions[:-1] != 1).any():
             raise ValueError("positions are not consecutive")
-        return self.embed(ids)[mask].sum()
+        return self.embed(ids)[mask].sum()  # type: ignore[no-any-return]
 
 
 def test_a_mask_and_a_buffer_whose_values_shapes_fix_are_read_as_a_real_run_reads_them() -> None:

@@ -30,7 +30,9 @@ def _logsumexp(values: list[float]) -> tuple[float, int]:
     return out, n + n + (n - 1) + 1 + 1
 
 
-def _ctc_by_loops(lp: Tensor, labels: list[int], steps: int, grad: float):
+def _ctc_by_loops(
+    lp: Tensor, labels: list[int], steps: int, grad: float
+) -> tuple[float, list[list[float]], int, int]:
     """``LossCTC.cpp``'s CPU loops for one sequence (blank 0): its loss, its gradient
     (steps x classes) and the FLOPs of forward and backward, each comparison one."""
     p = lp.double().tolist()
@@ -112,7 +114,9 @@ def test_ctc_loss_is_counted_as_its_kernels_loops_run(
         loss.backward(grad)
     forward = backward = 0
     for b, (length, row) in enumerate(zip(lengths, labels, strict=True)):
-        nll, gradient, ran, ran_back = _ctc_by_loops(log_probs[:length, b], row, length, grad[b].item())
+        nll, gradient, ran, ran_back = _ctc_by_loops(
+            log_probs[:length, b], row, length, grad[b].item()
+        )
         assert nll == pytest.approx(loss[b].item(), rel=1e-5)  # (the loops are torch's)
         assert log_probs.grad is not None
         torch.testing.assert_close(

@@ -41,15 +41,15 @@ from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, sp
 from .function_inputs import FunctionCall, function_op
 from .functions import inside_rule, watching
 from .kernels import on_target
+from .known_values import READS as VALUE_READS
+from .known_values import SHAPED_BY_VALUES, KnownValues
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
 from .op_events import make_event, requires_backward
 from .rules import FREE, find_rule, op_name
 from .run_again import RunAgain, region_frame
 from .skip_dynamo import keep_dynamo_out
-from .known_values import READS as VALUE_READS
-from .known_values import SHAPED_BY_VALUES, KnownValues
 from .value_checks import answer
-from .value_rules import VALUE_COUNTED
+from .value_rules import VALUE_COUNTED, unknown_values
 from .waits import Place
 
 __all__ = [
@@ -117,17 +117,6 @@ def follow_materialized(source: Any, out: Any) -> None:
         and torch.is_grad_enabled()
     ):
         out.requires_grad_(True)
-
-
-_GROUPED_MM = torch.ops.aten._grouped_mm.default
-
-
-def _groups_unknown(known: KnownValues | None, args: tuple[Any, ...], kwargs: Any) -> bool:
-    """Whether a grouped product's groups (``offs``) are given without values."""
-    offs = args[2] if len(args) > 2 else kwargs.get("offs")
-    if not _without_values(offs):
-        return False
-    return known is None or known.of(offs) is None
 
 
 def _without_values(tensor: Any) -> bool:
@@ -211,11 +200,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             with self, torch.no_grad():
                 return _JAGGED.__torch_dispatch__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
         known = self.known
-        if func is _GROUPED_MM and _groups_unknown(known, args, kwargs):
-            # (the rows each group gets, routed by values: see .grouped_rules)
-            raise DynamicOutputShapeException(func)
-        if func in VALUE_COUNTED and any(map(_without_values, tensors_in((args, kwargs)))):
-            raise DynamicOutputShapeException(func)  # (work set by values: see .value_rules)
+        if func in VALUE_COUNTED and unknown_values(func, known, args, kwargs):
+            raise DynamicOutputShapeException(func)  # (see .value_rules, .grouped_rules)
         if func._overloadpacket in _SPARSE_FROM_DENSE and _without_values(args[0]):
             # (its number of values is the number of nonzeros: meta would give none)
             raise DynamicOutputShapeException(func)

@@ -37,9 +37,7 @@ _META = torch.device("meta")
 _CPU = torch.device("cpu")
 
 #: Ops that read a value out (answered from the values known).
-READS = frozenset(
-    {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
-)
+READS = frozenset({aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default})
 #: Ops whose output's shape depends on values (run on the values known, then on meta).
 SHAPED_BY_VALUES = frozenset(
     {
@@ -246,7 +244,8 @@ def _blank(value: Any) -> Any:
 
 def _uninitialized(func: Any) -> bool:
     """Whether ``func`` makes a tensor whose values are whatever its memory held."""
-    return func._overloadpacket.__name__.lstrip("_").startswith(("empty", "new_empty"))
+    name: str = func._overloadpacket.__name__
+    return name.lstrip("_").startswith(("empty", "new_empty"))
 
 
 def _flat(tree: Any) -> list[Any]:

@@ -96,6 +96,7 @@ from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
 from .attention_rules import attention_rules, flash_attention_into
 from .cuda_cells import cuda_cell_rules
 from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
+from .grouped_rules import grouped_mm_flops
 from .index_rules import index_rules
 from .layer_rules import (
     ACTIVATIONS,
@@ -124,12 +125,11 @@ from .pointwise_rules import (
     trace,
     words,
 )
-from .grouped_rules import grouped_mm_flops
-from .value_rules import value_rules
 from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
 from .slice_rules import SLICE_READ_NUMBERS, slice_rules
 from .tensors import TensorMeta, map_meta, numel
+from .value_rules import value_rules
 
 __all__ = [
     "FLOP_COUNTER_CORRECTIONS",

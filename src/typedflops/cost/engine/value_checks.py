@@ -38,7 +38,7 @@ _GAUSSIAN_NLL = F.gaussian_nll_loss
 _ANSWERS: ContextVar[list[Any] | None] = ContextVar("typedflops_value_answers", default=None)
 
 
-class ChecksValues(Exception):  # noqa: N818 (what the body does, as torch's exceptions say)
+class ChecksValues(Exception):
     """A check torch makes on a tensor's values before it computes: no dry run goes past
     it. ``what`` names the function and ``check`` the values it checks."""
 

@@ -35,11 +35,15 @@ Multi-label margin (input (N, D), targets listing each row's labels until a -1):
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
-__all__ = ["VALUE_COUNTED", "value_rules"]
+from .known_values import KnownValues
+
+__all__ = ["VALUE_COUNTED", "unknown_values", "value_rules"]
 
 aten = torch.ops.aten
 
@@ -62,7 +66,7 @@ def _labels(targets: torch.Tensor, target_lengths: list[int]) -> list[list[int]]
 
 
 def _distinct_pairs(labels: list[int]) -> int:
-    return sum(1 for a, b in zip(labels, labels[1:], strict=False) if a != b)
+    return sum(1 for a, b in itertools.pairwise(labels) if a != b)
 
 
 def _ctc(
@@ -188,10 +192,40 @@ _RULES = {
     aten.multilabel_margin_loss_backward: _multilabel_backward,
 }
 
-#: The kernels counted by their values, which a dry run does not have (their overloads).
+#: The kernels counted by their values, which a dry run does not have (their overloads),
+#: and the grouped product (see :mod:`.grouped_rules`).
 VALUE_COUNTED = frozenset(
-    getattr(packet, name) for packet in _RULES for name in packet.overloads()
+    {
+        *(getattr(packet, name) for packet in _RULES for name in packet.overloads()),  # type: ignore[no-untyped-call]
+        aten._grouped_mm.default,
+    }
 )
+
+
+def unknown_values(
+    func: Any, known: KnownValues | None, args: tuple[Any, ...], kwargs: Any
+) -> bool:
+    """Whether ``func``, one of :data:`VALUE_COUNTED`, is given a tensor without values (on
+    meta, or fake) whose values no dry run knows (``known``): its work cannot be counted.
+    A grouped product reads its groups (``offs``) alone."""
+    if func is aten._grouped_mm.default:
+        tensors = [args[2] if len(args) > 2 else kwargs.get("offs")]
+    else:
+        tensors = _leaves((args, kwargs))
+    return any(
+        isinstance(tensor, torch.Tensor)
+        and _without_values(tensor)
+        and (known is None or known.of(tensor) is None)
+        for tensor in tensors
+    )
+
+
+def _without_values(tensor: torch.Tensor) -> bool:
+    return tensor.layout is torch.strided and (tensor.is_meta or isinstance(tensor, FakeTensor))
+
+
+def _leaves(tree: Any) -> list[Any]:
+    return list(torch.utils._pytree.tree_leaves(tree))
 
 
 def value_rules() -> dict[Any, Any]:
