@@ -83,7 +83,7 @@ def note_values(copy: torch.Tensor, real: torch.Tensor) -> None:
             del _NOTED[key]
 
     with _disable_current_modes():
-        _NOTED[key] = (weakref.ref(copy, gone), real.detach().to(copy.dtype))
+        _NOTED[key] = (weakref.ref(copy, gone), real.detach().to(copy.dtype, copy=True))
 
 
 class KnownValues:
@@ -91,12 +91,21 @@ class KnownValues:
 
     def __init__(self) -> None:
         self._values: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
+        # Tensors written with values not known: a module's buffer among them is not read
+        # from its noted values again in this run.
+        self._forgotten: set[int] = set()
 
     def of(self, tensor: torch.Tensor) -> torch.Tensor | None:
         """The values of ``tensor`` on the CPU, if known: a CPU tensor is its own."""
         if tensor.device.type == "cpu" and type(tensor) is torch.Tensor:
             return tensor
-        found = self._values.get(id(tensor)) or _NOTED.get(id(tensor))
+        found = self._values.get(id(tensor))
+        if found is None and id(tensor) not in self._forgotten:
+            noted = _NOTED.get(id(tensor))
+            if noted is not None and noted[0]() is tensor:  # (this run's own copy of it)
+                with _disable_current_modes():
+                    self._keep(tensor, noted[1].clone())
+                found = self._values[id(tensor)]
         if found is None or found[0]() is not tensor:
             return None
         return found[1]
@@ -105,7 +114,8 @@ class KnownValues:
         """``copy``, a meta copy of the real tensor ``real``, holds its values (a small
         constant: one that needs no grad)."""
         if not real.requires_grad and real.numel() <= LIMIT and real.device.type == "cpu":
-            self._keep(copy, real.detach())
+            with _disable_current_modes():  # (a copy: a write the dry run runs stays its own)
+                self._keep(copy, real.detach().clone())
 
     def read(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -165,6 +175,8 @@ class KnownValues:
         if torch.Tag.nondeterministic_seeded in func.tags or _uninitialized(func):
             self._forget_written(func, args)
             return
+        if any(not _on_meta(t) for t in _written(func, args)):
+            return  # (a real tensor written, a module's counter: never written again here)
         if func in _FILLS and _small(out):  # (the input's shape and dtype alone)
             args = tuple(_blank(a) for a in args)
         if not any(isinstance(t, torch.Tensor) for t in _flat((args, kwargs))):
@@ -227,10 +239,32 @@ class KnownValues:
         values[key] = (weakref.ref(meta, gone), real)
 
     def _forget_written(self, func: Any, args: tuple[Any, ...]) -> None:
-        """An op whose values are not known wrote in place: what it wrote (and what shares
-        its memory) is known no more."""
-        if any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments):
-            self._values.clear()
+        """An op whose values are not known wrote in place: what it wrote, and the views
+        that share its memory, are known no more."""
+        written = _written(func, args)
+        self._forgotten.update(id(t) for t in written)
+        if not written or not self._values:
+            return
+        roots = {id(t._base if t._base is not None else t) for t in written}
+        for key, (ref, _) in list(self._values.items()):
+            tensor = ref()
+            if tensor is None:
+                continue
+            root = tensor._base if tensor._base is not None else tensor
+            if id(root) in roots:
+                del self._values[key]
+                self._forgotten.add(key)
+
+
+def _written(func: Any, args: tuple[Any, ...]) -> list[torch.Tensor]:
+    """The tensors among ``args`` that ``func`` writes in place."""
+    return [
+        value
+        for value, argument in zip(args, func._schema.arguments, strict=False)
+        if argument.alias_info is not None
+        and argument.alias_info.is_write
+        and isinstance(value, torch.Tensor)
+    ]
 
 
 def _blank(value: Any) -> Any:

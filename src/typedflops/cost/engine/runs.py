@@ -247,10 +247,6 @@ class Runner:
             except (ContractError, SpecError):
                 raise
             except Exception as error:
-                if self.branched and not _explained(error):
-                    # (the path taken for fake tensors, code written for tracing, failed
-                    # too: the run stops where a real run's path read a value)
-                    raise dry_run_error(self.probe, exc) from None
                 if not _explained(error):
                     raise body_error(self.probe, error) from error
                 raise dry_run_error(self.probe, error) from None
