@@ -24,11 +24,12 @@ from .counter import counting
 from .cudnn_rnn import with_weight_buffer
 from .device_runs import RUNS, RunsAsDevice, stands_for
 from .edges import replay_with
-from .events import Event
+from .events import Event, named_event
 from .frames import no_frame
 from .outputs_reached import differentiated, flowing
 from .stand_ins import META_STAND_INS
 from .tensors import TensorMeta, is_float, map_meta
+from .value_rules import VALUE_COUNTED
 
 __all__ = ["BackwardResult", "backward_of"]
 
@@ -85,6 +86,10 @@ def backward_of(event: Event) -> BackwardResult:
     op (a ``torch.autograd.Function``'s backward, counted as it was seen), its own."""
     if event.func is None:
         return BackwardResult(event.backward)
+    if event.func is _GROUPED_MM:  # (its count reads its groups' values: not by signature)
+        return _grouped_backward(event)
+    if event.func in VALUE_COUNTED:  # (its backward's work is set by values, not kept)
+        return BackwardResult([], f"{event.op} (backward: its work depends on values)")
     key: Any = (event.signature, event.reached)
     if event.func in RUNS:  # (run as the device the dry run stands for runs it)
         key = (key, stands_for())
@@ -114,6 +119,24 @@ def backward_of(event: Event) -> BackwardResult:
 _MOVES_BACK: dict[Any, tuple[int, ...]] = {
     torch.ops.aten._pack_padded_sequence.default: (0,),
 }
+
+
+_GROUPED_MM = torch.ops.aten._grouped_mm.default
+
+
+def _grouped_backward(event: Event) -> BackwardResult:
+    """A grouped product's backward: one grouped product per operand that needs grad, each
+    over the same groups as the forward's, so each of the forward's FLOPs (torch's
+    derivative of ``_grouped_mm``; see :mod:`.grouped_rules`). No replay: the groups are
+    values, which a replay on meta has not."""
+    operands = [arg for arg in event.args[:2] if isinstance(arg, TensorMeta)]
+    needing = [arg for arg in operands if arg.requires_grad and is_float(arg)]
+    events = []
+    for _ in needing:
+        grad = named_event("_grouped_mm", event.flops)
+        grad.matmul_flops = event.flops
+        events.append(grad)
+    return BackwardResult(events, edges=tuple(range(len(needing))), flows=(0,))
 
 
 def _replay(event: Event) -> BackwardResult:

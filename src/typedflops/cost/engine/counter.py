@@ -41,11 +41,15 @@ from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, sp
 from .function_inputs import FunctionCall, function_op
 from .functions import inside_rule, watching
 from .kernels import on_target
+from .known_values import READS as VALUE_READS
+from .known_values import SHAPED_BY_VALUES, KnownValues
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
 from .op_events import make_event, requires_backward
 from .rules import FREE, find_rule, op_name
 from .run_again import RunAgain, region_frame
 from .skip_dynamo import keep_dynamo_out
+from .value_checks import answer
+from .value_rules import VALUE_COUNTED, unknown_values
 from .waits import Place
 
 __all__ = [
@@ -155,6 +159,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # fake ones: the op runs on meta and nothing real is read or written.
         self.to_meta = False
         self.meta_copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # In a dry run, the values of the meta tensors that shapes fix (see .known_values).
+        self.known: KnownValues | None = None
         # The autograd.Function nodes whose backward is counted already.
         self.custom_nodes: weakref.WeakSet[Any] = weakref.WeakSet()
         # The dispatch keys outside the mode, for a Function's backward counted inside it.
@@ -193,9 +199,20 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self.sink.add(named_event(f"{op_name(func)} (backward, jagged)"))
             with self, torch.no_grad():
                 return _JAGGED.__torch_dispatch__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+        known = self.known
+        if func in VALUE_COUNTED and unknown_values(func, known, args, kwargs):
+            raise DynamicOutputShapeException(func)  # (see .value_rules, .grouped_rules)
         if func._overloadpacket in _SPARSE_FROM_DENSE and _without_values(args[0]):
             # (its number of values is the number of nonzeros: meta would give none)
             raise DynamicOutputShapeException(func)
+        if known is not None and (func in VALUE_READS or func in SHAPED_BY_VALUES):
+            answered, value = answer(func, args) if func in VALUE_READS else (False, None)
+            counted = args
+            if not answered:  # (values known from shapes: see .known_values)
+                answered, value, counted = known.read(func, args, kwargs)
+            if answered:  # (or a check's value known from shapes: see .value_checks)
+                self._counted(func, find_rule(func), counted, kwargs, value)
+                return value
         found = find_rule(func)
         if found is None:
             key = _nested_key(args, kwargs)
@@ -216,8 +233,17 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             out = RUNS.get(func, func)(*args, **kwargs)
             if key is not None:
                 keep_outputs(key, out)
+        if known is not None:
+            known.after(func, args, kwargs, out)
         if func is _CLONE:
             follow_materialized(args[0], out)
+        self._counted(func, found, args, kwargs, out)
+        return out
+
+    def _counted(
+        self, func: Any, found: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
+        """Count an op that ran (or was answered) and what it adds to backward."""
         event = make_event(func, found, args, kwargs, out)
         if inside_rule():
             event.flops = 0  # a registered Python function's rule gives its count
@@ -226,7 +252,6 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if again.regions or _saved_hooks(False) is not None:
             again.op(event, region_frame())
         self.edges(event, func, args, kwargs, out)
-        return out
 
     def edges(
         self, event: Event, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
@@ -292,6 +317,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if tensor.requires_grad and (copy.is_floating_point() or copy.is_complex()):
             copy.requires_grad_(True)
         self.meta_copies[id(tensor)] = (tensor, copy)  # the original kept: ids stay unique
+        if self.known is not None:
+            self.known.copied(tensor, copy)
         return copy
 
     def _custom_backwards(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -510,6 +537,7 @@ def counting(
     mode = CountingMode(sink, phase)
     mode.target = target
     mode.to_meta = target is not None  # a dry run on meta tensors
+    mode.known = KnownValues() if mode.to_meta else None
     with fast_path_off(), mode:  # (as in a record: see .fast_path)
         if phase == "forward":
             mode.grouping = GroupingMode(mode)

@@ -24,6 +24,7 @@ from ...errors import SpecError
 from .dryrun import Thunk
 from .fit import Size
 from .function_backward import dry_runs_own
+from .known_values import note_values
 from .module_assignments import assignments_put_back
 from .rebuild import Rebuild
 from .tensors import differentiable
@@ -70,17 +71,21 @@ def module_state(
     # Each module object once (a module shared by two parents is one place to set), each of
     # its own tensors by name (a weight tied between two modules is set in both, to one copy).
     state: dict[str, torch.Tensor] = {}
+    buffers: set[int] = set()
     for prefix, sub in module.named_modules():
         for name, tensor in (
             *sub.named_parameters(recurse=False),
             *sub.named_buffers(recurse=False),
         ):
             state[f"{prefix}.{name}" if prefix else name] = tensor
+        buffers.update(id(tensor) for tensor in sub.buffers(recurse=False))
     copies: dict[int, torch.Tensor] = {}
     for tensor in state.values():
         if id(tensor) not in copies:
             counter = _counter(tensor)
             copies[id(tensor)] = copy_on(device, tensor, dtype) if counter is None else counter
+            if counter is None and id(tensor) in buffers and device == "meta":
+                note_values(copies[id(tensor)], tensor)  # (a constant a body may read)
     return {name: copies[id(tensor)] for name, tensor in state.items()}
 
 

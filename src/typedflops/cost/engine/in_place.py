@@ -27,6 +27,7 @@ import torch
 
 from .held_views import HeldSums, written_views
 from .outputs_reached import reach
+from .tensors import differentiable
 from .waits import EdgeInput, Waiting, WaitingOutput, view_again
 
 __all__ = ["rebased_views", "regenerate", "rewrite"]
@@ -138,9 +139,13 @@ def regenerate(sums: GradientSums, tensors: list[torch.Tensor]) -> None:
 
 
 def _of_base(view: torch.Tensor) -> bool:
-    """Whether ``view`` is a view whose base needs grad (a write through it is the base's)."""
+    """Whether ``view`` is a view whose base needs grad once a differentiated op writes it
+    (a write through it is the base's). A base that needed no grad before (``out =
+    x.new_zeros(...)``, then ``out[:2].copy_(y)``, as ``pad_packed_sequence`` fills its
+    output) needs it from that write on: autograd gives it its ``CopySlices`` node when the
+    op returns, after the kernel a dispatch mode sees."""
     base = view._base
-    return base is not None and base.requires_grad
+    return base is not None and (base.requires_grad or differentiable(base))
 
 
 def _read(sums: GradientSums, waiting: Waiting, tensor: torch.Tensor, lazy: bool) -> None:

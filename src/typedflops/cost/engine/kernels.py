@@ -56,6 +56,7 @@ from .cuda_cells import cell_as_cuda, is_cell
 from .cudnn_rnn import is_cudnn_target, rnn_as_cudnn
 from .frames import no_frame
 from .rnn_cpu import is_rnn, rnn_as_cpu
+from .value_checks import checked_on_meta, checks_values
 
 __all__ = [
     "SDPA",
@@ -463,6 +464,8 @@ def on_target(target: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
             return rnn_as_cudnn(func, args, kwargs)
     if target == "cuda" and is_cell(func, args):
         return cell_as_cuda(func, args, kwargs)
+    if checks_values(func):  # (a check of values answered from shapes)
+        return checked_on_meta(func, args, kwargs)
     if composite(func):
         with TargetKernels(target):
             return _body(func)(*args, **kwargs)

@@ -54,7 +54,11 @@ _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 _facts = operator.attrgetter("shape", "dtype", "requires_grad", "layout")
 # The arguments whose values a rule of FlopCounterMode's reads: the offsets of a jagged
 # batch's sequences, given to the attention kernels (each sequence is counted at its length).
-_OFFSETS = frozenset({"cum_seq_q", "cum_seq_k", "cu_seqlens_q", "cu_seqlens_k"})
+# A grouped product's groups (``_grouped_mm``'s ``offs``: each expert's rows) likewise, and
+# the targets and lengths of the losses counted by their values (see .value_rules).
+_OFFSETS = frozenset(
+    {"cum_seq_q", "cum_seq_k", "cu_seqlens_q", "cu_seqlens_k", "offs", "target", "targets"}
+)
 # Numbers whose values choose what autograd runs beyond 0, 1 or -1: a norm's order (its
 # backward divides by the norm at 2, finds the maximum's places at infinity, raises to a
 # power below 1).

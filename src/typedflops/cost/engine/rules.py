@@ -96,6 +96,7 @@ from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
 from .attention_rules import attention_rules, flash_attention_into
 from .cuda_cells import cuda_cell_rules
 from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
+from .grouped_rules import grouped_mm_flops
 from .index_rules import index_rules
 from .layer_rules import (
     ACTIVATIONS,
@@ -128,6 +129,7 @@ from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
 from .slice_rules import SLICE_READ_NUMBERS, slice_rules
 from .tensors import TensorMeta, map_meta, numel
+from .value_rules import value_rules
 
 __all__ = [
     "FLOP_COUNTER_CORRECTIONS",
@@ -298,6 +300,11 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     table[aten._flash_attention_forward_no_dropout_inplace] = RuleEntry(
         flash_attention_into, symbolic=False, source="torch", raw=True, matmul=True
     )
+    table[aten._grouped_mm] = RuleEntry(
+        grouped_mm_flops, symbolic=False, source="typedflops", raw=True, matmul=True
+    )
+    for target, rule in value_rules().items():  # (counted from their values)
+        table[target] = RuleEntry(rule, symbolic=False, source="typedflops", raw=True)
     table[aten._fused_rms_norm] = entry(_rms_norm)
     table[aten._fused_rms_norm_backward] = entry(norm_backward)
     # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.

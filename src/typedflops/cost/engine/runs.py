@@ -40,6 +40,7 @@ from .module_assignments import assignments_put_back
 from .rebuild import Rebuild
 from .saved import SavedTensors
 from .session import RunSession
+from .value_checks import ChecksValues
 
 __all__ = ["TERMS", "Counted", "Probe", "Run", "Runner", "Thunk", "dry_run_error", "run_once"]
 
@@ -234,6 +235,8 @@ class Runner:
             run = run_once(self.probe, assignment)
         except (ContractError, SpecError):
             raise
+        except ChecksValues as exc:
+            raise value_check_error(self.probe, exc) from None
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             if _too_large(exc):
                 raise dry_run_error(self.probe, exc) from None
@@ -320,6 +323,11 @@ _SPARSE_LAYOUTS = ("", "_csr", "_csc", "_bsr", "_bsc")
 _VALUE_OPS = {
     "_local_scalar_dense": "a tensor's value (.item(), bool(), int(), an `if` on a tensor)",
     "nonzero": "nonzero (what x[mask] runs)",
+    "_grouped_mm": "_grouped_mm (a grouped product: each group's rows, offs, are values)",
+    "_ctc_loss": "ctc_loss (its work, set by the input and target lengths and labels, is values)",
+    "multilabel_margin_loss_forward": (
+        "multilabel_margin_loss (its work, set by which margins are positive, is values)"
+    ),
     "_unique2": "unique",
     "unique_dim": "unique",
     "unique_consecutive": "unique_consecutive",
@@ -377,6 +385,21 @@ def dry_run_error(probe: Probe, exc: BaseException) -> DryRunError:
         hint="record a real run instead (with typedflops.record() as rec: ...)",
     )
     error.reads_values = f"{shown}{at}"
+    return error
+
+
+def value_check_error(probe: Probe, exc: ChecksValues) -> DryRunError:
+    """One line for a function that checks its tensors' values before it computes (see
+    :mod:`.value_checks`): which, the user's line, what it checks, and the way out."""
+    where = _user_line(exc)
+    at = f" at {where}" if where else ""
+    error = DryRunError.at(
+        f"{probe.function}()",
+        f"a dry run cannot go past {exc.what}{at}: it checks {exc.check}, values a dry run"
+        " does not have",
+        hint="record a real run instead (with typedflops.record() as rec: ...)",
+    )
+    error.reads_values = f"{exc.what}{at}"
     return error
 
 
