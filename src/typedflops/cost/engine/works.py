@@ -309,12 +309,21 @@ class RecordSession:
         bound: Mapping[str, Size],
     ) -> Work:
         grad = torch.is_grad_enabled()
+        probe = WorkProbe(fn, args, kwargs, bound, grad)
         try:
-            fitting: Any = (fn, signature_without_sizes(args, kwargs), grad)
+            # (fits are shared by calls made alike: arguments, grad mode, torch's settings
+            # and what the body reads)
+            fitting: Any = (
+                fn,
+                signature_without_sizes(args, kwargs),
+                grad,
+                probe.torch,
+                probe.read,
+            )
             hash(fitting)
         except TypeError:
             fitting = None
-        return Work(fn.name, dims, flat, WorkProbe(fn, args, kwargs, bound, grad), fitting)
+        return Work(fn.name, dims, flat, probe, fitting)
 
     # -- the root ----------------------------------------------------------------------
 
