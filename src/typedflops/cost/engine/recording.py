@@ -8,8 +8,9 @@ names the user's torch calls outside decorated calls), the last one to close tak
 off, wherever they are on the stack. Which records an op belongs to is read from
 :data:`~typedflops.contract.function.counting_frame`, a ContextVar: a tuple holding, for
 every record open in this thread or task (outermost first), the innermost decorated call
-being counted (see :mod:`.works`). An op is added to each of them; a thread or task with no
-record open passes its ops on untouched.
+being counted (see :mod:`.works`), mended where the context was copied earlier (see
+:mod:`.live_records`). An op is added to each of them; a thread or task with no record
+open passes its ops on untouched.
 
 An op seen before costs a dict lookup: events are kept by what decides them (see
 :mod:`.opkeys`). Each call keeps its ops in order with the user call they ran in: an einops

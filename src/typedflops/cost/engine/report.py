@@ -214,7 +214,8 @@ def record() -> RecordBlock:
 
     Every call is counted as it ran, as ``FlopCounterMode`` counts. Records nest: each sees
     everything run inside it. Threads and tasks record their own calls, each in its own
-    record.
+    record: what its thread and task run inside the block counts in it, also in a context
+    copied before it opened (``ctx.run``), or inside a decorated call that has returned.
 
     >>> import torch
     >>> from typedflops import einsum
