@@ -5,7 +5,8 @@ Each body here doubles ``x`` once, or ``n`` times when something it reads says s
 switch (``d*n**2``) gives the row's own count and would be taken, though the call that ran
 costs ``d*n``. What the switch is: a global, an attribute of a Python module, a config
 object's field, a closure's variable, a module's train/eval mode, a parameter replaced by
-one of another shape, torch's default dtype, the attention kernels allowed, autocast.
+one of another shape, a forward hook on a module it calls, torch's default dtype, the
+attention kernels allowed, autocast.
 
 torch's settings are put back while the fit runs: the formula is the call's and exact.
 What the body reads otherwise cannot be put back: the row keeps its counts, not exact.
@@ -120,6 +121,31 @@ def by_layer(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
     return LAYER(x)
 
 
+HOOKED = nn.Identity()
+
+
+@typed_flops
+def by_hooked_layer(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    return HOOKED(x) * 2  # type: ignore[no-any-return]
+
+
+def _loop_hook(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> Tensor:
+    for _ in range(output.shape[0] - 1):  # (none at n = 1)
+        output = output * 2
+    return output
+
+
+_hooks: list[torch.utils.hooks.RemovableHandle] = []
+
+
+def _set_hook(on: bool) -> None:
+    if on:
+        _hooks.append(HOOKED.register_forward_hook(_loop_hook))
+    else:
+        while _hooks:
+            _hooks.pop().remove()
+
+
 def _set_global(on: bool) -> None:
     global FLAG
     FLAG = on
@@ -163,6 +189,7 @@ CASES: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[bool], None], bool]
     "closure": (by_closure, _switch_closure, False),
     "train/eval mode": (by_layer, _set_mode, False),
     "parameter replaced": (by_layer, _set_scale, False),
+    "forward hook": (by_hooked_layer, _set_hook, False),
     "default dtype": (by_default_dtype, _set_dtype, True),
     "attention kernels": (by_attention_kernels, _set_math, True),
     "autocast": (by_autocast, _set_autocast, True),

@@ -10,9 +10,9 @@ another path now. Two parts:
   dtype, the attention kernels allowed, deterministic algorithms, cuDNN, autocast as the
   body reads it): kept, and put back while the fit's dry runs run (:func:`as_called`);
 - what the body reads that cannot be put back (its globals and the attributes it reads of
-  them, its closure, the helpers of its own module it calls, its arguments' settings and
-  modules' structure): kept as a key (:func:`read_key`); a row whose key reads otherwise
-  when it is fitted keeps its counts as numbers, not exact.
+  them, its closure, the helpers of its own module it calls, its arguments' settings,
+  modules' structure and forward hooks): kept as a key (:func:`read_key`); a row whose
+  key reads otherwise when it is fitted keeps its counts as numbers, not exact.
 
 Both are taken once per work (a call that did new work), never per call.
 """
@@ -94,9 +94,9 @@ def read_key(
     object of a method, or None) and its other arguments (tensors as stubs)."""
     body = getattr(function, "__wrapped__", function)
     names, strings = _names(getattr(body, "__code__", None))
-    found: list[Any] = [_reads(body, 0, {id(body)})]
+    found: list[Any] = [_reads(body, 0, {id(body)}), _global_hooks()]
     if module is not None:
-        found.append(structure(module))
+        found.append(_module_key(module))
         attributes = vars(module)
         found.append(
             tuple(
@@ -109,11 +109,35 @@ def read_key(
     return tuple(found)
 
 
+def _module_key(module: torch.nn.Module) -> Any:
+    """A module by structure (see :func:`.signature.structure`) and the forward hooks on it
+    and its submodules."""
+    hooks = tuple(
+        (
+            prefix,
+            tuple(map(id, sub._forward_pre_hooks.values())),
+            tuple(map(id, sub._forward_hooks.values())),
+        )
+        for prefix, sub in module.named_modules()
+        if sub._forward_pre_hooks or sub._forward_hooks
+    )
+    return (structure(module), hooks)
+
+
+def _global_hooks() -> Any:
+    """The forward hooks registered for every module."""
+    hooks = torch.nn.modules.module
+    return (
+        tuple(map(id, hooks._global_forward_pre_hooks.values())),
+        tuple(map(id, hooks._global_forward_hooks.values())),
+    )
+
+
 def _argument(value: Any, depth: int = 0) -> Any:
     """An argument by what may change in it after the call (its tensors' shapes are the
     row's own, and tensors are not kept: a tensor is only a tensor here)."""
     if isinstance(value, torch.nn.Module):
-        return structure(value)
+        return _module_key(value)
     if isinstance(value, torch.Tensor) or type(value).__name__ == "TensorStub":
         return "tensor"
     if depth < 4 and isinstance(value, list | tuple) and len(value) <= 64:
@@ -177,7 +201,7 @@ def _key(value: Any, names: frozenset[str], strings: frozenset[str], depth: int)
     if isinstance(value, torch.Tensor):
         return ("tensor", tuple(value.shape), value.dtype)
     if isinstance(value, torch.nn.Module):
-        return structure(value)
+        return _module_key(value)
     if depth > 2:
         return ("object", id(value))
     if isinstance(value, types.ModuleType):
