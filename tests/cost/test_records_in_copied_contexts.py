@@ -117,6 +117,17 @@ def test_a_record_in_a_generator_counts_a_context_copied_before_it() -> None:
     assert rec.total.flops == 2 * P
 
 
+def test_a_backward_run_in_a_context_copied_before_the_record_is_counted() -> None:
+    x = torch.randn(2, 4, requires_grad=True)
+    earlier = contextvars.copy_context()
+    with FlopCounterMode(display=False) as counter, record() as rec:
+        earlier.run(lambda: product(x, W).sum().backward())
+    # forward: the product and a sum of its 2 * 12 values; backward: x's gradient, one
+    # product of P (no gradient for W)
+    assert (rec.total.flops, rec.total.backward_flops) == (P + 2 * 12, P)
+    assert counter.get_total_flops() == 2 * P
+
+
 # -- asyncio ---------------------------------------------------------------------------------
 
 
@@ -177,6 +188,21 @@ def test_interleaved_tasks_count_their_own_copied_contexts_only() -> None:
         return await asyncio.gather(stale(), fresh(), bare())
 
     assert tuple(asyncio.run(main())) == (2 * P, P, None)
+
+
+def test_many_tasks_each_count_their_own_copied_contexts() -> None:
+    async def task(calls: int) -> int:
+        earlier = contextvars.copy_context()
+        with record() as rec:
+            for _ in range(calls):
+                earlier.run(product, X, W)
+                await asyncio.sleep(0)
+        return rec.total.flops
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(task(1 + k % 3) for k in range(200)))
+
+    assert asyncio.run(main()) == [P * (1 + k % 3) for k in range(200)]
 
 
 def test_a_record_outside_any_task_counts_tasks_given_older_contexts() -> None:
