@@ -239,3 +239,32 @@ def test_a_row_switched_inside_the_block_is_read_as_its_call_ran() -> None:
     finally:
         _set_global(False)
     assert (cost.flops, cost.exact) == (4, False)
+
+
+def test_a_fit_sets_torchs_settings_back_where_some_cannot_be_set() -> None:
+    """``torch.backends.disable_global_flags()`` (torch's own test helpers call it) makes
+    setting cuDNN's flags raise: the settings a fit put back are set back all the same."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    before = _backends()
+    torch.backends.disable_global_flags()  # type: ignore[no-untyped-call]
+    try:
+        with record() as rec, sdpa_kernel(SDPBackend.MATH):
+            by_attention_kernels(torch.randn(1, 4))
+        with torch.backends.cudnn.flags(enabled=not torch.backends.cudnn.enabled):
+            cost = rec.calls[0].cost()  # (cuDNN on as the call had it: refused)
+            assert _backends()[:-1] == before[:-1]
+    finally:
+        setattr(torch.backends, "__allow_nonbracketed_mutation_flag", True)
+    assert _backends() == before
+    assert (cost.flops, cost.exact) == (4, True)
+
+
+def _backends() -> tuple[bool, ...]:
+    cuda = torch.backends.cuda
+    return (
+        cuda.flash_sdp_enabled(),  # type: ignore[no-untyped-call]
+        cuda.mem_efficient_sdp_enabled(),  # type: ignore[no-untyped-call]
+        cuda.math_sdp_enabled(),  # type: ignore[no-untyped-call]
+        torch.backends.cudnn.enabled,
+    )

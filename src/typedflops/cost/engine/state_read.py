@@ -56,20 +56,46 @@ def torch_state() -> tuple[Any, ...]:
     )
 
 
-def _set_torch_state(state: tuple[Any, ...]) -> None:
-    (dtype, flash, efficient, math, cudnn_sdp, deterministic, warn, cudnn, mkldnn, casts) = state
-    torch.set_default_dtype(dtype)
+def _setters() -> tuple[Any, ...]:
+    """How each of :func:`torch_state`'s entries is set, in its order."""
     sdp = torch.backends.cuda
-    sdp.enable_flash_sdp(flash)
-    sdp.enable_mem_efficient_sdp(efficient)
-    sdp.enable_math_sdp(math)
-    sdp.enable_cudnn_sdp(cudnn_sdp)
-    torch.use_deterministic_algorithms(deterministic, warn_only=warn)
-    torch.backends.cudnn.enabled = cudnn
-    torch.backends.mkldnn.enabled = mkldnn
-    for device, (enabled, cast) in zip(_AUTOCAST, casts, strict=True):
-        torch.set_autocast_enabled(device, enabled)
-        torch.set_autocast_dtype(device, cast)
+
+    def autocast(casts: tuple[tuple[bool, torch.dtype], ...]) -> None:
+        for device, (enabled, cast) in zip(_AUTOCAST, casts, strict=True):
+            torch.set_autocast_enabled(device, enabled)
+            torch.set_autocast_dtype(device, cast)
+
+    def cudnn(on: bool) -> None:
+        setattr(torch.backends.cudnn, "enabled", on)  # noqa: B010 (typed as a ContextProp)
+
+    def mkldnn(on: bool) -> None:
+        setattr(torch.backends.mkldnn, "enabled", on)  # noqa: B010
+
+    return (
+        torch.set_default_dtype,
+        sdp.enable_flash_sdp,
+        sdp.enable_mem_efficient_sdp,
+        sdp.enable_math_sdp,
+        sdp.enable_cudnn_sdp,
+        None,  # (deterministic algorithms: set with the next entry)
+        None,
+        cudnn,
+        mkldnn,
+        autocast,
+    )
+
+
+def _set_torch_state(state: tuple[Any, ...], now: tuple[Any, ...]) -> None:
+    """Set the entries of ``state`` that differ from ``now`` (one torch refuses to set, as
+    cuDNN's flags after ``torch.backends.disable_global_flags()``, stays as it is)."""
+    for setter, value, was in zip(_setters(), state, now, strict=True):
+        if setter is None or value == was:
+            continue
+        with contextlib.suppress(RuntimeError):
+            setter(value)
+    if state[5:7] != now[5:7]:
+        with contextlib.suppress(RuntimeError):
+            torch.use_deterministic_algorithms(state[5], warn_only=state[6])
 
 
 @contextlib.contextmanager
@@ -79,11 +105,11 @@ def as_called(state: tuple[Any, ...] | None) -> Iterator[None]:
     if state is None or state == now:
         yield
         return
-    _set_torch_state(state)
     try:
+        _set_torch_state(state, now)
         yield
     finally:
-        _set_torch_state(now)
+        _set_torch_state(now, torch_state())
 
 
 def read_key(
