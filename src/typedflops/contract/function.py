@@ -61,6 +61,7 @@ __all__ = [
     "current_call",
     "module_dims",
     "notify_observers",
+    "open_records",
 ]
 
 P = ParamSpec("P")
@@ -97,12 +98,19 @@ class CallCounter(Protocol):
     def observes(self, frame: Any) -> bool:
         """Whether calls counted into ``frame`` are the user's (a dry run's are not)."""
 
+    def frame_here(self) -> Any:
+        """The frame a call made here counts into, where :data:`counting_frame` holds none
+        (a context copied before a record of this thread or task opened), or None."""
+
 
 #: The innermost frame the cost engine counts into, per thread and asyncio task; None on
 #: the hot path (nothing is counting). The engine sets it; the contract only reads it.
 counting_frame: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "typedflops_frame", default=None
 )
+#: The records open on every thread (the engine keeps it): while it is empty, a call
+#: whose context holds no frame is counted by nothing.
+open_records: set[Any] = set()
 _counters: list[CallCounter] = []
 # Bound once: every checked call reads them.
 _counting = counting_frame.get
@@ -288,6 +296,8 @@ class CheckedFunction(Generic[P, R]):
             # (without keywords, no empty dict is unpacked)
             return self._fn(*args, **kwargs) if kwargs else self._fn(*args)  # type: ignore[call-arg]
         frame = _counting()
+        if frame is None and open_records:
+            frame = _counters[0].frame_here()
         if frame is not None:
             return _counters[0].count_call(frame, self, args, kwargs)  # type: ignore[no-any-return]
         # (check_arguments and check_return, inlined, recalling earlier calls' outcomes:
@@ -403,6 +413,8 @@ class CheckedFunction(Generic[P, R]):
         try:
             coroutine: Coroutine[Any, Any, Any] = self._fn(*args, **kwargs)  # type: ignore[assignment]
             frame = counting_frame.get()
+            if frame is None and open_records:
+                frame = _counters[0].frame_here()
             if frame is None:
                 result = await coroutine
             else:

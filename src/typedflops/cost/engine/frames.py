@@ -17,7 +17,7 @@ from typing import Any
 from ...contract.function import counting_frame
 from .events import Event
 
-__all__ = ["Frame", "current_frame", "in_frame", "no_frame", "owned_by", "owner"]
+__all__ = ["Frame", "current_frame", "in_frame", "no_frame", "owned_by", "owner", "quiet"]
 
 
 class Frame:
@@ -88,9 +88,26 @@ def in_frame(frame: Frame | None) -> Iterator[None]:
             pass
 
 
-def no_frame() -> contextlib.AbstractContextManager[None]:
-    """Count nothing into any session inside the block (typedflops' own replays)."""
-    return in_frame(None)
+@contextlib.contextmanager
+def no_frame() -> Iterator[None]:
+    """Count nothing into any session inside the block (typedflops' own replays): no
+    record open on this thread counts it either (see :mod:`.live_records`)."""
+    token = _frame.set(None)
+    held = _quiet.set(True)
+    try:
+        yield
+    finally:
+        try:
+            _quiet.reset(held)
+            _frame.reset(token)
+        except LookupError:  # (gone already: see contract.scope.call_scope)
+            pass
+
+
+# Set inside no_frame(): what runs there is typedflops' own work, not a context copied
+# before a record opened.
+_quiet: ContextVar[bool] = ContextVar("typedflops_quiet", default=False)
+quiet = _quiet.get
 
 
 def owner() -> Frame | None:

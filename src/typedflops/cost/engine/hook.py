@@ -19,6 +19,7 @@ from ...contract.scope import CallState, call_scope
 from .calls import CallHandle, begin_call
 from .counter import count_custom_backwards
 from .frames import Frame
+from .live_records import open_here, walked
 from .recorded_calls import AwaitedCall, count_recorded_call
 from .session import RunSession
 
@@ -78,7 +79,10 @@ class Counter:
         """Await a decorated coroutine's body as one counted call."""
         handle: CallHandle | AwaitedCall
         if type(frame) is tuple:
-            handle = AwaitedCall(frame, function, args, kwargs)
+            here = open_here(frame)
+            if type(here) is not tuple:
+                return await coroutine  # (no record of this thread or task)
+            handle = AwaitedCall(here, function, args, kwargs)
         else:
             assert isinstance(frame, Frame)
             handle = begin_call(frame, function, args, kwargs, cached=False)
@@ -87,9 +91,15 @@ class Counter:
         handle.finish(state.sizes)
         return result
 
+    def frame_here(self) -> Any:
+        """The records counting a call made here, where the context holds none (see
+        :mod:`.live_records`)."""
+        return open_here(None)
+
     def observes(self, frame: Frame | tuple[Any, ...]) -> bool:
         """Calls a dry run makes are typedflops' own, not the user's."""
         return isinstance(frame, tuple) or not isinstance(frame.session, RunSession)
 
 
+walked(Counter.count_coroutine.__code__, lambda names: getattr(names.get("handle"), "inner", None))
 attach_counter(Counter())

@@ -48,6 +48,7 @@ from .held_sizes import held_sizes
 from .kernels import meta_target
 from .module_sizes import held_dims, module_dims, module_repeats
 from .rebuild import rebuild_of
+from .state_read import read_key, torch_state
 from .tensors import differentiable
 
 __all__ = [
@@ -522,7 +523,7 @@ class WorkProbe:
     """A work's probe, built when the work is made (it keeps shapes, not tensors, and its
     module by a weak reference) and handed out when a fit asks for it."""
 
-    __slots__ = ("bound", "function", "grad", "module", "named", "shapes")
+    __slots__ = ("bound", "function", "grad", "module", "named", "read", "shapes", "torch")
 
     def __init__(
         self,
@@ -539,6 +540,25 @@ class WorkProbe:
         self.named = {k: stub(v) for k, v in kwargs.items()}
         self.bound = dict(bound)
         self.grad = grad  # (no_grad and inference_mode: no backward, nothing saved)
+        #: torch's settings and what the body reads, as the call ran (see .state_read).
+        self.torch = torch_state()
+        self.read = self._read(module)
+
+    def _read(self, module: Any) -> Any:
+        try:
+            return read_key(self.function, module, self.shapes, self.named)
+        except Exception:  # (an object that cannot be read as a key: fitted as before)
+            return "unread"
+
+    def reads_alike(self) -> bool:
+        """Whether what the body reads (globals, closure, its module, its arguments'
+        settings) is as it was when the call ran."""
+        module = None
+        if self.module is not None:
+            module = self.module()
+            if module is None:
+                return False
+        return bool(self._read(module) == self.read)
 
     def __call__(self) -> Probe:
         shapes = self.shapes

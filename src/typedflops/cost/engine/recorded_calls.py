@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -20,6 +19,7 @@ from ..types import Cost
 from .counter import count_custom_backwards
 from .fit import Size
 from .frames import no_frame
+from .live_records import open_here, thread_state, walked
 from .recording import lift_naming
 from .works import Call
 
@@ -29,7 +29,7 @@ _frame = counting_frame
 _no_torch_function = torch._C.DisableTorchFunction
 _function_modes = torch._C._len_torch_function_stack
 _push_function = torch._C._push_on_torch_function_stack
-_thread = threading.get_ident
+_live = thread_state()
 _autograd_node = torch._C._current_autograd_node
 _Tensor = torch.Tensor
 # As a checked call does (see typedflops.contract.function): past this depth of nested
@@ -49,15 +49,14 @@ def count_recorded_call(
     call of each). Its body runs with the record's naming mode off torch's stack (its ops
     are named by their call sites); typedflops' own work (checks, bookkeeping) sees no
     torch-function mode."""
-    session = calls[0].session
-    if session.thread != _thread():
-        # another thread, given this context (asyncio.to_thread copies it): its ops are
-        # not this record's, nor its calls
-        calls = tuple(call for call in calls if call.session.thread == _thread())
-        if not calls:
+    if calls is not _live.full:
+        # (a context copied earlier, or given to another thread as asyncio.to_thread does:
+        # the records open here, each in its innermost call open, see .live_records)
+        calls = open_here(calls)
+        if type(calls) is not tuple:
             with no_frame():
                 return function(*args, **kwargs)
-        session = calls[0].session
+    session = calls[0].session
     mode = session.mode
     naming = lift_naming(mode) if mode is not None else None
     others = _function_modes()  # (the user's: not over typedflops' own work)
@@ -136,6 +135,9 @@ def count_recorded_call(
     if _observed:
         notify_observers(function, args, kwargs, state)
     return result
+
+
+walked(count_recorded_call.__code__, lambda names: names.get("inner"))
 
 
 def _restore(token: Any, calls: tuple[Call, ...], inner: tuple[Call, ...]) -> None:

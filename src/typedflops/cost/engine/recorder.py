@@ -26,7 +26,9 @@ from .backward import backward_of
 from .dryrun import measure
 from .events import Event
 from .fit import evaluate, size_value, total
+from .probes import WorkProbe
 from .runs import Probe, Runner
+from .state_read import as_called
 from .works import RecordSession, Work
 
 __all__ = [
@@ -205,11 +207,19 @@ def _fit_for(work: Work, counts: Counts) -> tuple[Cost, dict[str, int]] | None:
             return candidate, found
     if len(known) >= _FITS_PER_KEY:
         return None
+    source = work.probe
+    if isinstance(source, WorkProbe) and not source.reads_alike():
+        # what the body reads has changed since the call (a global, its module's mode or
+        # weights): a fit now would be of another body; the counts stay numbers
+        return None
     fitted: Cost | None
     try:
         probe = work.probe()
-        fitted = measure(probe)
-        if not _runs_alike(work, probe):
+        with as_called(source.torch if isinstance(source, WorkProbe) else None):
+            # (torch's settings as the call ran: default dtype, kernels allowed, autocast)
+            fitted = measure(probe)
+            alike = _runs_alike(work, probe)
+        if not alike:
             fitted = None  # the body runs other ops now (a global it reads has changed)
     except Exception:
         fitted = None

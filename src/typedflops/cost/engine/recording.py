@@ -8,8 +8,9 @@ names the user's torch calls outside decorated calls), the last one to close tak
 off, wherever they are on the stack. Which records an op belongs to is read from
 :data:`~typedflops.contract.function.counting_frame`, a ContextVar: a tuple holding, for
 every record open in this thread or task (outermost first), the innermost decorated call
-being counted (see :mod:`.works`). An op is added to each of them; a thread or task with no
-record open passes its ops on untouched.
+being counted (see :mod:`.works`), mended where the context was copied earlier (see
+:mod:`.live_records`). An op is added to each of them; a thread or task with no record
+open passes its ops on untouched.
 
 An op seen before costs a dict lookup: events are kept by what decides them (see
 :mod:`.opkeys`). Each call keeps its ops in order with the user call they ran in: an einops
@@ -40,6 +41,8 @@ from .fast_path import hold_fast_path, release_fast_path
 from .functions import inside_rule
 from .kernels import _meta_target as _target
 from .kernels import meta_target, runs_otherwise
+from .live_records import calls_here as _calls
+from .live_records import open_here, thread_state
 from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
 from .rules import function_rules
 from .run_again import region_frame
@@ -62,6 +65,7 @@ __all__ = [
 ]
 
 _Tensor = torch.Tensor
+_live = thread_state()
 _autograd_node = torch._C._current_autograd_node
 _frame = counting_frame
 _PLAIN = (torch.Tensor,)
@@ -109,7 +113,7 @@ def _append(call: Any, label: Any, event: Event) -> None:
 def _where() -> Any:
     """Where an op just placed ran: the records' calls open here, each with the op's
     label, so that what its edges add later falls in the same row."""
-    calls = _frame.get()
+    calls = _calls()
     if type(calls) is not tuple:
         return None
     return calls, tuple(call.label for call in calls)
@@ -122,7 +126,7 @@ def _realm(context: Any) -> Any:
 
 def _in_user_call() -> bool:
     """Whether a user call runs in this thread or task (a record's own code does not)."""
-    calls = _frame.get()
+    calls = _calls()
     return type(calls) is tuple and bool(calls) and calls[0].parent is not None
 
 
@@ -131,7 +135,7 @@ def _let_go_elsewhere() -> bool:
     record block open here called (``out, _ = self.rnn(x)``): a local no backward starts
     from, as in an estimate of the module. A plain function the block called is its own
     code (``train_step()`` computing a loss)."""
-    calls = _frame.get()
+    calls = _calls()
     if type(calls) is not tuple:
         return False
     try:
@@ -171,7 +175,7 @@ def _place_in(context: Any, event: Event) -> None:
 def add_event(event: Event) -> None:
     """Hand an event (a whole call counted by a rule, one without a rule) to the records
     open in this thread or task."""
-    calls = _frame.get()
+    calls = _calls()
     if type(calls) is tuple:
         _place(calls, event)
 
@@ -220,6 +224,8 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         if plan.metadata:
             return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
         calls = _frame.get()
+        if calls is not _live.full:
+            calls = open_here(calls)
         if type(calls) is not tuple or self.paused:
             if not self.paused and type(calls := launched_from()) is tuple:
                 node = _autograd_node()  # (a device thread of autograd's engine)
@@ -310,7 +316,7 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
 
 def _places(event: Event) -> list[Place]:
     """Where the records open here keep ``event``, just placed: each call's items."""
-    calls = _frame.get()
+    calls = _calls()
     found: list[Place] = []
     if type(calls) is tuple:
         for call in calls:
@@ -345,7 +351,7 @@ class NamingMode(GroupingMode):
     counter: RecordingMode
 
     def name(self, func: Any) -> str | None:
-        calls = _frame.get()
+        calls = _calls()
         if type(calls) is not tuple or calls[-1].function is not None:
             return None  # nothing recorded, or inside a decorated call (named by sites)
         if func is _TENSOR_BACKWARD or func is _BACKWARD or func is _GRAD:
@@ -356,7 +362,7 @@ class NamingMode(GroupingMode):
         return super().name(func)
 
     def target(self, func: Any, args: tuple[Any, ...], name: str | None) -> str | None:
-        if runs_otherwise(func) and type(_frame.get()) is tuple:
+        if runs_otherwise(func) and type(_calls()) is tuple:
             first = args[0] if args else None
             if isinstance(first, _Tensor) and first.is_meta:
                 return meta_target()
@@ -382,7 +388,7 @@ def thread_mode() -> RecordingMode | None:
 def current_mode() -> CountingMode | None:
     """The mode counting the ops run here: this thread's recording mode inside a record,
     a dry run's own inside it, or None."""
-    frame = _frame.get()
+    frame = _calls()
     if type(frame) is tuple:
         return _state.mode
     return getattr(getattr(frame, "session", None), "mode", None)

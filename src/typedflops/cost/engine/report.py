@@ -18,6 +18,7 @@ from ...contract.function import counting_frame
 from ...text import INEXACT_NOTE, format_count, text_table
 from ..types import Cost
 from .backward_ran import with_backward_ran
+from .live_records import open_here, register, unregister
 from .ranks import AcrossRanks, across_ranks
 from .recorder import Row, loose_counts, merged_total
 from .recording import entered, left
@@ -213,7 +214,8 @@ def record() -> RecordBlock:
 
     Every call is counted as it ran, as ``FlopCounterMode`` counts. Records nest: each sees
     everything run inside it. Threads and tasks record their own calls, each in its own
-    record.
+    record: what its thread and task run inside the block counts in it, also in a context
+    copied before it opened (``ctx.run``), or inside a decorated call that has returned.
 
     >>> import torch
     >>> from typedflops import einsum
@@ -238,10 +240,17 @@ def _recording() -> Iterator[Recorder]:
         yield recorder
         return
     # the records open here, in this thread (a context copied to another thread, as
-    # asyncio.to_thread does, holds records that are not this thread's)
-    mine = [c for c in outer if c.session.thread == session.thread] if type(outer) is tuple else []
+    # asyncio.to_thread does, holds records that are not this thread's; one copied
+    # before a record of this thread or task opened lacks it)
+    here = open_here(outer)
+    mine = (
+        [c for c in here if c.session.thread == session.thread and not c.session.closed]
+        if type(here) is tuple
+        else []
+    )
     ours = (*mine, session.root)
     token = counting_frame.set(ours)
+    register(session)
     session.block = _block_frame()
     session.mode = entered()
     start = time.perf_counter()
@@ -256,6 +265,7 @@ def _recording() -> Iterator[Recorder]:
                 session.mode.again.settle()  # (checkpointed regions that ended in the block)
             session.mode.sums.settle()  # (the sums of what the block's results were made from)
         left()
+        unregister(session)
         session.block = None
         current = counting_frame.get()
         session.close(current)

@@ -30,6 +30,7 @@ from .backward_ran import BackwardRan
 from .dryrun import Probe
 from .events import Event
 from .fit import Size, size_value
+from .live_records import forget_full
 from .probes import WorkProbe, call_dims
 from .recording import ROOT_LIMIT, START, RecordingMode
 from .rules import declared_flops
@@ -136,6 +137,7 @@ class Call:
         "body",
         "code",
         "declared",
+        "done",
         "function",
         "items",
         "label",
@@ -157,6 +159,8 @@ class Call:
         self.items: list[Any] = []
         self.label: Any = START
         self.body = body
+        #: Whether it returned or raised (a context copied inside it may run later).
+        self.done = False
         if parent is not None and parent.parent is None:
             new_call()  # (a top-level call: its leaves' gradients are its own, see .fan_in)
         if body is None:
@@ -216,6 +220,11 @@ class RecordSession:
         #: Kept as its id and code (a frame held would keep its locals alive after it
         #: returns, where a record is closed elsewhere).
         self.block: tuple[int, types.CodeType] | None = None
+        #: The asyncio task that opened it (None outside any), and its place in the order
+        #: records opened (see :mod:`.live_records`).
+        self.owner: Any = None
+        self.serial = 0
+        self.registry: Any = None
 
     def body(self, function: CheckedFunction[..., Any]) -> _Body:
         """What this record reads of ``function`` (read on its first call)."""
@@ -253,6 +262,8 @@ class RecordSession:
             body.last = (dims, items, work)
         parent.items.append(work)
         parent.label = START
+        call.done = True
+        forget_full()
         if parent.parent is None and len(parent.items) > ROOT_LIMIT:
             self.fold()
 
@@ -261,6 +272,8 @@ class RecordSession:
         assert call.parent is not None
         call.parent.items.extend(call.items)
         call.parent.label = START
+        call.done = True
+        forget_full()
 
     def _declared(
         self, fn: CheckedFunction[..., Any], items: list[Any], dims: Mapping[str, Size]
@@ -296,12 +309,21 @@ class RecordSession:
         bound: Mapping[str, Size],
     ) -> Work:
         grad = torch.is_grad_enabled()
+        probe = WorkProbe(fn, args, kwargs, bound, grad)
         try:
-            fitting: Any = (fn, signature_without_sizes(args, kwargs), grad)
+            # (fits are shared by calls made alike: arguments, grad mode, torch's settings
+            # and what the body reads)
+            fitting: Any = (
+                fn,
+                signature_without_sizes(args, kwargs),
+                grad,
+                probe.torch,
+                probe.read,
+            )
             hash(fitting)
         except TypeError:
             fitting = None
-        return Work(fn.name, dims, flat, WorkProbe(fn, args, kwargs, bound, grad), fitting)
+        return Work(fn.name, dims, flat, probe, fitting)
 
     # -- the root ----------------------------------------------------------------------
 
