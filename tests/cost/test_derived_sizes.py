@@ -277,3 +277,17 @@ def test_coinciding_sizes_of_a_config_are_each_a_symbol() -> None:
             GroupedLM(config)(ids)
         sizes = {**dataclasses.asdict(config), "v": config.vocab, "b": 3, "n": 5}
         assert cost.forward.at({**cost.dims, **sizes}) == rec.total.flops, changed
+
+
+def test_a_size_the_body_only_compares_gets_no_part_at_one() -> None:
+    """``threshold`` enters no formula (the body compares the heads with it): built at 1
+    it takes the branch, which is no part of a size at 1. The backward was marked exact
+    with a part ``b*d*n*KroneckerDelta(1, threshold)``, in a symbol the cost's dims do not
+    hold, wrong wherever the heads pass the threshold."""
+    module = Branching(Thresholded(128, 2, 5))
+    cost = Branching.forward.estimate(module, b=2, n=5, d=128)
+    for term in cost.terms.values():
+        assert sympy.Symbol("threshold") not in term.formula.free_symbols
+        assert term.holds_at(cost.dims)
+    assert not cost.backward.exact
+    _exact_terms_hold(cost, Thresholded(128, 8, 5), 2, 5)

@@ -82,8 +82,11 @@ def checked_at_one(
     for axis in axes:
         # A module's own size (``n_kv_heads``, built at 1: multi-query attention's own
         # path), alone: its part fitted with the module built at 1, or the term inexact.
+        # A size no formula names (``if self.n_head > self.threshold``) is compared, not
+        # counted: what differs at 1 is a branch taken there, not a part of its own.
         if not axis.far and _at_least_two(at[axis.keys[0]]):
-            _with_parts(probe, runner, base, at, (axis,), cost.dims, terms, measure)
+            named = any(_names(term, axis) for term in terms.values())
+            _with_parts(probe, runner, base, at, (axis,), cost.dims, terms, measure, named)
     return cost if terms == cost.terms else cost.with_terms(terms)
 
 
@@ -96,14 +99,20 @@ def _with_parts(
     dims: Mapping[str, int],
     terms: dict[str, Term],
     measure: Measure,
+    parts: bool = True,
 ) -> bool:
     """Check ``terms`` with the ``group``'s dims at 1, giving each refuted one its part
-    there (in place); whether any was refuted. Where the only difference is a matrix
-    product torch ran as a multiply (a sum over one element), the formula stays the one
-    of the product as written, as for sizes of 2 and up."""
+    there (in place; inexact instead where not ``parts``); whether any was refuted. Where
+    the only difference is a matrix product torch ran as a multiply (a sum over one
+    element), the formula stays the one of the product as written, as for sizes of 2 and
+    up."""
     wrong, counts, run = _refuted(probe, runner, at, group, dims, terms)
     if not wrong or run is None or _multiplied(base, run):
         return False
+    if not parts:
+        for name in wrong:
+            terms[name] = dataclasses.replace(terms[name], exact=False)
+        return True
     pinned = _pinned(probe, group, measure)
     values = {**dims, **{axis.name: 1 for axis in group}}
     ones = {sympy.Symbol(axis.name): sympy.Integer(1) for axis in group}
@@ -120,6 +129,11 @@ def _with_parts(
         difference = sympy.expand(part.formula - reference.xreplace(ones))
         terms[name] = Term(term.count, tidy(term.formula + difference * where))
     return True
+
+
+def _names(term: Term, axis: Axis) -> bool:
+    """Whether ``term``'s formula names ``axis``."""
+    return sympy.Symbol(axis.name) in term.formula.free_symbols
 
 
 def _multiplied(base: Run, run: Run) -> bool:

@@ -40,7 +40,7 @@ from .module_assignments import assignments_put_back
 from .rebuild import Rebuild
 from .saved import SavedTensors
 from .session import RunSession
-from .value_checks import ChecksValues
+from .value_checks import _ChecksValues
 
 __all__ = ["TERMS", "Counted", "Probe", "Run", "Runner", "Thunk", "dry_run_error", "run_once"]
 
@@ -235,7 +235,7 @@ class Runner:
             run = run_once(self.probe, assignment)
         except (ContractError, SpecError):
             raise
-        except ChecksValues as exc:
+        except _ChecksValues as exc:
             raise value_check_error(self.probe, exc) from None
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             if _too_large(exc):
@@ -388,7 +388,7 @@ def dry_run_error(probe: Probe, exc: BaseException) -> DryRunError:
     return error
 
 
-def value_check_error(probe: Probe, exc: ChecksValues) -> DryRunError:
+def value_check_error(probe: Probe, exc: _ChecksValues) -> DryRunError:
     """One line for a function that checks its tensors' values before it computes (see
     :mod:`.value_checks`): which, the user's line, what it checks, and the way out."""
     where = _user_line(exc)

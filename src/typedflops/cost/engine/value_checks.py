@@ -8,7 +8,7 @@ value each before they compute, on tensors whose values a dry run does not have:
   zero. Without weights that number is the shape's: the dry run answers it from ``n``.
   With ``fweights`` or ``aweights`` torch checks the weights' values (non-negative,
   ``fweights`` integral, a sum that is not zero) and the degrees of freedom are their sum:
-  values, which a dry run has not (:class:`ChecksValues` says so).
+  values, which a dry run has not (:class:`_ChecksValues` says so).
 - ``F.gaussian_nll_loss(input, target, var)`` raises if ``var`` has a negative entry
   (``bool(torch.any(var < 0))``): the dry run takes the check as passed (its ops, ``lt``
   and ``any``, are counted as they run; nothing the loss computes depends on it).
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["ChecksValues", "answer", "checked_on_meta", "checks_values"]
+__all__ = ["answer", "checked_on_meta", "checks_values"]
 
 _COV = frozenset({torch.cov, torch.Tensor.cov})
 _CORRCOEF = frozenset({torch.corrcoef, torch.Tensor.corrcoef})
@@ -38,7 +38,7 @@ _GAUSSIAN_NLL = F.gaussian_nll_loss
 _ANSWERS: ContextVar[list[Any] | None] = ContextVar("typedflops_value_answers", default=None)
 
 
-class ChecksValues(Exception):
+class _ChecksValues(Exception):
     """A check torch makes on a tensor's values before it computes: no dry run goes past
     it. ``what`` names the function and ``check`` the values it checks."""
 
@@ -62,7 +62,7 @@ def checks_values(func: Any) -> bool:
 
 def checked_on_meta(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``func(*args, **kwargs)`` on meta tensors, its value checks answered from shapes (or
-    :class:`ChecksValues` where they need values)."""
+    :class:`_ChecksValues` where they need values)."""
     answers = _answers(func, args, kwargs)
     with _answering(answers), warnings.catch_warnings():
         # (cov's warning where n <= correction, at a probe's sizes, is not the call's)
@@ -102,7 +102,7 @@ def _answers(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[A
     if func in _COV:
         for key in ("fweights", "aweights"):
             if kwargs.get(key) is not None:
-                raise ChecksValues(
+                raise _ChecksValues(
                     "torch.cov",
                     f"the values of its {key} (non-negative, fweights integral, a sum that is"
                     " not zero, the degrees of freedom their sum)",
