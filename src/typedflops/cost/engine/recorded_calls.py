@@ -56,6 +56,9 @@ def count_recorded_call(
         if type(calls) is not tuple:
             with no_frame():
                 return function(*args, **kwargs)
+    # (every record open here, in calls not returned: so is the body's own, and the
+    # caller's again once it returned, unless a record opened or closed in between)
+    full = calls is _live.full
     session = calls[0].session
     mode = session.mode
     naming = lift_naming(mode) if mode is not None else None
@@ -93,6 +96,8 @@ def count_recorded_call(
         if mode is not None and mode.sums.waiting:
             mode.sums.settle(boundary=True)  # (what made its arguments: outside it, see .fan_in)
         frame_token = _frame.set(inner)
+        if full:
+            _live.full = inner
         scope_token = call_scope.set(state)
         try:
             result = body.run(*args, **kwargs) if kwargs else body.run(*args)
@@ -129,6 +134,12 @@ def count_recorded_call(
         for index, call in enumerate(inner):
             if call is not calls[index]:  # (else inside a flops= call: part of its body)
                 call.session.finish(call, args, kwargs, state.sizes)
+        if full and len(calls) == _live.registry.depth:
+            for call in calls:
+                if call.done or call.session.closed:
+                    break
+            else:
+                _live.full = calls
     finally:
         if naming is not None and naming.counter.open:
             _push_function(naming)  # (see .recording.lift_naming)
