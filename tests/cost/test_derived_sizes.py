@@ -20,7 +20,8 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from typedflops import Cost, record, typed_flops
+from typedflops import Cost, Term, record, typed_flops
+from typedflops.cost.engine.dryrun import _held_at_own_sizes
 
 SLOW = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -291,3 +292,15 @@ def test_a_size_the_body_only_compares_gets_no_part_at_one() -> None:
         assert term.holds_at(cost.dims)
     assert not cost.backward.exact
     _exact_terms_hold(cost, Thresholded(128, 8, 5), 2, 5)
+
+
+def test_a_term_that_does_not_hold_at_its_own_sizes_becomes_its_count() -> None:
+    """The last check of every estimate: a term whose formula names a symbol the cost's
+    dims do not hold, or gives another count there, is reported as its count, inexact."""
+    cost = Attention.forward.estimate(Attention(Config()), b=2, n=12, d=64)
+    assert _held_at_own_sizes(cost) is cost
+    threshold = sympy.Symbol("threshold")
+    wrong = Term(cost.backward.count, cost.backward.formula + b * threshold)
+    checked = _held_at_own_sizes(cost.with_terms({**cost.terms, "backward": wrong}))
+    assert checked.backward == Term(cost.backward.count, sympy.Integer(cost.backward.count), False)
+    assert checked.forward == cost.forward

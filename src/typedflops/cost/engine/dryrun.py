@@ -172,7 +172,21 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         )
     if runner.branched:  # (counted on the path the body takes on fake tensors)
         cost = _inexact(cost)
-    return cost
+    return _held_at_own_sizes(cost)
+
+
+def _held_at_own_sizes(cost: Cost) -> Cost:
+    """``cost`` with each term that does not give its count at the cost's own dims, or
+    names a symbol they do not hold, replaced by its count, inexact: a formula is never
+    reported that is wrong where it was measured."""
+    terms = cost.terms
+    if all(term.holds_at(cost.dims) for term in terms.values()):
+        return cost
+    kept = {
+        name: term if term.holds_at(cost.dims) else Term.of_count(term.count)
+        for name, term in terms.items()
+    }
+    return _with_terms(cost, kept, cost.dims, cost.fixed)
 
 
 def _inexact(cost: Cost) -> Cost:
