@@ -107,8 +107,11 @@ def _candidates_int(value: int) -> list[int]:
     if value == 0:
         return []  # a size-0 axis: fitted from size 2 up (see dryrun.measure)
     found = [2 * value, value + 1]
+    # one below too (a size at its most: the positions of a table, a window)
     if value % 2 == 0 and value // 2 >= 2:
         found.append(value // 2)
+    elif value - 1 >= 2:
+        found.append(value - 1)
     return [v for v in dict.fromkeys(found) if v != value and v >= 1]
 
 
@@ -297,6 +300,8 @@ def third(size: Size, taken: Size, attempt: int) -> Size:
 
 
 def _third_int(value: int, taken: int, attempt: int) -> int:
-    options = [3 * value, value + 2, 5 * value, value + 3]
+    # (one below, third: where the sizes above fail, a size at its most)
+    below = [v for v in (value - 1, value - 2) if v >= 2]
+    options = [3 * value, value + 2, *below, 5 * value, value + 3]
     options = [v for v in options if v not in (value, taken)]
     return options[attempt % len(options)]

@@ -40,6 +40,7 @@ from .frames import current_frame, no_frame
 from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
 from .function_inputs import FunctionCall, function_op
 from .functions import inside_rule, watching
+from .index_bounds import check_bounds
 from .kernels import on_target
 from .known_values import READS as VALUE_READS
 from .known_values import SHAPED_BY_VALUES, KnownValues
@@ -213,6 +214,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if answered:  # (or a check's value known from shapes: see .value_checks)
                 self._counted(func, find_rule(func), counted, kwargs, value)
                 return value
+        if known is not None:
+            check_bounds(func, args, known.of)  # (where a real run would raise)
         found = find_rule(func)
         if found is None:
             key = _nested_key(args, kwargs)
