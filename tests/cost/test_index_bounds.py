@@ -41,7 +41,8 @@ class TinyLM(nn.Module):
     def forward(self, ids: Int[Tensor, "b s"]) -> Tensor:
         where = torch.arange(ids.shape[1], device=ids.device)
         x = self.tokens(ids) + self.positions(where)
-        return self.head(torch.relu(self.mix(x))).sum()
+        out: Tensor = self.head(torch.relu(self.mix(x))).sum()
+        return out
 
 
 def test_an_estimate_past_the_positions_stops_where_a_real_run_does() -> None:

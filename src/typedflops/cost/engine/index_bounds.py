@@ -67,10 +67,10 @@ def check_bounds(
     along = _ALONG.get(name)
     if along is None or len(args) <= along[2]:
         return
-    source, dim, index = args[along[0]], along[1], args[along[2]]
+    source, index = args[along[0]], args[along[2]]
     if not isinstance(source, torch.Tensor) or not _is_long(index):
         return
-    at = args[1] if isinstance(dim, str) else dim
+    at = args[1] if isinstance(along[1], str) else along[1]
     if not isinstance(at, int) or source.dim() == 0:
         return
     at = at % source.dim()
