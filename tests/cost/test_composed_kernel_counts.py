@@ -114,3 +114,24 @@ def test_estimate_through_torch_func_grad_names_it_and_the_way_out() -> None:
         body(torch.randn(4, 5))
     assert rec.total.matmul_flops == 2 * 4 * 5 * 4
     assert rec.total.backward_flops > 0
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(0, 4), (2, 0)])
+def test_attention_on_an_empty_batch_or_sequence_is_estimated_as_it_runs(
+    batch: int, seq: int
+) -> None:
+    """Torch's attention on an empty input, before it picks a kernel, returns zeros plus
+    the inputs' sums times 0 (two adds and a multiply of scalars: 3 FLOPs; its backward
+    1): an estimate gives what a record of the real run counts, and marks it inexact (the
+    ops at 0 are not those at other sizes)."""
+
+    def body(q: Tensor) -> Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    q = torch.randn(batch, 2, seq, 8, requires_grad=True)
+    with record() as rec:
+        body(q)
+    assert (rec.total.flops, rec.total.backward_flops) == (3, 1)
+    cost = typedflops.estimate(body, Float[Tensor, "b 2 s 8"], grad=("q",), b=batch, s=seq)
+    assert (cost.flops, cost.backward_flops) == (3, 1)
+    assert not cost.exact

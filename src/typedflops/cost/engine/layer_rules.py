@@ -1,6 +1,6 @@
 """The FLOP rules of normalisation, convolution-backward and pooling kernels, of the
-gated linear unit and of ``nn.Bilinear``'s trilinear product (the conventions they follow
-are written in :mod:`.rules`).
+gated linear unit, of ``nn.Bilinear``'s trilinear product and of ``conv_tbc`` (the
+conventions they follow are written in :mod:`.rules`).
 
 ``_weight_norm_interface`` (``nn.utils.weight_norm`` and its parametrization, over the first
 or the last dim: a CPU's ``WeightNormKernel.cpp`` and a GPU's kernel) with V values of ``v``

@@ -10,6 +10,8 @@ denominator's |z|² in 3, the numerator's product by the conjugate in 6, and 2 d
 over complex values counts its adds twice (``sum`` 2 per element, ``mean`` 2 more per
 output), a product 6 per element, a vector norm 4 (|z|² and an add). Torch computes an op on
 a complex and a real operand at the complex dtype, so the complex count is what runs.
+Kernels that compose a few of these inside one op (``trace``, ``linalg_cross``, ``dist``,
+``polar``) are counted as their parts (:func:`composed_rules`).
 """
 
 from __future__ import annotations
