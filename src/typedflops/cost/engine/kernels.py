@@ -323,8 +323,10 @@ def attention_on_meta(target: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     torch hands it over: an additive mask in the inputs' dtype (-65504 where masked out),
     which it keeps for backward with its output and a float32 log-sum-exp per query."""
     call = _arguments(args, kwargs)
-    choice = _choice(target, call)
     q, k, v = call["query"], call["key"], call["value"]
+    if any(t.numel() == 0 for t in (q, k, v)):  # (torch's own path for empty inputs, on
+        return SDPA(*args, **kwargs)  # every device: zeros plus the inputs' sums times 0)
+    choice = _choice(target, call)
     mask, dropout_p, causal, scale = (
         call["attn_mask"],
         call["dropout_p"],

@@ -1,6 +1,6 @@
 """The FLOP rules of normalisation, convolution-backward and pooling kernels, of the
-gated linear unit and of ``nn.Bilinear``'s trilinear product (the conventions they follow
-are written in :mod:`.rules`).
+gated linear unit, of ``nn.Bilinear``'s trilinear product and of ``conv_tbc`` (the
+conventions they follow are written in :mod:`.rules`).
 
 ``_weight_norm_interface`` (``nn.utils.weight_norm`` and its parametrization, over the first
 or the last dim: a CPU's ``WeightNormKernel.cpp`` and a GPU's kernel) with V values of ``v``
@@ -366,10 +366,37 @@ def _sum_of_products(
     return 0, adds, 2 * batch * rows * inner * columns, out
 
 
+def _conv_tbc(call: OpCall) -> Any:
+    """``conv_tbc``: a 1-d convolution of a (time, batch, C_in) input with a (K, C_in, C_out)
+    weight, run as torch's kernel runs it (``ConvolutionTBC.cpp``): the bias copied into
+    the output, then for each tap k one product of the rows it reaches, ``t_k·B`` by C_in
+    by C_out (2·t_k·B·C_in·C_out), the rows that fall in the padding skipped. t_k counts the
+    output steps whose input step for tap k lies inside the input."""
+    x, weight = call.inputs[0], call.inputs[1]
+    if not is_float(x):
+        return 0
+    steps, batch, c_in = x.shape
+    taps, c_out = int(weight.shape[0]), weight.shape[2]
+    pad = int(call.arg(3, "pad", 0))
+    out_steps = call.output.shape[0]
+    rows = sum(_tbc_rows(steps, out_steps, taps, pad, k) for k in range(taps))
+    count = 2 * rows * batch * c_in * c_out
+    return 4 * count if is_complex(call.inputs) else count
+
+
+def _tbc_rows(steps: Any, out_steps: Any, taps: int, pad: int, k: int) -> Any:
+    """The output steps tap ``k`` of a ``conv_tbc`` reaches: ``[max(0, pad - k), end)``,
+    ``end`` the input's last step shifted (``steps + pad - k``) where that ends first,
+    else the output's end."""
+    end = steps + pad - k if k >= taps - 1 - pad else out_steps
+    rows = end - max(0, pad - k)
+    return max(rows, 0) if isinstance(rows, int) else rows
+
+
 def layer_matmul_parts() -> dict[Any, Rule]:
     """The matrix products' part of the rules of this module, by the op it counts (the
-    others have none)."""
-    return {aten._trilinear: _trilinear_products}
+    others have none): all of ``conv_tbc``'s count."""
+    return {aten._trilinear: _trilinear_products, aten.conv_tbc: _conv_tbc}
 
 
 def _weight_norm(call: OpCall) -> Any:
@@ -416,6 +443,7 @@ def layer_rules() -> dict[Any, Rule]:
     rules[aten.glu] = _glu
     rules[aten.glu_backward] = _glu_backward
     rules[aten._trilinear] = _trilinear
+    rules[aten.conv_tbc] = _conv_tbc
     for name in (
         "max_pool1d",
         "max_pool2d",

@@ -10,23 +10,26 @@ denominator's |z|² in 3, the numerator's product by the conjugate in 6, and 2 d
 over complex values counts its adds twice (``sum`` 2 per element, ``mean`` 2 more per
 output), a product 6 per element, a vector norm 4 (|z|² and an add). Torch computes an op on
 a complex and a real operand at the complex dtype, so the complex count is what runs.
+Kernels that compose a few of these inside one op (``trace``, ``linalg_cross``, ``dist``,
+``polar``) are counted as their parts (:func:`composed_rules`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .opcall import OpCall, Rule
 from .tensors import TensorMeta, flat_tensors, is_float, numel
 
 __all__ = [
     "NOT_ARITHMETIC",
-    "cross",
+    "composed_rules",
     "is_complex",
     "per_element",
     "pointwise",
     "reduction",
-    "trace",
     "words",
 ]
 
@@ -165,3 +168,38 @@ def cross(call: OpCall) -> Any:
     if not is_float(call.inputs[0]):
         return 0
     return (14 if is_complex(call.inputs) else 3) * numel(call.output)
+
+
+def _broadcast_numel(*tensors: TensorMeta) -> Any:
+    """The number of elements of the tensors' broadcast shape (a size of 1 takes the
+    other's)."""
+    rank = max(len(t.shape) for t in tensors)
+    count: Any = 1
+    for axis in range(1, rank + 1):
+        sizes = [t.shape[-axis] for t in tensors if len(t.shape) >= axis]
+        wide = [size for size in sizes if size != 1]
+        count *= wide[0] if wide else 1
+    return count
+
+
+def dist(call: OpCall) -> Any:
+    """``torch.dist(x, y, p)``, ``‖x - y‖_p`` as the kernel computes it: a subtract per
+    element of the broadcast difference, then that difference's vector norm (2 per element
+    and a root; complex: a subtract 2 and a norm 4 per element)."""
+    x, y = call.inputs[0], call.inputs[1]
+    if not is_float(x):
+        return 0
+    elements = _broadcast_numel(x, y)
+    return (6 if is_complex(call.inputs) else 3) * elements + 1
+
+
+def polar(call: OpCall) -> Any:
+    """``torch.polar(abs, angle)``, ``abs·cos(angle) + i·abs·sin(angle)``: a cosine, a sine
+    and two multiplies per output element."""
+    return 4 * numel(call.output) if is_float(call.inputs[0]) else 0
+
+
+def composed_rules() -> dict[Any, Rule]:
+    """The rules of the kernels above that are no plain pointwise op or reduction, by op."""
+    aten = torch.ops.aten
+    return {aten.trace: trace, aten.linalg_cross: cross, aten.dist: dist, aten.polar: polar}

@@ -117,12 +117,11 @@ from .optimizer_rules import optimizer_rules
 from .pad_rules import pad_rules
 from .pointwise_rules import (
     NOT_ARITHMETIC,
-    cross,
+    composed_rules,
     is_complex,
     per_element,
     pointwise,
     reduction,
-    trace,
     words,
 )
 from .rnn_rules import rnn_matmul_parts, rnn_rules
@@ -310,8 +309,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     # Their stand-ins in dry runs for a CUDA device (stand_ins.py), counted alike.
     table[torch.ops.typedflops._fused_rms_norm] = entry(_rms_norm)
     table[torch.ops.typedflops._fused_rms_norm_backward] = entry(norm_backward)
-    table[aten.trace] = entry(trace)
-    table[aten.linalg_cross] = entry(cross)
+    for target, rule in composed_rules().items():
+        table[target] = entry(rule)
     return table
 
 
@@ -350,7 +349,7 @@ _FREE_OPS = words(
     _upsample_nearest_exact1d _upsample_nearest_exact2d _upsample_nearest_exact3d _foreach_copy
     _foreach_zero _foreach_clone _foreach_copy_ _foreach_zero_ _to_dense to_dense _to_sparse
     _to_sparse_csr _to_sparse_csc _to_sparse_bsr _to_sparse_bsc sparse_mask rot90
-    _pack_padded_sequence
+    _pack_padded_sequence block_diag
     """
 )
 

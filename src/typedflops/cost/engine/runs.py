@@ -416,6 +416,13 @@ def body_error(probe: Probe, exc: BaseException) -> SpecError:
     read = ".numpy()" if "numpy" in reason and "tensor subclasses" in reason else None
     if isinstance(exc, TypeError) and reason.startswith("unsupported format string passed"):
         read = 'a tensor\'s value formatted (f"{x:.3f}")'
+    if "don't yet support saved tensor hooks" in reason:  # (torch.func.grad, vjp, jacrev)
+        return DryRunError.at(
+            f"{probe.function}()",
+            f"a dry run cannot go through {reason.split(' don')[0]}{at}: they refuse the "
+            "saved-tensor hooks a dry run measures activation memory with",
+            hint="record a real run instead (with typedflops.record() as rec: ...)",
+        )
     if read is not None:
         error = DryRunError.at(
             f"{probe.function}()",
