@@ -209,6 +209,8 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         self.watch: Any = None
         #: Whether its thread's records are open (its modes on torch's stacks).
         self.open = False
+        #: Its thread's modes (see :func:`entered`).
+        self.modes: _Modes | None = None
 
     def places(self, event: Event) -> list[Place] | None:
         return _places(event)
@@ -372,9 +374,29 @@ class NamingMode(GroupingMode):
 # -- one mode per thread -------------------------------------------------------------------
 
 
+class _Modes:
+    """One thread's recording mode and how many of its records are open. Kept apart from
+    the thread-local state so that a record closed on another thread (a generator holding
+    the block, closed or collected there) counts down its own thread's records."""
+
+    __slots__ = ("depth", "mode", "stale", "thread")
+
+    def __init__(self) -> None:
+        self.mode: RecordingMode | None = None
+        self.depth = 0
+        #: A mode whose last record closed on another thread: still on this thread's
+        #: stacks (only this thread can take it off), passing every op on untouched.
+        self.stale: RecordingMode | None = None
+        self.thread = threading.get_ident()
+
+
 class _ThreadState(threading.local):
-    mode: RecordingMode | None = None
-    depth: int = 0
+    def __init__(self) -> None:
+        self.modes = _Modes()
+
+    @property
+    def mode(self) -> RecordingMode | None:
+        return self.modes.mode
 
 
 _state = _ThreadState()
@@ -382,7 +404,7 @@ _state = _ThreadState()
 
 def thread_mode() -> RecordingMode | None:
     """The recording mode of this thread, while a record is open in it."""
-    return _state.mode
+    return _state.modes.mode
 
 
 def current_mode() -> CountingMode | None:
@@ -390,7 +412,7 @@ def current_mode() -> CountingMode | None:
     a dry run's own inside it, or None."""
     frame = _calls()
     if type(frame) is tuple:
-        return _state.mode
+        return _state.modes.mode
     return getattr(getattr(frame, "session", None), "mode", None)
 
 
@@ -406,9 +428,12 @@ def lift_naming(mode: RecordingMode) -> NamingMode | None:
 
 
 def entered() -> RecordingMode:
-    """A record opened in this thread: push the thread's modes if it is the first. The
-    thread's mode."""
-    state = _state
+    """A record opened in this thread: push the thread's modes if it is the first (after
+    taking off a mode whose records closed on another thread). The thread's mode."""
+    state = _state.modes
+    if state.stale is not None:
+        stale, state.stale = state.stale, None
+        _take_off(stale)
     state.depth += 1
     if state.depth > 1 and state.mode is not None:
         return state.mode
@@ -419,6 +444,7 @@ def entered() -> RecordingMode:
     mode.__enter__()  # type: ignore[no-untyped-call]
     mode.naming.__enter__()  # type: ignore[no-untyped-call]
     mode.open = True
+    mode.modes = state
     state.mode = mode
     watched = function_rules()
     if watched:
@@ -426,17 +452,30 @@ def entered() -> RecordingMode:
     return mode
 
 
-def left() -> None:
-    """A record closed in this thread: take the thread's modes off after the last one,
-    wherever they are on torch's stacks (an asyncio task may close its record while another
-    task's mode is above it)."""
-    state = _state
-    state.depth -= 1
-    if state.depth > 0 or state.mode is None:
+def left(mode: RecordingMode) -> None:
+    """A record closed: take its thread's modes off after the thread's last one, wherever
+    they are on torch's stacks (an asyncio task may close its record while another task's
+    mode is above it). Closed on another thread (a generator holding the block, closed or
+    collected there), the records are counted down on their own thread, whose modes stop
+    counting at once and are taken off its stacks by the next record it opens (torch's
+    stacks are each thread's own)."""
+    state = mode.modes
+    if state is None or state.mode is not mode:
         return
-    mode, state.mode = state.mode, None
+    state.depth -= 1
+    if state.depth > 0:
+        return
+    state.mode = None
     mode.open = False
     release_fast_path()
+    if threading.get_ident() != state.thread:
+        state.stale = mode
+        return
+    _take_off(mode)
+
+
+def _take_off(mode: RecordingMode) -> None:
+    """Take this thread's ``mode`` (and its naming mode) off torch's stacks."""
     if mode.watch is not None:
         sys.setprofile(mode.watch.previous)
     _remove(
