@@ -187,6 +187,20 @@ class _Sink:
         add_event(event)
 
 
+class _OwnRowSink:
+    """Where a ``torch.autograd.Function``'s backward goes: a row of its own, named after
+    the Function (as an estimate lists it), not the row of the op that took its output."""
+
+    def add(self, event: Event) -> None:
+        calls = _calls()
+        if type(calls) is tuple:
+            for call in calls:
+                _append(call, None, event)
+
+
+_OWN_ROW = _OwnRowSink()
+
+
 class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
     """The dispatch mode of one thread while a record is open in it (see the module)."""
 
@@ -214,6 +228,13 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
 
     def places(self, event: Event) -> list[Place] | None:
         return _places(event)
+
+    def custom_backward(self, node: Any) -> None:
+        sink, self.sink = self.sink, _OWN_ROW
+        try:
+            super().custom_backward(node)
+        finally:
+            self.sink = sink
 
     def __torch_dispatch__(
         self,
