@@ -41,7 +41,7 @@ class Product(torch.autograd.Function):
 
 @typed_flops
 def summed(x: Float[Tensor, "n 16"], w: Float[Tensor, "16 4"]) -> Float[Tensor, ""]:
-    out: Tensor = Product.apply(x, w)
+    out: Tensor = Product.apply(x, w)  # type: ignore[no-untyped-call]
     return out.sum()
 
 
@@ -57,7 +57,7 @@ def test_a_functions_backward_is_its_own_row_outside_calls() -> None:
     x = torch.randn(8, 16)
     w = torch.randn(16, 4, requires_grad=True)
     with record() as rec:
-        Product.apply(x, w).sum().backward()
+        Product.apply(x, w).sum().backward()  # type: ignore[no-untyped-call]
     rows = _rows(rec.total)
     assert rows["Product (backward)"] == (0, 2 * PRODUCT)
     assert rows["sum"] == (32, 0)

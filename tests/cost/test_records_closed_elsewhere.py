@@ -10,9 +10,10 @@ Hand count: ``x @ x`` for a 4x4 ``x`` is 2·4·4·4 = 128 FLOPs.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
+import pytest
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
@@ -26,15 +27,15 @@ def _stacks() -> tuple[list[Any], int]:
     return list(_get_current_dispatch_mode_stack()), torch._C._len_torch_function_stack()
 
 
-def _held(opened: list[Recorder], x: torch.Tensor) -> Iterator[None]:
+def _held(opened: list[Recorder], x: torch.Tensor) -> Generator[None, None, None]:
     with record() as rec:
         opened.append(rec)
         x @ x
         yield
 
 
-def _closed_on_another_thread(generator: Iterator[None]) -> None:
-    thread = threading.Thread(target=generator.close)  # type: ignore[attr-defined]
+def _closed_on_another_thread(generator: Generator[None, None, None]) -> None:
+    thread = threading.Thread(target=generator.close)
     thread.start()
     thread.join()
 
@@ -83,6 +84,36 @@ def test_the_closing_threads_own_records_nest_as_usual() -> None:
     assert after == before
     assert opened[0].total.flops == PRODUCT
     with record() as rec:  # the opening thread's next record takes its old modes off
+        x @ x
+    assert rec.total.flops == PRODUCT
+    assert _stacks() == ([], 0)
+
+
+def test_after_a_close_on_another_thread_no_op_is_handed_to_a_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the opening thread's ops pass its mode untouched until its next record takes the mode
+    # off: none is handed on (to the closed record, which would drop it, at a record's cost)
+    from typedflops.cost.engine import recording
+
+    x = torch.randn(4, 4)
+    opened: list[Recorder] = []
+    generator = _held(opened, x)
+    next(generator)
+    _closed_on_another_thread(generator)
+    handed: list[Any] = []
+    place = recording._place
+
+    def counted(calls: Any, event: Any) -> None:
+        handed.append(event)
+        place(calls, event)
+
+    monkeypatch.setattr(recording, "_place", counted)
+    for _ in range(3):
+        x @ x
+    assert handed == []
+    assert opened[0].total.flops == PRODUCT
+    with record() as rec:
         x @ x
     assert rec.total.flops == PRODUCT
     assert _stacks() == ([], 0)

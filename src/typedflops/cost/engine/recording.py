@@ -249,8 +249,10 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         calls = _frame.get()
         if calls is not _live.full:
             calls = open_here(calls)
-        if type(calls) is not tuple or self.paused:
-            if not self.paused and type(calls := launched_from()) is tuple:
+        if type(calls) is not tuple or self.paused or not self.open:
+            # (not open: its records closed on another thread, this thread's tuple of
+            # open records not yet mended; the mode waits here to be taken off)
+            if not self.paused and self.open and type(calls := launched_from()) is tuple:
                 node = _autograd_node()  # (a device thread of autograd's engine)
                 if node is not None:
                     return ran_in_backward(node, calls, func, args, kwargs or {})
