@@ -117,3 +117,16 @@ def test_after_a_close_on_another_thread_no_op_is_handed_to_a_record(
         x @ x
     assert rec.total.flops == PRODUCT
     assert _stacks() == ([], 0)
+
+
+def test_a_record_open_on_the_opening_thread_goes_on_counting_and_closes_clean() -> None:
+    x = torch.randn(4, 4)
+    opened: list[Recorder] = []
+    generator = _held(opened, x)
+    next(generator)
+    with record() as rec:
+        x @ x
+        _closed_on_another_thread(generator)
+        x @ x
+    assert (opened[0].total.flops, rec.total.flops) == (2 * PRODUCT, 2 * PRODUCT)
+    assert _stacks() == ([], 0)
