@@ -84,3 +84,34 @@ def test_reentrant_checkpointings_backward_is_its_own_row() -> None:
     assert rows["CheckpointFunction (backward)"] == (0, CHECKPOINT_BACKWARD)
     assert rows["sum"] == (32, 0)
     assert rec.total.backward_flops == CHECKPOINT_BACKWARD
+
+
+def test_the_op_that_takes_a_functions_output_stays_one_row() -> None:
+    # a batched product takes the Function's (2, 8, 4) output by a reshape before its
+    # product: 2·16·4·5 = 640 forward, and 640 backward (its gradient to that output);
+    # the Function's backward runs two products of 2·2·8·16·4 = 2,048 and the sum of w's
+    # gradient over the batch (one per value summed, 2·16·4 = 128)
+    x = torch.randn(2, 8, 16)
+    w = torch.randn(16, 4, requires_grad=True)
+    v = torch.randn(4, 5)
+    with record() as rec:
+        (Batched.apply(x, w) @ v).sum().backward()  # type: ignore[no-untyped-call]
+    rows = [(op.op, op.forward.count, op.backward.count) for op in rec.total.ops]
+    assert rows[:4] == [
+        ("matmul", 2048, 0),
+        ("Batched (backward)", 0, 2 * 2048 + 128),
+        ("matmul", 640, 640),
+        ("sum", 80, 0),
+    ]
+
+
+class Batched(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, a: Tensor, b: Tensor) -> Tensor:
+        ctx.save_for_backward(a, b)
+        return a @ b
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
+        a, b = ctx.saved_tensors
+        return grad @ b.t(), (a.transpose(-1, -2) @ grad).sum(0)

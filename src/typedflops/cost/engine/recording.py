@@ -46,7 +46,7 @@ from .live_records import open_here, thread_state
 from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
 from .rules import function_rules
 from .run_again import region_frame
-from .sites import find_site
+from .sites import Site, find_site
 from .skip_dynamo import keep_dynamo_out
 from .waits import Place
 
@@ -189,13 +189,24 @@ class _Sink:
 
 class _OwnRowSink:
     """Where a ``torch.autograd.Function``'s backward goes: a row of its own, named after
-    the Function (as an estimate lists it), not the row of the op that took its output."""
+    the Function (as an estimate lists it), not the row of the op that took its output. It
+    goes before that op's call where the op is the call's first (so the call stays one
+    row), else after it."""
 
     def add(self, event: Event) -> None:
         calls = _calls()
         if type(calls) is tuple:
             for call in calls:
-                _append(call, None, event)
+                items = call.items
+                if len(items) >= 2 and type(items[-1]) is Event and _is_marker(items[-2]):
+                    items[-2:-2] = [None, event]
+                else:
+                    _append(call, None, event)
+
+
+def _is_marker(item: Any) -> bool:
+    """Whether an item of a call begins a user call's ops (see the module)."""
+    return item is None or type(item) is tuple or type(item) is Site
 
 
 _OWN_ROW = _OwnRowSink()
