@@ -115,3 +115,19 @@ class Batched(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
         a, b = ctx.saved_tensors
         return grad @ b.t(), (a.transpose(-1, -2) @ grad).sum(0)
+
+
+def test_a_function_whose_backward_runs_nothing_adds_no_row() -> None:
+    # a module's full backward hook wraps its input and output in a Function whose backward
+    # hands the gradients on: no op, no row; the hook's own product counts in the total
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Linear(16, 32, bias=False), nn.ReLU(), nn.Linear(32, 4, bias=False))
+    body[2].register_full_backward_hook(lambda module, grad_in, grad_out: (grad_in[0] * 2,))
+    x = torch.randn(8, 16)
+    with record() as rec:
+        body(x).sum().backward()
+    names = [op.op for op in rec.total.ops]
+    assert not any("BackwardHookFunction" in name for name in names)
+    # the products' gradients (w1's and w2's, and the input of the second layer), the
+    # relu's, and the hook's doubling of an 8x32 gradient
+    assert rec.total.backward_flops == 2 * 8 * 16 * 32 + 2 * (2 * 8 * 32 * 4) + 8 * 32 + 8 * 32

@@ -191,9 +191,13 @@ class _OwnRowSink:
     """Where a ``torch.autograd.Function``'s backward goes: a row of its own, named after
     the Function (as an estimate lists it), not the row of the op that took its output. It
     goes before that op's call where the op is the call's first (so the call stays one
-    row), else after it."""
+    row), else after it. A backward that runs no op (a module's backward hooks hand the
+    gradients on) stays with the op that took the output: it adds nothing."""
 
     def add(self, event: Event) -> None:
+        if event.counted and not event.backward and not event.rerun:
+            add_event(event)
+            return
         calls = _calls()
         if type(calls) is tuple:
             for call in calls:
