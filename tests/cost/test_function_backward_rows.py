@@ -122,7 +122,11 @@ def test_a_function_whose_backward_runs_nothing_adds_no_row() -> None:
     # hands the gradients on: no op, no row; the hook's own product counts in the total
     torch.manual_seed(0)
     body = nn.Sequential(nn.Linear(16, 32, bias=False), nn.ReLU(), nn.Linear(32, 4, bias=False))
-    body[2].register_full_backward_hook(lambda module, grad_in, grad_out: (grad_in[0] * 2,))
+
+    def doubled(module: nn.Module, grad_in: Any, grad_out: Any) -> tuple[Tensor]:
+        return (grad_in[0] * 2,)
+
+    body[2].register_full_backward_hook(doubled)
     x = torch.randn(8, 16)
     with record() as rec:
         body(x).sum().backward()
