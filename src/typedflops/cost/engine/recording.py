@@ -46,7 +46,7 @@ from .live_records import open_here, thread_state
 from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
 from .rules import function_rules
 from .run_again import region_frame
-from .sites import find_site
+from .sites import Site, find_site
 from .skip_dynamo import keep_dynamo_out
 from .waits import Place
 
@@ -187,6 +187,35 @@ class _Sink:
         add_event(event)
 
 
+class _OwnRowSink:
+    """Where a ``torch.autograd.Function``'s backward goes: a row of its own, named after
+    the Function (as an estimate lists it), not the row of the op that took its output. It
+    goes before that op's call where the op is the call's first (so the call stays one
+    row), else after it. A backward that runs no op (a module's backward hooks hand the
+    gradients on) stays with the op that took the output: it adds nothing."""
+
+    def add(self, event: Event) -> None:
+        if event.counted and not event.backward and not event.rerun:
+            add_event(event)
+            return
+        calls = _calls()
+        if type(calls) is tuple:
+            for call in calls:
+                items = call.items
+                if len(items) >= 2 and type(items[-1]) is Event and _is_marker(items[-2]):
+                    items[-2:-2] = [None, event]
+                else:
+                    _append(call, None, event)
+
+
+def _is_marker(item: Any) -> bool:
+    """Whether an item of a call begins a user call's ops (see the module)."""
+    return item is None or type(item) is tuple or type(item) is Site
+
+
+_OWN_ROW = _OwnRowSink()
+
+
 class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
     """The dispatch mode of one thread while a record is open in it (see the module)."""
 
@@ -209,9 +238,18 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         self.watch: Any = None
         #: Whether its thread's records are open (its modes on torch's stacks).
         self.open = False
+        #: Its thread's modes (see :func:`entered`).
+        self.modes: _Modes | None = None
 
     def places(self, event: Event) -> list[Place] | None:
         return _places(event)
+
+    def custom_backward(self, node: Any) -> None:
+        sink, self.sink = self.sink, _OWN_ROW
+        try:
+            super().custom_backward(node)
+        finally:
+            self.sink = sink
 
     def __torch_dispatch__(
         self,
@@ -226,8 +264,10 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         calls = _frame.get()
         if calls is not _live.full:
             calls = open_here(calls)
-        if type(calls) is not tuple or self.paused:
-            if not self.paused and type(calls := launched_from()) is tuple:
+        if type(calls) is not tuple or self.paused or not self.open:
+            # (not open: its records closed on another thread, this thread's tuple of
+            # open records not yet mended; the mode waits here to be taken off)
+            if not self.paused and self.open and type(calls := launched_from()) is tuple:
                 node = _autograd_node()  # (a device thread of autograd's engine)
                 if node is not None:
                     return ran_in_backward(node, calls, func, args, kwargs or {})
@@ -372,9 +412,29 @@ class NamingMode(GroupingMode):
 # -- one mode per thread -------------------------------------------------------------------
 
 
+class _Modes:
+    """One thread's recording mode and how many of its records are open. Kept apart from
+    the thread-local state so that a record closed on another thread (a generator holding
+    the block, closed or collected there) counts down its own thread's records."""
+
+    __slots__ = ("depth", "mode", "stale", "thread")
+
+    def __init__(self) -> None:
+        self.mode: RecordingMode | None = None
+        self.depth = 0
+        #: A mode whose last record closed on another thread: still on this thread's
+        #: stacks (only this thread can take it off), passing every op on untouched.
+        self.stale: RecordingMode | None = None
+        self.thread = threading.get_ident()
+
+
 class _ThreadState(threading.local):
-    mode: RecordingMode | None = None
-    depth: int = 0
+    def __init__(self) -> None:
+        self.modes = _Modes()
+
+    @property
+    def mode(self) -> RecordingMode | None:
+        return self.modes.mode
 
 
 _state = _ThreadState()
@@ -382,7 +442,7 @@ _state = _ThreadState()
 
 def thread_mode() -> RecordingMode | None:
     """The recording mode of this thread, while a record is open in it."""
-    return _state.mode
+    return _state.modes.mode
 
 
 def current_mode() -> CountingMode | None:
@@ -390,7 +450,7 @@ def current_mode() -> CountingMode | None:
     a dry run's own inside it, or None."""
     frame = _calls()
     if type(frame) is tuple:
-        return _state.mode
+        return _state.modes.mode
     return getattr(getattr(frame, "session", None), "mode", None)
 
 
@@ -406,9 +466,12 @@ def lift_naming(mode: RecordingMode) -> NamingMode | None:
 
 
 def entered() -> RecordingMode:
-    """A record opened in this thread: push the thread's modes if it is the first. The
-    thread's mode."""
-    state = _state
+    """A record opened in this thread: push the thread's modes if it is the first (after
+    taking off a mode whose records closed on another thread). The thread's mode."""
+    state = _state.modes
+    if state.stale is not None:
+        stale, state.stale = state.stale, None
+        _take_off(stale)
     state.depth += 1
     if state.depth > 1 and state.mode is not None:
         return state.mode
@@ -419,6 +482,7 @@ def entered() -> RecordingMode:
     mode.__enter__()  # type: ignore[no-untyped-call]
     mode.naming.__enter__()  # type: ignore[no-untyped-call]
     mode.open = True
+    mode.modes = state
     state.mode = mode
     watched = function_rules()
     if watched:
@@ -426,17 +490,30 @@ def entered() -> RecordingMode:
     return mode
 
 
-def left() -> None:
-    """A record closed in this thread: take the thread's modes off after the last one,
-    wherever they are on torch's stacks (an asyncio task may close its record while another
-    task's mode is above it)."""
-    state = _state
-    state.depth -= 1
-    if state.depth > 0 or state.mode is None:
+def left(mode: RecordingMode) -> None:
+    """A record closed: take its thread's modes off after the thread's last one, wherever
+    they are on torch's stacks (an asyncio task may close its record while another task's
+    mode is above it). Closed on another thread (a generator holding the block, closed or
+    collected there), the records are counted down on their own thread, whose modes stop
+    counting at once and are taken off its stacks by the next record it opens (torch's
+    stacks are each thread's own)."""
+    state = mode.modes
+    if state is None or state.mode is not mode:
         return
-    mode, state.mode = state.mode, None
+    state.depth -= 1
+    if state.depth > 0:
+        return
+    state.mode = None
     mode.open = False
     release_fast_path()
+    if threading.get_ident() != state.thread:
+        state.stale = mode
+        return
+    _take_off(mode)
+
+
+def _take_off(mode: RecordingMode) -> None:
+    """Take this thread's ``mode`` (and its naming mode) off torch's stacks."""
     if mode.watch is not None:
         sys.setprofile(mode.watch.previous)
     _remove(

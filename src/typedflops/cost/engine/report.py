@@ -252,7 +252,7 @@ def _recording() -> Iterator[Recorder]:
     token = counting_frame.set(ours)
     register(session)
     session.block = _block_frame()
-    session.mode = entered()
+    mode = session.mode = entered()
     start = time.perf_counter()
     try:
         yield recorder
@@ -264,7 +264,7 @@ def _recording() -> Iterator[Recorder]:
             if session.mode.again.regions:
                 session.mode.again.settle()  # (checkpointed regions that ended in the block)
             session.mode.sums.settle()  # (the sums of what the block's results were made from)
-        left()
+        left(mode)
         unregister(session)
         session.block = None
         current = counting_frame.get()
