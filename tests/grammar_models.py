@@ -35,6 +35,10 @@ SEQUENCE_STEPS = (
     "pad",
     "concat",
     "rearrange",
+    "halves",
+    "wide",
+    "grouped",
+    "keys",
 )
 
 #: The steps of :class:`Image2d`.
@@ -62,6 +66,8 @@ class Sequence1d(nn.Module):
         self.reduce = nn.Conv1d(d, d, 3, stride=2, padding=1)
         self.side = nn.Linear(d, hidden)
         self.merge = nn.Linear(hidden + d, d)
+        self.grouped = nn.Conv1d(d, d, 3, padding=1, groups=n_head)
+        self.keys = nn.Linear(d, 2 * (d // n_head))
 
     @typed_flops
     def forward(self, x: Float[Tensor, "batch seq d"]) -> Float[Tensor, "batch out d"]:
@@ -116,6 +122,21 @@ class Sequence1d(nn.Module):
             heads = einops.rearrange(x, "b s (h e) -> b h s e", h=self.n_head)
             mixed = heads.softmax(-1) * heads
             return einops.rearrange(mixed, "b h s e -> b s (h e)")
+        if step == "halves":
+            for _ in range(x.shape[1] // 2):
+                x = x * 0.5
+            return x
+        if step == "wide":
+            if self.hidden > 8:
+                x = torch.tanh(x)
+            return x
+        if step == "grouped":
+            out = self.grouped(x.transpose(1, 2)).transpose(1, 2)
+            return out
+        if step == "keys":
+            key, value = self.keys(x).chunk(2, -1)
+            scores = torch.softmax(x[..., : key.shape[-1]] @ key.transpose(-1, -2), dim=-1)
+            return x + (scores @ value).sum(-1, keepdim=True)
         raise ValueError(f"no step {step!r}")
 
 

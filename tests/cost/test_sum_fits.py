@@ -1,8 +1,10 @@
 """Sizes that are a sum of one part per dim (``n*n + d*d`` elements, two inputs flattened
 and joined) are fitted as such a sum from the runs a product of factors takes, and marked
-exact only where runs not used to fit them agree. A sum that needs a product of two dims
-(``n*d + n*n``) is none: a count, not exact. Each formula marked exact is checked against
-real runs at other sizes (``record()``, forward and backward) and a hand count."""
+exact only where runs not used to fit them agree; a product of two dims' changes is added
+per pair (``n*n + n*d``) from one more run with both changed. A size of higher degree in
+two dims (``n*n*d + d*d``) is none: a count, not exact. Each formula marked exact is
+checked against real runs at other sizes (``record()``, forward and backward) and a hand
+count."""
 
 from __future__ import annotations
 
@@ -33,6 +35,20 @@ def square_and_rows(a: Float[Tensor, "n n"], b: Float[Tensor, " d"]) -> Float[Te
 @typed_flops
 def crossed(a: Float[Tensor, "n n"], x: Float[Tensor, "n d"]) -> Float[Tensor, ""]:
     return torch.cat([a.flatten(), x.flatten()]).exp().sum()
+
+
+@typed_flops
+def three_joined(
+    a: Float[Tensor, "n n"], x: Float[Tensor, "n d"], y: Float[Tensor, "m d"]
+) -> Float[Tensor, ""]:
+    return torch.cat([a.flatten(), x.flatten(), y.flatten(), y.flatten()]).exp().sum()
+
+
+@typed_flops
+def cubed(
+    a: Float[Tensor, "n n"], x: Float[Tensor, "n d"], b: Float[Tensor, "d d"]
+) -> Float[Tensor, ""]:
+    return torch.cat([(a[:, :, None] * x[:, None, :]).flatten(), b.flatten()]).exp().sum()
 
 
 def _ran(function: object, *args: Tensor) -> tuple[int, int]:
@@ -77,9 +93,27 @@ def test_a_square_plus_rows_predicts_real_runs(
     _assert_holds(cost, square_and_rows, a, b, sizes={"n": rows, "d": width})
 
 
-def test_a_sum_with_a_product_of_two_dims_is_a_count() -> None:
-    # n*n + n*d elements: no sum of one part per dim gives the run with both changed
-    cost = crossed.estimate(n=5, d=7)
+def test_a_sum_with_products_of_two_dims_is_fitted_from_their_runs() -> None:
+    cost = crossed.estimate(n=5, d=7, grad=("a", "x"))
+    # exp and a sum over the n*n + n*d elements
+    assert sympy.expand(cost.formula - 2 * (n**2 + n * d)) == 0
+    assert cost.forward.exact and cost.backward.exact
+    for rows, width in [(2, 3), (9, 4), (1, 11)]:
+        a, x = torch.randn(rows, rows), torch.randn(rows, width)
+        _assert_holds(cost, crossed, a, x, sizes={"n": rows, "d": width})
+    joined = three_joined.estimate(n=5, d=7, m=3, grad=("a", "x", "y"))
+    m = sympy.Symbol("m")
+    assert sympy.expand(joined.formula - 2 * (n**2 + n * d + 2 * m * d)) == 0
+    assert joined.forward.exact and joined.backward.exact
+    for rows, width, others in [(2, 3, 4), (8, 1, 6)]:
+        a, x, y = torch.randn(rows, rows), torch.randn(rows, width), torch.randn(others, width)
+        _assert_holds(joined, three_joined, a, x, y, sizes={"n": rows, "d": width, "m": others})
+
+
+def test_a_size_of_higher_degree_in_two_dims_is_a_count() -> None:
+    # n*n*d products, then exp and a sum over the n*n*d + d*d elements joined
+    cost = cubed.estimate(n=5, d=7)
     assert not cost.forward.exact
-    assert cost.flops == _ran(crossed, torch.randn(5, 5), torch.randn(5, 7))[0] == 2 * (25 + 35)
+    a, x, b = torch.randn(5, 5), torch.randn(5, 7), torch.randn(7, 7)
+    assert cost.flops == _ran(cubed, a, x, b)[0] == 175 + 2 * (175 + 49)
     assert cost.forward.holds_at(cost.dims)
