@@ -11,6 +11,8 @@ to ``(batch, c, h', w')`` (:class:`Image2d`), so any list of steps is a model.
 
 from __future__ import annotations
 
+import dataclasses
+
 import einops
 import torch
 from jaxtyping import Float
@@ -138,6 +140,28 @@ class Sequence1d(nn.Module):
             scores = torch.softmax(x[..., : key.shape[-1]] @ key.transpose(-1, -2), dim=-1)
             return x + (scores @ value).sum(-1, keepdim=True)
         raise ValueError(f"no step {step!r}")
+
+
+@dataclasses.dataclass
+class SequenceConfig:
+    """The sizes of a :class:`ConfiguredSequence1d`, and its steps."""
+
+    d: int
+    hidden: int
+    n_layers: int
+    n_head: int
+    kernel: int
+    steps: tuple[str, ...]
+
+
+class ConfiguredSequence1d(Sequence1d):
+    """A :class:`Sequence1d` built from a config object, as nanoGPT's ``GPT(config)``."""
+
+    def __init__(self, config: SequenceConfig) -> None:
+        super().__init__(
+            config.d, config.hidden, config.n_layers, config.n_head, config.kernel, config.steps
+        )
+        self.config = config
 
 
 class Image2d(nn.Module):

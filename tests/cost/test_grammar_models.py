@@ -14,11 +14,19 @@ from typing import Any
 
 import sympy
 import torch
-from grammar_models import IMAGE_STEPS, SEQUENCE_STEPS, Image2d, Sequence1d
+from grammar_models import (
+    IMAGE_STEPS,
+    SEQUENCE_STEPS,
+    ConfiguredSequence1d,
+    Image2d,
+    Sequence1d,
+    SequenceConfig,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
 from torch import Tensor, nn
+from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import Cost, record, typed_flops
@@ -30,7 +38,8 @@ SMALL = st.sampled_from([1, 2, 3, 4, 5, 8, 12, 16])
 
 @st.composite
 def sequence_sizes(draw: st.DrawFn) -> dict[str, int]:
-    """Sizes of a :class:`Sequence1d` and its input, ``d`` a multiple of ``n_head``."""
+    """Sizes of a :class:`Sequence1d` and its input, ``d`` a multiple of ``n_head``;
+    ``config`` 1 where the model is built from a config object."""
     n_head = draw(st.sampled_from([1, 2, 4, 8]))
     return {
         "batch": draw(SMALL),
@@ -40,6 +49,7 @@ def sequence_sizes(draw: st.DrawFn) -> dict[str, int]:
         "n_layers": draw(st.integers(1, 4)),
         "n_head": n_head,
         "kernel": draw(st.integers(1, 5)),
+        "config": draw(st.integers(0, 1)),
     }
 
 
@@ -69,6 +79,9 @@ def _sequence(sizes: Mapping[str, int], steps: tuple[str, ...]) -> Built:
     model = Sequence1d(
         sizes["d"], sizes["hidden"], sizes["n_layers"], sizes["n_head"], sizes["kernel"], steps
     )
+    if sizes.get("config"):
+        names = ("d", "hidden", "n_layers", "n_head", "kernel")
+        model = ConfiguredSequence1d(SequenceConfig(*(sizes[n] for n in names), steps))
     dims = {"batch": sizes["batch"], "seq": sizes["seq"], "d": sizes["d"]}
     return Built(model, torch.randn(dims["batch"], dims["seq"], dims["d"]), dims)
 
@@ -123,7 +136,8 @@ def assert_exact_terms_hold(
         assert term.holds_at(cost.dims), (name, term, cost.dims)
     held = {key.removeprefix("self.") for key in cost.fixed}
     for other in others:
-        changed = {**sizes, **{k: v for k, v in other.items() if k not in held}}
+        kept = held | {"config"}  # (the model is built the same way)
+        changed = {**sizes, **{k: v for k, v in other.items() if k not in kept}}
         if "n_head" in changed and changed["d"] % changed["n_head"]:
             continue  # (heads must divide the width)
         if not _runs(build, changed, steps):
@@ -250,3 +264,32 @@ def test_sliding_window_attention_is_exact_in_its_config() -> None:
         sizes = {"batch": b, "seq": s, "d": hidden, "n_head": heads}
         assert cost.forward.at(sizes) == rec.total.flops
         assert cost.backward.at(sizes) == rec.total.backward_flops
+
+
+@typed_flops
+def pooled_heads(x: Float[Tensor, "batch seq d"]) -> Float[Tensor, "batch 4 half half"]:
+    pooled = F.max_pool1d(x.transpose(1, 2), 2, ceil_mode=True).transpose(1, 2)
+    batch, half, d = pooled.shape
+    heads = pooled.reshape(batch, half, 4, d // 4).transpose(1, 2)
+    return heads @ heads.transpose(-1, -2)
+
+
+def test_a_pooled_size_fitted_at_even_sizes_only_is_not_exact() -> None:
+    # ceil(seq/2) rows is seq/2 at every even seq the fits take; the far checks move
+    # every dim at once, to sizes 4 heads do not divide, so seq is checked alone
+    cost = pooled_heads.estimate(batch=2, seq=16, d=32)
+    assert cost.forward.holds_at(cost.dims) and cost.matmul.holds_at(cost.dims)
+    for seq in (5, 17):
+        x = torch.randn(2, seq, 32)
+        half = (seq + 1) // 2
+        with record() as rec:
+            pooled_heads(x)
+        with FlopCounterMode(display=False) as counter:
+            pooled_heads(x)
+        # 4 heads of half x half dot products over d / 4
+        assert rec.total.matmul_flops == counter.get_total_flops() == 2 * 2 * half**2 * 32
+        sizes = {**cost.dims, "seq": seq}
+        for name, term in cost.terms.items():
+            if term.exact:
+                assert term.at(sizes) == rec.total.terms[name].count, (name, term, seq)
+    assert not cost.matmul.exact
