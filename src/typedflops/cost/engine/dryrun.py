@@ -429,10 +429,10 @@ def _far_checked_loops(
     probe: Probe,
 ) -> dict[str, Term]:
     """The terms, checked far from the call's sizes whose values change the ops (a loop over
-    a size): at 2, and at 16·n + 1 (:func:`.far_sizes.far_value`) where a run there is affordable (its
-    ops predicted as the base run's times the size's growth); where it is not, the terms in
-    that size are marked inexact. A cap on a loop (``range(min(n, 64))``) shows only past
-    it."""
+    a size): at 2, and at 16·n + 1 (:func:`.far_sizes.far_value`) where a run there is
+    affordable (its ops predicted as the base run's times the size's growth); where it is
+    not, the terms in that size are marked inexact. A cap on a loop (``range(min(n, 64))``)
+    shows only past it."""
     for axis in axes:
         size = at[axis.keys[0]]
         base = size_value(size)
