@@ -138,7 +138,8 @@ class Sequence1d(nn.Module):
         if step == "keys":
             key, value = self.keys(x).chunk(2, -1)
             scores = torch.softmax(x[..., : key.shape[-1]] @ key.transpose(-1, -2), dim=-1)
-            return x + (scores @ value).sum(-1, keepdim=True)
+            out = x + (scores @ value).sum(-1, keepdim=True)
+            return out
         raise ValueError(f"no step {step!r}")
 
 

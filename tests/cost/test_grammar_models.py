@@ -80,8 +80,10 @@ def _sequence(sizes: Mapping[str, int], steps: tuple[str, ...]) -> Built:
         sizes["d"], sizes["hidden"], sizes["n_layers"], sizes["n_head"], sizes["kernel"], steps
     )
     if sizes.get("config"):
-        names = ("d", "hidden", "n_layers", "n_head", "kernel")
-        model = ConfiguredSequence1d(SequenceConfig(*(sizes[n] for n in names), steps))
+        config = SequenceConfig(
+            sizes["d"], sizes["hidden"], sizes["n_layers"], sizes["n_head"], sizes["kernel"], steps
+        )
+        model = ConfiguredSequence1d(config)
     dims = {"batch": sizes["batch"], "seq": sizes["seq"], "d": sizes["d"]}
     return Built(model, torch.randn(dims["batch"], dims["seq"], dims["d"]), dims)
 
