@@ -295,3 +295,40 @@ def test_a_pooled_size_fitted_at_even_sizes_only_is_not_exact() -> None:
             if term.exact:
                 assert term.at(sizes) == rec.total.terms[name].count, (name, term, seq)
     assert not cost.matmul.exact
+
+
+class SlicedKeys(nn.Module):
+    """Keys of one head's width, scored against that many of the input's features.
+
+    ``x``: (batch, seq, d) -> (batch, seq, d); ``d`` a multiple of ``n_head``."""
+
+    def __init__(self, d: int, n_head: int) -> None:
+        super().__init__()
+        if d % n_head:
+            raise ValueError("d must be a multiple of n_head")
+        self.n_head = n_head
+        self.keys = nn.Linear(d, d // n_head)
+
+    @typed_flops
+    def forward(self, x: Float[Tensor, "batch seq d"]) -> Float[Tensor, "batch seq d"]:
+        key = self.keys(x)
+        scores = x[..., : key.shape[-1]] @ key.transpose(-1, -2)
+        return x + scores.sum(-1, keepdim=True)
+
+
+def test_a_width_of_one_that_runs_only_with_one_head_is_checked_there() -> None:
+    # d = 1 builds only with n_head = 1: both are set to 1 together; there the slice is
+    # the whole input and its backward one add fewer per row
+    model = SlicedKeys(6, 2)
+    cost = SlicedKeys.forward.estimate(model, batch=8, seq=2, d=6, grad=("x",))
+    for d, heads in [(1, 1), (4, 1), (6, 6), (8, 2)]:
+        x = torch.randn(8, 2, d, requires_grad=True)
+        with record() as rec:
+            out = SlicedKeys(d, heads)(x)
+            out.backward(torch.ones_like(out))
+        sizes = {**cost.dims, "d": d, "n_head": heads}
+        for name in ("forward", "backward", "matmul"):
+            term = cost.terms[name]
+            if term.exact:
+                assert term.at(sizes) == rec.total.terms[name].count, (name, term, d, heads)
+    assert cost.backward.exact
