@@ -56,6 +56,7 @@ SLOW_TESTS = (
     "test_recurrent_dry_runs.py::test_estimate_of_a_module_holding_a_recurrent_layer",
     "test_size_dependent_flow.py::test_a_branch_on_a_modules_own_size",
     "test_rebuilt_sizes.py::test_kept_arguments_and_a_loop_over_blocks",
+    "test_grammar_models.py::test_every_exact_formula_of",
     "test_rebuilt_sizes.py::test_typed_transformer_lm_at_several_configs",
     "test_rebuilt_sizes.py::test_nanogpt_formula_is_exact_in_its_config",
     "test_rebuilt_sizes.py::test_a_count_of_blocks_with_work_around_them",

@@ -61,7 +61,8 @@ def checked_at_one(
     measure: Measure,
 ) -> Cost:
     """``cost`` with its exact terms checked by runs with the call's dims (``axes``, at 2 or
-    more in ``at``) at 1: each alone, then in pairs (``if n == 1 and d == 1``). A term such
+    more in ``at``) at 1: each alone, then in pairs (``if n == 1 and d == 1``), and one
+    that does not run at 1 alone with each of the module's own sizes at 1. A term such
     a run refutes gains its part there, fitted by ``measure`` with those dims held at 1,
     or is inexact where no fit finds one (a product run as a multiply excepted)."""
     terms = dict(cost.terms)
@@ -79,6 +80,14 @@ def checked_at_one(
     pairs = checked if len(checked) <= _PAIRS else parted[:_PAIRS]
     for group in itertools.combinations(pairs, 2):
         _with_parts(probe, runner, base, at, group, cost.dims, terms, measure)
+    own = [axis for axis in axes if not axis.far and _at_least_two(at[axis.keys[0]])]
+    for axis in checked:
+        # A dim the body runs at 1 only with a module's size at 1 too (a width of 1 that
+        # ``n_head`` must divide): checked with each such size at 1 with it.
+        exact = any(term.exact for term in terms.values())
+        if exact and own and runner.run({**at, **{key: 1 for key in axis.keys}}) is None:
+            for other in own:
+                _with_parts(probe, runner, base, at, (axis, other), cost.dims, terms, measure)
     for axis in axes:
         # A module's own size (``n_kv_heads``, built at 1: multi-query attention's own
         # path), alone: its part fitted with the module built at 1, or the term inexact.

@@ -36,6 +36,7 @@ from ..types import Cost, Term
 from .at_one import checked_at_one, with_part_at_one
 from .axes import Axis, axes_of, named_alike, named_by_call, study, third, tied
 from .events import Event
+from .far_sizes import far_checked, far_value
 from .fit import Fitted, Plan, Size, fit, size_value
 from .held_sizes import Held, own_held, with_held
 from .more_runs import fitted_further
@@ -48,12 +49,6 @@ from .sequence import MAX_DEGREE, interpolated, points_from
 from .terms import fitted_terms, op_costs, uncounted
 
 __all__ = ["Probe", "Run", "Thunk", "measure", "run_once"]
-
-# Checks far from the call's sizes: each dim at 2, and at this many times its size plus
-# one (odd, so that a branch on parity shows) or at least at _FAR_FLOOR. A branch on a
-# size at a threshold between those is seen.
-_FAR = 64
-_FAR_FLOOR = 1025
 
 
 @dataclass
@@ -402,20 +397,6 @@ def _refuted_anywhere(
     return False
 
 
-def _far(size: Size, up: bool, loop: bool = False) -> Size:
-    if isinstance(size, tuple):
-        return (_far_int(size[0], up, loop), *size[1:]) if size else size
-    return _far_int(size, up, loop)
-
-
-def _far_int(size: int, up: bool, loop: bool) -> int:
-    """2 below; above, 64 times the size and one, at least 1,025, or for a size a loop runs
-    over 16 times it and one (its ops grow with it)."""
-    if not up:
-        return 2
-    return OWN_FAR * size + 1 if loop else max(_FAR * size + 1, _FAR_FLOOR)
-
-
 def _far_checked(
     runner: Runner,
     at: Mapping[str, Size],
@@ -425,21 +406,10 @@ def _far_checked(
     probe: Probe,
 ) -> dict[str, Term]:
     """The terms, those that runs with the call's dims far above and far below their
-    values refute marked inexact (a branch on a size that the fit's runs did not reach:
-    ``if x.shape[0] > 100`` fitted at 8)."""
-    far = [axis for axis in axes if axis.far]
-    for up in (True, False):
-        change: dict[str, Size] = {}
-        sizes: dict[str, int] = {}
-        for axis in far:
-            size = at[axis.keys[0]]
-            value = _far(size, up)
-            if value != size:
-                change.update(axis.assign(value))
-                sizes[axis.name] = size_value(value)
-        if change:
-            _mark_refuted(runner.counted({**at, **change}), terms, {**values, **sizes}, probe)
+    values refute marked inexact (:mod:`.far_sizes`), then those that runs at the module's
+    own sizes far off refute (:mod:`.own_far`)."""
     mark = functools.partial(_mark_refuted, probe=probe)
+    terms = far_checked(runner, at, axes, terms, values, mark)
     return own_far_checked(runner, at, axes, terms, values, mark)
 
 
@@ -459,15 +429,15 @@ def _far_checked_loops(
     probe: Probe,
 ) -> dict[str, Term]:
     """The terms, checked far from the call's sizes whose values change the ops (a loop over
-    a size): at 2, and at 16·n + 1 (:func:`_far_int`) where a run there is affordable (its
-    ops predicted as the base run's times the size's growth); where it is not, the terms in
-    that size are marked inexact. A cap on a loop (``range(min(n, 64))``) shows only past
-    it."""
+    a size): at 2, and at 16·n + 1 (:func:`.far_sizes.far_value`) where a run there is
+    affordable (its ops predicted as the base run's times the size's growth); where it is
+    not, the terms in that size are marked inexact. A cap on a loop (``range(min(n, 64))``)
+    shows only past it."""
     for axis in axes:
         size = at[axis.keys[0]]
         base = size_value(size)
         for up in (False, True):
-            value = _far(size, up, loop=True)
+            value = far_value(size, up, loop=True, loop_far=OWN_FAR)
             far = size_value(value)
             if far == base:
                 continue

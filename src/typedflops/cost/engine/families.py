@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import sympy
 
-__all__ = ["Runs", "product_of_factors"]
+__all__ = ["Runs", "parabola", "product_of_factors"]
 
 
 class Runs(Protocol):
@@ -173,7 +173,7 @@ def _factor(xs: Sequence[Fraction], ratios: Sequence[Fraction]) -> tuple[Fractio
         found = fit(xs, ratios)
         if found is not None and all(_at(found, x) == r for x, r in zip(xs, ratios, strict=True)):
             return found
-    return _parabola(xs, ratios)
+    return parabola(xs, ratios)
 
 
 def _power(xs: Sequence[Fraction], ratios: Sequence[Fraction]) -> tuple[Fraction, ...] | None:
@@ -194,7 +194,7 @@ def _reciprocal_line(xs: Sequence[Fraction], ratios: Sequence[Fraction]) -> tupl
     return (Fraction(2), ratios[0] - slope / xs[0], slope)
 
 
-def _parabola(xs: Sequence[Fraction], ratios: Sequence[Fraction]) -> tuple[Fraction, ...]:
+def parabola(xs: Sequence[Fraction], ratios: Sequence[Fraction]) -> tuple[Fraction, ...]:
     """``a + b*x + c*x**2`` through the three points (Lagrange, exact rationals)."""
     coefficients = [Fraction(0)] * 3
     for i, (x, r) in enumerate(zip(xs, ratios, strict=True)):

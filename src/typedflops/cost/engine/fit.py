@@ -31,6 +31,7 @@ from .events import Event
 from .families import product_of_factors
 from .memo import fit_key
 from .opcall import OpCall, Rule
+from .sums import sum_of_parts
 from .tensors import TensorMeta, flat_tensors, map_meta
 
 __all__ = ["Fitted", "Plan", "fit", "fit_count", "fit_event"]
@@ -254,6 +255,8 @@ def _fit_series(plan: Plan, values: tuple[int, ...]) -> tuple[sympy.Expr | None,
         found = _affine(plan, values)
     if found[0] is None and plan.more:
         found = product_of_factors(plan, values)
+        if found[0] is None:
+            found = sum_of_parts(plan, values)
     elif found[0] is not None and plan.more and not _holds(plan, found[0], values):
         found = None, False  # (a form the check run confirmed, refuted by the last runs)
     plan._series[values] = found

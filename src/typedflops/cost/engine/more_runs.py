@@ -12,6 +12,7 @@ from .axes import Axis
 from .events import Event
 from .fit import Plan, Size
 from .runs import Run, Runner
+from .sums import MOST_PAIRS
 
 __all__ = ["fitted_further", "more_runs", "pair_runs"]
 
@@ -118,10 +119,6 @@ def _options(size: Size, taken: Sequence[Size], *, last: bool = False) -> list[S
     if isinstance(size, tuple):
         return [(v, *size[1:]) for v in kept]
     return list(kept)
-
-
-#: The most pairs of sizes run together for one fit.
-MOST_PAIRS = 3
 
 
 def pair_runs(
