@@ -320,7 +320,7 @@ class SlicedKeys(nn.Module):
     @typed_flops
     def forward(self, x: Float[Tensor, "batch seq d"]) -> Float[Tensor, "batch seq d"]:
         key = self.keys(x)
-        scores = x[..., : key.shape[-1]] @ key.transpose(-1, -2)
+        scores: Tensor = x[..., : key.shape[-1]] @ key.transpose(-1, -2)
         return x + scores.sum(-1, keepdim=True)
 
 
