@@ -264,10 +264,10 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         calls = _frame.get()
         if calls is not _live.full:
             calls = open_here(calls)
-        if type(calls) is not tuple or self.paused or not self.open:
-            # (not open: its records closed on another thread, this thread's tuple of
-            # open records not yet mended; the mode waits here to be taken off)
-            if not self.paused and self.open and type(calls := launched_from()) is tuple:
+        if type(calls) is not tuple or self.paused:
+            # (paused too where its records closed on another thread: the mode waits on
+            # this thread's stacks to be taken off, see :func:`left`)
+            if not self.paused and type(calls := launched_from()) is tuple:
                 node = _autograd_node()  # (a device thread of autograd's engine)
                 if node is not None:
                     return ran_in_backward(node, calls, func, args, kwargs or {})
@@ -432,10 +432,6 @@ class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.modes = _Modes()
 
-    @property
-    def mode(self) -> RecordingMode | None:
-        return self.modes.mode
-
 
 _state = _ThreadState()
 
@@ -507,6 +503,7 @@ def left(mode: RecordingMode) -> None:
     mode.open = False
     release_fast_path()
     if threading.get_ident() != state.thread:
+        mode.paused = True  # (every op passed on, from now, as its own thread runs them)
         state.stale = mode
         return
     _take_off(mode)
