@@ -29,7 +29,7 @@ from .events import Event
 from .fit import Size
 from .runs import Probe, Run, Runner
 
-__all__ = ["checked_at_one", "with_part_at_one"]
+__all__ = ["checked_at_one", "multiplied", "with_part_at_one"]
 
 Measure = Callable[[Probe], Cost]
 
@@ -116,7 +116,7 @@ def _with_parts(
     element), the formula stays the one of the product as written, as for sizes of 2 and
     up."""
     wrong, counts, run = _refuted(probe, runner, at, group, dims, terms)
-    if not wrong or run is None or _multiplied(base, run):
+    if not wrong or run is None or multiplied(base, run):
         return False
     if not parts:
         for name in wrong:
@@ -145,7 +145,7 @@ def _names(term: Term, axis: Axis) -> bool:
     return sympy.Symbol(axis.name) in term.formula.free_symbols
 
 
-def _multiplied(base: Run, run: Run) -> bool:
+def multiplied(base: Run, run: Run) -> bool:
     """Whether ``run`` (dims at 1) differs from ``base`` only where torch ran a matrix
     product over a summed dim of 1 as a multiply (``einsum``'s ``bmm`` becomes a ``mul``):
     op for op (views aside), each op that differs is a matrix product become a multiply. A

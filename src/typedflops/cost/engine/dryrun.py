@@ -35,6 +35,7 @@ import sympy
 from ..types import Cost, Term
 from .at_one import checked_at_one, with_part_at_one
 from .axes import Axis, axes_of, named_alike, named_by_call, study, third, tied
+from .derived_ones import checked_where_derived_is_one
 from .events import Event
 from .far_sizes import far_checked, far_value
 from .fit import Fitted, Plan, Size, fit, size_value
@@ -123,6 +124,12 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
             terms = {name: term.checked_at(values) for name, term in over.items()}
         else:
             terms = {name: dataclasses.replace(t, exact=False) for name, t in terms.items()}
+    # (a size derived from the fitted ones, ``d/n_head``, checked where it is 1, so that the
+    # checks below that make it 1 find its part there)
+    sizes = [*fitting.varied, *sequence]
+    terms = checked_where_derived_is_one(
+        probe, runner, base, start, fitting.plan, sizes, terms, values
+    )
     terms = _far_checked(runner, start, fitting.varied, terms, values, probe)
     terms = _far_checked_loops(runner, start, [a for a in sequence if a.far], terms, values, probe)
     if not shifted:  # (a part at 1 is fitted at the sizes it is checked at)
