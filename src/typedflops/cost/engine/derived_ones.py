@@ -26,7 +26,7 @@ from ..types import Term, is_one, tidy
 from .at_one import multiplied
 from .axes import Axis
 from .events import Event
-from .fit import Plan, Size, fit_count
+from .fit import Plan, Size, fit_count, fit_size
 from .runs import TERMS, Counted, Probe, Run, Runner
 from .tensors import flat_tensors
 
@@ -51,8 +51,8 @@ def derived_sizes(plan: Plan) -> list[sympy.Expr]:
             if values in seen or values[0] < 2:
                 continue
             seen.add(values)
-            expr, exact = plan._series.get(values, (None, False))
-            if expr is None or not exact or expr in names or not expr.free_symbols:
+            expr = fit_size(plan, values)
+            if expr is None or expr in names or not expr.free_symbols:
                 continue
             found[expr] = None
     return sorted(found, key=lambda e: (len(e.free_symbols), sympy.count_ops(e), str(e)))
@@ -199,8 +199,10 @@ def _parts(
             if not formula.is_integer:
                 return {}
             differences[n].append(counts[n] - int(formula))
-    plan = Plan([{k: v for k, v in a.items() if k != name} for a in assignments], [], others, True)
-    plan.runs = [[] for _ in assignments]
+    kept: list[dict[str, Size]] = [
+        {k: v for k, v in a.items() if k != name} for a in assignments
+    ]
+    plan = Plan(kept, [[] for _ in assignments], others, True)
     found: dict[str, sympy.Expr] = {}
     for n in wrong:
         expr, exact = fit_count(plan, differences[n])

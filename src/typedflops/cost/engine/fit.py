@@ -34,7 +34,7 @@ from .opcall import OpCall, Rule
 from .sums import sum_of_parts
 from .tensors import TensorMeta, flat_tensors, map_meta
 
-__all__ = ["Fitted", "Plan", "fit", "fit_count", "fit_event"]
+__all__ = ["Fitted", "Plan", "fit", "fit_count", "fit_event", "fit_size"]
 
 Size = int | tuple[int, ...]
 
@@ -205,6 +205,13 @@ def fit_count(plan: Plan, counts: Sequence[int]) -> tuple[sympy.Expr, bool]:
     if expr is None:
         return sympy.Integer(counts[0]), False
     return expr, ok
+
+
+def fit_size(plan: Plan, values: tuple[int, ...]) -> sympy.Expr | None:
+    """One axis's sizes, ``values[i]`` in run ``i``, as a verified formula in the varied
+    dims (None where none is verified)."""
+    expr, exact = _fit_series(plan, values)
+    return expr if exact else None
 
 
 def _slots(event: Event) -> list[int]:
