@@ -199,9 +199,7 @@ def _parts(
             if not formula.is_integer:
                 return {}
             differences[n].append(counts[n] - int(formula))
-    kept: list[dict[str, Size]] = [
-        {k: v for k, v in a.items() if k != name} for a in assignments
-    ]
+    kept: list[dict[str, Size]] = [{k: v for k, v in a.items() if k != name} for a in assignments]
     plan = Plan(kept, [[] for _ in assignments], others, True)
     found: dict[str, sympy.Expr] = {}
     for n in wrong:
