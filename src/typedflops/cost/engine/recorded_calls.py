@@ -17,6 +17,7 @@ from ...contract.function import _observers as _observed
 from ...contract.scope import call_scope
 from ..types import Cost
 from .counter import count_custom_backwards
+from .declared import check_declared
 from .fit import Size
 from .frames import no_frame
 from .live_records import open_here, thread_state, walked
@@ -78,6 +79,8 @@ def count_recorded_call(
             result = body.run(*args, **kwargs) if kwargs else body.run(*args)
             function.recall_return(result, state, outcome)
             return result
+        if body.declared:
+            check_declared(function, args, kwargs, state.sizes)  # (before its work)
         if len(calls) == 1:
             outer = calls[0]
             inner: tuple[Call, ...] = (
