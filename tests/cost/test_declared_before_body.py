@@ -85,3 +85,15 @@ def test_a_formula_in_a_dim_the_return_binds_is_evaluated_after_the_body() -> No
         grown(torch.ones(2, 5))
     assert RAN == ["grown"]
     assert rec.total.flops == 3 * 2 - 2
+
+
+@typed_flops(flops="n*d")
+def declared_around(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    """A ``flops=`` call whose count stands for its body's, ``difference`` included."""
+    return difference(x) + 1
+
+
+def test_a_call_inside_a_flops_call_is_counted_by_that_call_alone() -> None:
+    with record() as rec:
+        declared_around(torch.ones(2, 3))
+    assert rec.total.flops == declared_around.estimate(n=2, d=3).flops == 2 * 3

@@ -15,6 +15,7 @@ import torch
 from ...contract.function import CheckedFunction, counting_frame, notify_observers
 from ...contract.function import _observers as _observed
 from ...contract.scope import call_scope
+from ...errors import SpecError
 from ..types import Cost
 from .counter import count_custom_backwards
 from .declared import check_declared
@@ -79,8 +80,6 @@ def count_recorded_call(
             result = body.run(*args, **kwargs) if kwargs else body.run(*args)
             function.recall_return(result, state, outcome)
             return result
-        if body.declared:
-            check_declared(function, args, kwargs, state.sizes)  # (before its work)
         if len(calls) == 1:
             outer = calls[0]
             inner: tuple[Call, ...] = (
@@ -88,6 +87,13 @@ def count_recorded_call(
             )
         else:
             inner = tuple(call.child(function, body) for call in calls)
+        if body.declared and any(c is not o for c, o in zip(inner, calls, strict=True)):
+            # (its own count, not inside a flops= call's: checked before its work)
+            try:
+                check_declared(function, args, kwargs, state.sizes)
+            except SpecError:
+                _abandon(inner, calls)
+                raise
         parent = call_scope.get()
         if outcome is not None and (parent is not None or body.binds):
             state = outcome.own_state()  # (the recalled one is shared)
