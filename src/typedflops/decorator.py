@@ -92,7 +92,8 @@ class TypedFunction(CheckedFunction[P, R]):
         floating annotation cannot take is a SpecError, not another dtype). Positional
         ``args`` fill the leading parameters (a module for ``self``); a keyword naming a
         non-tensor parameter is passed to it. An Optional tensor parameter whose default is
-        None stays None unless a dim only it uses is given. Missing, unknown or bad sizes
+        None stays None unless a dim only it uses is given (``bias=True`` builds it,
+        ``bias=None`` keeps it None). Missing, unknown or bad sizes
         raise :class:`SpecError`.
 
         The formulas are fitted from dry runs at other sizes and checked (see

@@ -130,7 +130,9 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     terms = checked_where_derived_is_one(
         probe, runner, base, start, fitting.plan, sizes, terms, values
     )
-    terms = _far_checked(runner, start, fitting.varied, terms, values, probe)
+    # (a module's own size whose op sequence changed is taken far off too, as one fitted)
+    own_sequence = [a for a in sequence if not a.far]
+    terms = _far_checked(runner, start, [*fitting.varied, *own_sequence], terms, values, probe)
     terms = _far_checked_loops(runner, start, [a for a in sequence if a.far], terms, values, probe)
     if not shifted:  # (a part at 1 is fitted at the sizes it is checked at)
         mark = functools.partial(_mark_refuted, probe=probe)

@@ -249,7 +249,11 @@ def estimate_probe(
     # ``targets=True`` builds an Optional tensor that defaults to None from its annotation
     # (a name that is also a dim's is the dim).
     named = {key: value for key, value in dims.items() if key in by_name and key not in known}
-    requested = requested_by_name(function, by_name, named)
+    # ``targets=None`` leaves an Optional tensor that defaults to None as it is
+    left = {key for key, value in named.items() if value is None and by_name[key].defaults_to_none}
+    requested = requested_by_name(
+        function, by_name, {key: value for key, value in named.items() if key not in left}
+    )
     given = {
         key: value for key, value in dims.items() if key not in passthrough and key not in named
     }
@@ -283,6 +287,7 @@ def estimate_probe(
         for p in parameters
         if (p.index is None or p.index >= len(args))
         and p.name not in passthrough
+        and p.name not in left
         and (p.name in required or p.name in requested or _requested(p, set(sizes), required_dims))
     ]
     needed: set[str] = set()

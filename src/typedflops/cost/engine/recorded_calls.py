@@ -15,8 +15,10 @@ import torch
 from ...contract.function import CheckedFunction, counting_frame, notify_observers
 from ...contract.function import _observers as _observed
 from ...contract.scope import call_scope
+from ...errors import SpecError
 from ..types import Cost
 from .counter import count_custom_backwards
+from .declared import check_declared
 from .fit import Size
 from .frames import no_frame
 from .live_records import open_here, thread_state, walked
@@ -85,6 +87,13 @@ def count_recorded_call(
             )
         else:
             inner = tuple(call.child(function, body) for call in calls)
+        if body.declared and any(c is not o for c, o in zip(inner, calls, strict=True)):
+            # (its own count, not inside a flops= call's: checked before its work)
+            try:
+                check_declared(function, args, kwargs, state.sizes)
+            except SpecError:
+                _abandon(inner, calls)
+                raise
         parent = call_scope.get()
         if outcome is not None and (parent is not None or body.binds):
             state = outcome.own_state()  # (the recalled one is shared)

@@ -216,6 +216,8 @@ def record() -> RecordBlock:
     everything run inside it. Threads and tasks record their own calls, each in its own
     record: what its thread and task run inside the block counts in it, also in a context
     copied before it opened (``ctx.run``), or inside a decorated call that has returned.
+    A worker of a ``ThreadPoolExecutor`` or of ``asyncio.to_thread`` is another thread:
+    what it runs counts in the records it opens, not in this one (as FlopCounterMode).
 
     >>> import torch
     >>> from typedflops import einsum
