@@ -425,8 +425,14 @@ def test_symbolic_formulas_in_decorated_functions() -> None:
         + 4 * batch * seq**2
         + batch * seq
         + batch * seq * d_model
+        # heads of width 1 (d_model = 4): the scores' product sums over one value, a multiply
+        - 4 * batch * seq**2 * sympy.KroneckerDelta(1, d_model / 4)
     )
     assert sympy.expand(cost.formula - expected) == 0
+    x, w = torch.randn(2, 5, 4), torch.randn(4, 4)
+    with record() as rec:
+        heads(x, w)
+    assert rec.total.flops == cost.formula.subs({batch: 2, seq: 5, d_model: 4}) == 770
 
 
 def test_repeat_of_new_axes_is_a_broadcast_view() -> None:
