@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jaxtyping import Float
 from torch import Tensor
 
-from typedflops import Cost, TypedFunction, typed_flops
+from typedflops import Cost, TypedFunction, record, typed_flops
 
 n, d = sympy.symbols("n d")
 SLOW = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -253,6 +253,20 @@ def test_a_branch_on_a_modules_own_size_past_the_fits_is_inexact() -> None:
     assert not cost.exact
     assert "hidden" in {str(s) for s in cost.formula.free_symbols}
     assert cost.forward.holds_at(cost.dims)
+
+
+def test_a_branch_on_an_own_size_past_the_fitted_sizes_is_not_exact() -> None:
+    # Fitted at hidden 2..5 (3, 4, 5 and twice them), the branch past 5 shows only far off.
+    # Hand count at n=3, d=4, hidden=6: the two products 2*3*4*6 each (288), and past the
+    # branch a GELU and a doubling of the 3x6 hidden values (36): 324.
+    widened = _widened(5)
+    with record() as rec:
+        widened(4, 6)(torch.ones(3, 4))
+    assert rec.total.flops == 324
+    for hidden in (2, 3, 4, 5):
+        cost = widened.forward.estimate(widened(4, hidden), n=3, d=4)
+        forward = cost.terms["forward"]
+        assert not forward.exact or forward.at({**cost.dims, "hidden": 6}) == 324, hidden
 
 
 @typed_flops
