@@ -12,19 +12,11 @@ from collections.abc import Callable
 import pytest
 import torch
 from jaxtyping import Float, Int
+from real_runs import ran
 from torch import Tensor, nn
 
-from typedflops import estimate, record
+from typedflops import estimate
 from typedflops.errors import SpecError
-
-
-def _ran(model: nn.Module, *args: Tensor) -> tuple[int, int]:
-    """Forward FLOPs of ``model(*args)`` (a scalar) and the backward that ran from it."""
-    with record() as forward:
-        model(*args)
-    with record() as both:
-        model(*args).backward()
-    return forward.total.flops, both.total.backward_flops
 
 
 class TinyLM(nn.Module):
@@ -70,7 +62,7 @@ def test_a_size_at_its_most_is_fitted_below_it(positions: int) -> None:
     assert cost.exact
     for b, s in [(2, positions), (3, 5), (1, positions - 1)]:
         ids = torch.randint(0, 32, (b, s))
-        assert (cost.forward.at({"b": b, "s": s}), cost.backward.at({"b": b, "s": s})) == _ran(
+        assert (cost.forward.at({"b": b, "s": s}), cost.backward.at({"b": b, "s": s})) == ran(
             model, ids
         )
 
@@ -125,4 +117,4 @@ def test_known_indices_in_bounds_are_counted_as_a_real_run(op: str) -> None:
     model = Indexed(op, 5)
     x = torch.randn(5, 3, requires_grad=True)
     cost = estimate(model, Float[Tensor, "5 3"], grad=("x",))
-    assert (cost.flops, cost.backward_flops) == _ran(model, x)
+    assert (cost.flops, cost.backward_flops) == ran(model, x)

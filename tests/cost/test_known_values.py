@@ -12,20 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
+from real_runs import ran
 from torch import Tensor, nn
 from torch._subclasses.fake_tensor import is_fake
 
 from typedflops import estimate, record, typed_flops
 from typedflops.errors import DryRunError
-
-
-def _ran(model: nn.Module, *args: Tensor) -> tuple[int, int]:
-    """Forward FLOPs of ``model(*args)`` (a scalar) and the backward that ran from it."""
-    with record() as forward:
-        model(*args)
-    with record() as both:
-        model(*args).backward()
-    return forward.total.flops, both.total.backward_flops
 
 
 class GroupedQueryAttention(nn.Module):
@@ -64,12 +56,12 @@ def test_a_path_chosen_by_position_ids_is_the_real_runs() -> None:
     torch.manual_seed(0)
     model = GroupedQueryAttention()
     cost = estimate(model, Float[Tensor, "b s 32"], b=2, s=8, grad=("x",))
-    assert (cost.flops, cost.backward_flops) == _ran(
+    assert (cost.flops, cost.backward_flops) == ran(
         model, torch.randn(2, 8, 32, requires_grad=True)
     )
     assert cost.exact
     other = torch.randn(3, 5, 32, requires_grad=True)
-    assert (cost.forward.at({"b": 3, "s": 5}), cost.backward.at({"b": 3, "s": 5})) == _ran(
+    assert (cost.forward.at({"b": 3, "s": 5}), cost.backward.at({"b": 3, "s": 5})) == ran(
         model, other
     )
 
@@ -95,7 +87,7 @@ class Masked(nn.Module):
 def test_a_mask_and_a_buffer_whose_values_shapes_fix_are_read_as_a_real_run_reads_them() -> None:
     model = Masked()
     cost = estimate(model, Int[Tensor, "b s"], b=2, s=8)
-    assert (cost.flops, cost.backward_flops) == _ran(model, torch.randint(0, 50, (2, 8)))
+    assert (cost.flops, cost.backward_flops) == ran(model, torch.randint(0, 50, (2, 8)))
     assert cost.exact
 
 
@@ -134,7 +126,7 @@ def test_a_grouped_product_counts_the_rows_its_groups_cover() -> None:
     torch.manual_seed(0)
     model = Experts()
     x = torch.randn(12, 16, requires_grad=True)
-    flops, backward = _ran(model, x)
+    flops, backward = ran(model, x)
     # the router (2*12*16*4 and its bias 12*4), argmax, argsort and bincount (counted by
     # their rules as a record runs them) aside, the grouped product: its groups cover all
     # 12 rows, 2*12*16*8 = 3,072; its backward one product per operand, 6,144
