@@ -11,7 +11,7 @@ from typing import Any
 from ...contract.function import CheckedFunction
 from .fit import Size, size_value
 from .probes import call_dims
-from .rules import declared_flops
+from .rules import declared_flops, formula_names
 
 __all__ = ["check_declared"]
 
@@ -27,7 +27,9 @@ def check_declared(
     negative or not a whole number."""
     formula = function.declared
     assert formula is not None
-    dims = call_dims(function, args, kwargs, sizes)
-    names = {str(symbol) for symbol in formula.free_symbols}
-    if names <= dims.keys():
-        declared_flops(function.name, formula, {k: size_value(v) for k, v in dims.items()})
+    names = formula_names(formula)
+    if not names <= sizes.keys():  # (the module's own sizes, ``...``)
+        sizes = call_dims(function, args, kwargs, sizes)
+    if names <= sizes.keys():
+        shown = {n: size_value(v) for n, v in sizes.items() if n in names}
+        declared_flops(function.name, formula, shown)

@@ -139,6 +139,7 @@ __all__ = [
     "convolution_backward_flops",
     "declared_flops",
     "find_rule",
+    "formula_names",
     "function_rules",
     "is_torch_counted",
     "is_view",
@@ -570,11 +571,22 @@ def declared_flops(function: str, formula: sympy.Expr, dims: Mapping[str, int]) 
       ...
     typedflops.errors.SpecError: f(): flops=d*n/2 gives 9/2 FLOPs at n=3, d=3; a count is a ...
     """
-    value = formula.xreplace({sympy.Symbol(name): size for name, size in dims.items()})
+    used = formula_names(formula)
+    return _declared_at(function, formula, tuple((n, s) for n, s in dims.items() if n in used))
+
+
+@functools.lru_cache(maxsize=512)
+def formula_names(formula: sympy.Expr) -> frozenset[str]:
+    """The names of the dims ``formula`` counts in (kept: read on each recorded call)."""
+    return frozenset(str(symbol) for symbol in formula.free_symbols)
+
+
+@functools.lru_cache(maxsize=4096)  # (a recorded call's count: before its body and after)
+def _declared_at(function: str, formula: sympy.Expr, dims: tuple[tuple[str, int], ...]) -> int:
+    value = formula.xreplace({sympy.Symbol(name): size for name, size in dims})
     if value >= 0 and value.is_integer:
         return int(value)
-    used = {str(symbol) for symbol in formula.free_symbols}
-    shown = ", ".join(f"{name}={size}" for name, size in dims.items() if name in used)
+    shown = ", ".join(f"{name}={size}" for name, size in dims)
     gives = f"flops={formula} gives {value} FLOPs at {shown}"
     if value < 0:
         raise SpecError.at(f"{function}()", f"{gives}; a count is never negative")
