@@ -25,10 +25,8 @@ import sympy
 from ..types import Term, is_one, tidy
 from .at_one import multiplied
 from .axes import Axis
-from .events import Event
-from .fit import Plan, Size, fit_count, fit_size
+from .fit import Plan, Size, axis_sizes, fit_count, fit_size
 from .runs import TERMS, Counted, Probe, Run, Runner
-from .tensors import flat_tensors
 
 __all__ = ["checked_where_derived_is_one", "derived_sizes"]
 
@@ -44,7 +42,7 @@ def derived_sizes(plan: Plan) -> list[sympy.Expr]:
     found: dict[sympy.Expr, None] = {}
     names = {sympy.Symbol(name) for name in plan.varied}
     for position in range(len(plan.runs[0])):
-        columns = [_slots(run[position]) for run in plan.runs]
+        columns = [axis_sizes(run[position]) for run in plan.runs]
         if len({len(column) for column in columns}) != 1:
             continue
         for values in zip(*columns, strict=True):
@@ -56,12 +54,6 @@ def derived_sizes(plan: Plan) -> list[sympy.Expr]:
                 continue
             found[expr] = None
     return sorted(found, key=lambda e: (len(e.free_symbols), sympy.count_ops(e), str(e)))
-
-
-def _slots(event: Event) -> list[int]:
-    """The sizes of every axis of the op's tensors, in order (as the fits see them)."""
-    metas = flat_tensors((event.args, tuple(v for _, v in event.kwargs), event.out))
-    return [size for meta in metas for size in meta.shape]
 
 
 def checked_where_derived_is_one(

@@ -34,7 +34,7 @@ from .opcall import OpCall, Rule
 from .sums import sum_of_parts
 from .tensors import TensorMeta, flat_tensors, map_meta
 
-__all__ = ["Fitted", "Plan", "fit", "fit_count", "fit_event", "fit_size"]
+__all__ = ["Fitted", "Plan", "axis_sizes", "fit", "fit_count", "fit_event", "fit_size"]
 
 Size = int | tuple[int, ...]
 
@@ -174,7 +174,7 @@ def fit_event(plan: Plan, series: list[Event], *, matmul: bool = False) -> tuple
     if matmul and entry is not None and not entry.matmul:
         rule = entry.matmul_part
     if entry is not None and entry.symbolic and rule is not None:
-        columns = [_slots(event) for event in series]
+        columns = [axis_sizes(event) for event in series]
         if len({len(column) for column in columns}) == 1:
             fitted: list[sympy.Expr] = []
             exact = True
@@ -214,7 +214,8 @@ def fit_size(plan: Plan, values: tuple[int, ...]) -> sympy.Expr | None:
     return expr if exact else None
 
 
-def _slots(event: Event) -> list[int]:
+def axis_sizes(event: Event) -> list[int]:
+    """The sizes of every axis of the op's tensors, in order (as the fits see them)."""
     metas = flat_tensors((event.args, tuple(v for _, v in event.kwargs), event.out))
     return [size for meta in metas for size in meta.shape]
 
