@@ -30,8 +30,9 @@ from .runs import TERMS, Counted, Probe, Run, Runner
 
 __all__ = ["checked_where_derived_is_one", "derived_sizes"]
 
-#: The most derived sizes checked (the fewest symbols first): each costs a run or two,
-#: and a few more where a term needs its part there.
+#: The most derived sizes checked where they are 1 (the fewest symbols first; sizes that
+#: are 1 at no valid sizes, ``3*d``, cost nothing): each costs a run, and a few more where
+#: a term needs its part there. A formula with more of them is marked inexact.
 _MOST = 6
 
 
@@ -71,13 +72,17 @@ def checked_where_derived_is_one(
     result = dict(terms)
     by_name = {axis.name: axis for axis in axes if isinstance(at[axis.keys[0]], int)}
     derived = derived_sizes(plan)
-    for size in derived[:_MOST]:
+    checked = 0
+    for size in derived:
         if not any(term.exact for term in result.values()):
             break
         for symbol in sorted(size.free_symbols, key=str):
             point = _solved(size, symbol, values, derived, by_name)
             if point is None:
                 continue
+            if checked == _MOST:  # (one more that could be 1, not checked: not sure)
+                return {name: dataclasses.replace(t, exact=False) for name, t in result.items()}
+            checked += 1
             run = runner.run({**at, **_assigned(point, by_name)})
             if run is None:
                 continue
