@@ -29,6 +29,7 @@ from .counter import _METADATA, _PASS_ON
 from .device_runs import REFUSED_ONLY, RUNS
 from .edges import written_arguments
 from .events import Event
+from .fast_calls import FAST_CALLS
 from .op_events import make_event
 from .rules import FREE, Free, RuleEntry, find_rule, is_view
 from .saved import in_checkpoint
@@ -77,9 +78,11 @@ class Plan:
     """
 
     __slots__ = (
+        "arity",
         "clone",
         "custom",
         "direct",
+        "fast",
         "found",
         "keep",
         "metadata",
@@ -104,6 +107,12 @@ class Plan:
         # What calls it on a first tensor that is not meta, where RUNS' function only
         # refuses on meta what a device refuses (``mm`` of two dtypes), else None.
         self.direct: Callable[..., Any] | None = call if func in REFUSED_ONLY else None
+        # What runs it given ``arity`` positional arguments and no keywords, where a
+        # Python binding of torch's runs that very op (see .fast_calls); else -1. (Not
+        # on meta where RUNS' function runs it there.)
+        fast = FAST_CALLS.get(func) if func not in RUNS or func in REFUSED_ONLY else None
+        self.fast: Callable[..., Any] = fast[0] if fast is not None else call
+        self.arity = fast[1] if fast is not None else -1
         found = find_rule(func) if overload and not self.metadata else None
         self.found: RuleEntry | Free | None = found
         user = isinstance(found, RuleEntry) and found.source == "user"

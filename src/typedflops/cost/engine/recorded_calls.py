@@ -21,8 +21,9 @@ from .counter import count_custom_backwards
 from .declared import check_declared
 from .fit import Size
 from .frames import no_frame
-from .live_records import open_here, thread_state, walked
-from .recording import lift_naming
+from .kernels import _meta_target as _target
+from .live_records import forget_full, open_here, thread_state, walked
+from .recording import START, lift_naming
 from .works import Call
 
 __all__ = ["AwaitedCall", "count_recorded_call", "note_measured"]
@@ -30,6 +31,8 @@ __all__ = ["AwaitedCall", "count_recorded_call", "note_measured"]
 _frame = counting_frame
 _no_torch_function = torch._C.DisableTorchFunction
 _function_modes = torch._C._len_torch_function_stack
+_function_at = torch._C._get_function_stack_at
+_pop_function = torch._C._pop_torch_function_stack
 _push_function = torch._C._push_on_torch_function_stack
 _live = thread_state()
 _autograd_node = torch._C._current_autograd_node
@@ -51,6 +54,111 @@ def count_recorded_call(
     call of each). Its body runs with the record's naming mode off torch's stack (its ops
     are named by their call sites); typedflops' own work (checks, bookkeeping) sees no
     torch-function mode."""
+    if calls is not _live.full or len(calls) != 1:
+        return _count_in_records(calls, function, args, kwargs)
+    # the usual call (one record open here, its frame found whole, a body that returns at
+    # once with no flops= of its own or around it), as below with nothing else to decide
+    outer = calls[0]
+    session = outer.session
+    mode = session.mode
+    body = session.bodies.get(function)
+    if (
+        mode is None
+        or body is None
+        or not body.simple
+        or outer.declared
+        or _autograd_node() is not None
+    ):
+        return _count_in_records(calls, function, args, kwargs)
+    depth = _function_modes()
+    naming = None
+    if depth and _function_at(depth - 1) is mode.naming and _target.get() is None:
+        naming = _pop_function()  # (see .recording.lift_naming)
+        depth -= 1
+    try:
+        if depth:
+            with _no_torch_function():
+                state, outcome = function.recall_arguments(args, kwargs)
+        else:
+            state, outcome = function.recall_arguments(args, kwargs)
+        inner = Call(session, outer, function, body)
+        parent = call_scope.get()
+        if outcome is not None and (parent is not None or body.binds):
+            state = outcome.own_state()  # (the recalled one is shared)
+        if parent is not None:
+            state.depth = parent.depth + 1
+        deep = state.depth > _SHALLOW
+        if deep:
+            sys.setrecursionlimit(sys.getrecursionlimit() + _OWN_FRAMES)
+        sums = mode.sums
+        if sums.waiting:
+            sums.settle(boundary=True)
+        own = (inner,)
+        frame_token = _frame.set(own)
+        _live.full = own
+        scope_token = call_scope.set(state)
+        try:
+            result = body.run(*args, **kwargs) if kwargs else body.run(*args)
+            if type(result) is not _Tensor or result.grad_fn is not None:
+                count_custom_backwards(result, mode)
+            if mode.again.regions:
+                mode.again.settle()
+            if sums.waiting:
+                sums.settle(boundary=True)
+        except BaseException:
+            _abandon(own, calls)
+            raise
+        finally:
+            try:  # noqa: SIM105 (a context manager costs more, here on each call)
+                call_scope.reset(scope_token)
+            except LookupError:
+                pass
+            _restore(frame_token, calls, own)
+            if deep:
+                sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
+        try:
+            if depth:
+                with _no_torch_function():
+                    state = function.recall_return(result, state, outcome)
+            else:
+                state = function.recall_return(result, state, outcome)
+        except BaseException:
+            _abandon(own, calls)
+            raise
+        dims = state.sizes
+        last = body.last
+        if body.plain and last is not None and last[0] is dims and last[1] == inner.items:
+            # (the usual: a call that did what the last one did, see RecordSession.finish)
+            work = last[2]
+            if outer.parent is not None:
+                outer.items.append(work)
+            elif not session.closed:
+                top = session.top
+                top[work] = top.get(work, 0) + 1
+            outer.label = START
+            inner.done = True
+        else:
+            session.finish(inner, args, kwargs, dims)
+        if _live.registry.depth == 1 and not outer.done and not session.closed:
+            _live.full = calls
+        else:
+            forget_full()
+    finally:
+        if naming is not None and naming.counter.open:
+            _push_function(naming)
+    if _observed:
+        notify_observers(function, args, kwargs, state)
+    return result
+
+
+def _count_in_records(
+    calls: tuple[Call, ...],
+    function: CheckedFunction[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> Any:
+    """:func:`count_recorded_call` in full: records nested or copied into this context,
+    bodies that run later, ``flops=`` calls, calls autograd's engine makes."""
     if calls is not _live.full:
         # (a context copied earlier, or given to another thread as asyncio.to_thread does:
         # the records open here, each in its innermost call open, see .live_records)
@@ -157,7 +265,8 @@ def count_recorded_call(
     return result
 
 
-walked(count_recorded_call.__code__, lambda names: names.get("inner"))
+walked(count_recorded_call.__code__, lambda names: names.get("own"))
+walked(_count_in_records.__code__, lambda names: names.get("inner"))
 
 
 def _restore(token: Any, calls: tuple[Call, ...], inner: tuple[Call, ...]) -> None:

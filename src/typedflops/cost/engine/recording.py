@@ -279,31 +279,52 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
             # a tensor subclass, an op without a rule or with the user's: the counting
             # mode's own path
             return CountingMode.__torch_dispatch__(self, func, types, args, kwargs)
-        run = plan.run
-        if plan.direct is not None and args and not args[0].is_meta:
-            run = plan.direct  # (RUNS' function refuses only on meta)
         if kwargs:
+            run = plan.run
+            if plan.direct is not None and args and not args[0].is_meta:
+                run = plan.direct  # (RUNS' function refuses only on meta)
             out = run(*args, **kwargs)
+            grad = _grad()
             hooked = _saved_hooks(False) is not None
             if plan.clone:
                 follow_materialized(args[0], out)
             key = op_key(plan, args, kwargs, out)
         else:
-            out = run(*args)
+            count = len(args)
+            if count == plan.arity and (plan.direct is None or not args[0].is_meta):
+                out = plan.fast(*args)
+            else:
+                run = plan.run
+                if plan.direct is not None and args and not args[0].is_meta:
+                    run = plan.direct  # (RUNS' function refuses only on meta)
+                out = run(*args)
+            grad = _grad()
             hooked = _saved_hooks(False) is not None
             if plan.clone:
                 follow_materialized(args[0], out)
-            count = len(args)
             if plan.view:
                 key = view_key(plan, args) or op_key(plan, args, None, out)
             elif plan.tensors and (count == 1 or count == 2):
                 # (relu, mm, add: the usual op, keyed here as tensor_key keys one tensor)
                 a = args[0]
                 try:
-                    key = (plan, _grad(), a.shape, a.dtype, a.requires_grad, a.layout)
                     if count == 2:
                         b = args[1]
-                        key += (b.shape, b.dtype, b.requires_grad, b.layout, a is b)
+                        key = (
+                            plan,
+                            grad,
+                            a.size(),
+                            a.dtype,
+                            a.requires_grad,
+                            a.layout,
+                            b.size(),
+                            b.dtype,
+                            b.requires_grad,
+                            b.layout,
+                            a is b,
+                        )
+                    else:
+                        key = (plan, grad, a.size(), a.dtype, a.requires_grad, a.layout)
                     if hooked and key[1]:
                         key = tensor_key(plan, args, out)
                 except AttributeError:  # a number
@@ -345,7 +366,7 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
             or plan.writes
             or self.sums.waiting
             or self.function is not None
-            or not (_grad() or _forward_ad() or _inference())
+            or not (grad or _forward_ad() or _inference())
         ):
             # (an op with autograd and forward AD off, outside inference mode, may run
             # inside a torch.autograd.Function's forward, whose edges go to its inputs,

@@ -37,7 +37,7 @@ from .rules import declared_flops
 from .session import declared_event
 from .signature import signature_without_sizes
 from .sites import Site, sites_of
-from .waits import new_call
+from .waits import scope as _calls_scope
 
 __all__ = ["Call", "RecordSession", "Work"]
 
@@ -110,7 +110,17 @@ class _Body:
     coroutine or generator) or binds dims itself, and whether its dims are the ones its
     annotations bind."""
 
-    __slots__ = ("binds", "code", "declared", "deferred", "last", "plain", "run", "sites")
+    __slots__ = (
+        "binds",
+        "code",
+        "declared",
+        "deferred",
+        "last",
+        "plain",
+        "run",
+        "simple",
+        "sites",
+    )
 
     def __init__(self, function: CheckedFunction[..., Any]) -> None:
         self.run = function.body
@@ -119,6 +129,8 @@ class _Body:
         self.sites = sites_of(self.code)
         self.declared = function.declared is not None
         self.deferred = function.deferred
+        #: Whether its calls return at once and count what they run (no ``flops=``).
+        self.simple = not self.declared and not self.deferred
         self.binds = function.binds_in_body
         contract = function.contract
         self.plain = not contract.takes_self and not any(
@@ -162,7 +174,8 @@ class Call:
         #: Whether it returned or raised (a context copied inside it may run later).
         self.done = False
         if parent is not None and parent.parent is None:
-            new_call()  # (a top-level call: its leaves' gradients are its own, see .fan_in)
+            # (a top-level call: its leaves' gradients are its own, see .waits.new_call)
+            _calls_scope.serial += 1
         if body is None:
             self.declared = False
             self.code: types.CodeType | None = None
@@ -260,12 +273,14 @@ class RecordSession:
                 found = self.works[key] = self._new_work(fn, dict(dims), flat, args, kwargs, bound)
             work = found
             body.last = (dims, items, work)
-        parent.items.append(work)
+        if parent.parent is not None:
+            parent.items.append(work)
+        elif not self.closed:  # (a top-level call: counted at once, as a fold would)
+            top = self.top
+            top[work] = top.get(work, 0) + 1
         parent.label = START
         call.done = True
         forget_full()
-        if parent.parent is None and len(parent.items) > ROOT_LIMIT:
-            self.fold()
 
     def abandon(self, call: Call) -> None:
         """A call that raised: the ops it ran are its caller's."""
