@@ -84,6 +84,15 @@ class CallCounter(Protocol):
     ) -> Any:
         """Check, run and count one call (its ops go to ``frame``'s session)."""
 
+    def record_call(
+        self,
+        frame: tuple[Any, ...],
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        """:meth:`count_call` where ``frame`` is a tuple (the calls of the records open)."""
+
     async def count_coroutine(
         self,
         frame: Any,
@@ -299,6 +308,8 @@ class CheckedFunction(Generic[P, R]):
         if frame is None and open_records:
             frame = _counters[0].frame_here()
         if frame is not None:
+            if type(frame) is tuple:  # (a record's calls: one frame less)
+                return _counters[0].record_call(frame, self, args, kwargs)  # type: ignore[no-any-return]
             return _counters[0].count_call(frame, self, args, kwargs)  # type: ignore[no-any-return]
         # (check_arguments and check_return, inlined, recalling earlier calls' outcomes:
         # this is the hot path)

@@ -29,6 +29,8 @@ __all__ = ["Counter"]
 class Counter:
     """Counts the checked calls made inside a session (see :mod:`typedflops.contract.function`)."""
 
+    record_call = staticmethod(count_recorded_call)
+
     def count_call(
         self,
         frame: Frame | tuple[Any, ...],

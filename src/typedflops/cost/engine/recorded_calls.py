@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 
+from ...contract import recall
 from ...contract.function import CheckedFunction, counting_frame, notify_observers
 from ...contract.function import _observers as _observed
 from ...contract.scope import call_scope
-from ...errors import SpecError
+from ...errors import ContractError, SpecError
 from ..types import Cost
 from .counter import count_custom_backwards
 from .declared import check_declared
@@ -76,11 +77,16 @@ def count_recorded_call(
         naming = _pop_function()  # (see .recording.lift_naming)
         depth -= 1
     try:
-        if depth:
-            with _no_torch_function():
-                state, outcome = function.recall_arguments(args, kwargs)
-        else:
-            state, outcome = function.recall_arguments(args, kwargs)
+        # (CheckedFunction.recall_arguments and recall_return, inlined: the hot path)
+        contract = function._contract or function.contract
+        try:
+            if depth:
+                with _no_torch_function():
+                    state, outcome = recall.check_arguments(contract, function.name, args, kwargs)
+            else:
+                state, outcome = recall.check_arguments(contract, function.name, args, kwargs)
+        except ContractError as exc:
+            raise exc.with_traceback(None) from None
         inner = Call(session, outer, function, body)
         parent = call_scope.get()
         if outcome is not None and (parent is not None or body.binds):
@@ -119,9 +125,12 @@ def count_recorded_call(
         try:
             if depth:
                 with _no_torch_function():
-                    state = function.recall_return(result, state, outcome)
+                    state = recall.check_return(contract, result, state, outcome)
             else:
-                state = function.recall_return(result, state, outcome)
+                state = recall.check_return(contract, result, state, outcome)
+        except ContractError as exc:
+            _abandon(own, calls)
+            raise exc.with_traceback(None) from None
         except BaseException:
             _abandon(own, calls)
             raise
