@@ -39,7 +39,7 @@ _live = thread_state()
 _autograd_node = torch._C._current_autograd_node
 _Tensor = torch.Tensor
 # As a checked call does (see typedflops.contract.function): past this depth of nested
-# calls, the frames a recorded call adds (the checked call, the hook, this) are added to
+# calls, the frames a recorded call adds (the checked call and this module's) are added to
 # the recursion limit while it runs.
 _SHALLOW = 8
 _OWN_FRAMES = 4
@@ -119,7 +119,13 @@ def count_recorded_call(
                 call_scope.reset(scope_token)
             except LookupError:
                 pass
-            _restore(frame_token, calls, own)
+            if _frame.get() is own:  # (the usual: _restore's first case)
+                try:  # noqa: SIM105 (a context manager costs more, here on each call)
+                    _frame.reset(frame_token)
+                except LookupError:
+                    pass
+            else:
+                _restore(frame_token, calls, own)
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
         try:
