@@ -40,6 +40,7 @@ from .module_assignments import assignments_put_back
 from .rebuild import Rebuild
 from .saved import SavedTensors
 from .session import RunSession
+from .untouched import Untouched
 from .value_checks import _ChecksValues
 
 __all__ = ["TERMS", "Counted", "Probe", "Run", "Runner", "Thunk", "dry_run_error", "run_once"]
@@ -195,15 +196,20 @@ def _run(
         standing_for(target),
     ):
         thunk = probe.build(assignment, device)
-        with (
-            assignments_put_back(),
-            session.active(),
-            torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
-        ):
-            result = _finish(thunk())
-            if session.mode is not None:
-                session.mode.sums.settle()  # (while the result is held)
-            del result
+        untouched = Untouched()  # (the user's real tensors the body reaches stay as they are)
+        try:
+            with (
+                untouched,
+                assignments_put_back(),
+                session.active(),
+                torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
+            ):
+                result = _finish(thunk())
+                if session.mode is not None:
+                    session.mode.sums.settle()  # (while the result is held)
+                del result
+        finally:
+            untouched.restore()
     with standing_for(target):
         for event in session.events:
             # A repeated block's events share their first call's list: filled once.
