@@ -26,7 +26,7 @@ steps = torch.zeros(())
 @typed_flops
 def train_step(x: Float[Tensor, "b 8"]) -> Float[Tensor, ""]:
     """One SGD step of ``model`` on ``x`` (b, 8): the loss before the step."""
-    loss = model(x).pow(2).mean()
+    loss: Tensor = model(x).pow(2).mean()
     loss.backward()
     optimizer.step()
     optimizer.zero_grad()
@@ -36,7 +36,7 @@ def train_step(x: Float[Tensor, "b 8"]) -> Float[Tensor, ""]:
 @typed_flops
 def backward_only(x: Float[Tensor, "b 8"]) -> Float[Tensor, ""]:
     """The loss of ``model`` on ``x`` (b, 8), its gradients accumulated."""
-    loss = model(x).pow(2).mean()
+    loss: Tensor = model(x).pow(2).mean()
     loss.backward()
     return loss.detach()
 

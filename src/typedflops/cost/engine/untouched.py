@@ -77,7 +77,9 @@ class Untouched(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if tensor.shape == copy.shape and tensor.stride() == copy.stride():
                     tensor.copy_(copy)
                 else:  # (resized in place)
-                    tensor.set_(copy)
+                    tensor.set_(
+                        copy.untyped_storage(), copy.storage_offset(), copy.shape, copy.stride()
+                    )
         for tensor, grad in self.grads.values():
             if tensor.grad is not grad:
                 tensor.grad = grad
