@@ -53,9 +53,12 @@ def estimate(
     keywords are the dims' sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``.
     An input that is a dict, list, tuple or dataclass of tensors is given as one of
     annotations (``batch={"ids": Int[Tensor, "b s"], "mask": Int[Tensor, "b s"]}``,
-    ``Batch(ids=Int[Tensor, "b s"], mask=...)``), each tensor built in its place. ``grad`` names the inputs whose tensors require grad (a container: each
-    tensor in it; one of them by its place, ``batch_mask``); the module's parameters follow
-    their ``requires_grad``, so ``backward_flops`` is the backward of a training step.
+    ``Batch(ids=Int[Tensor, "b s"], mask=...)``), each tensor built in its place.
+    ``grad`` names the inputs whose tensors require grad (a container: each tensor in it;
+    one of them by its place, ``batch_mask``); the module's parameters follow their
+    ``requires_grad``, so ``backward_flops`` is the backward of a training step (with the
+    backward the body runs itself, ``loss.backward()`` or ``torch.autograd.grad``, as it
+    ran).
 
     A ``@typed_flops`` function, or a module whose ``forward`` is one, needs no annotations:
     ``estimate(model, batch=8)`` is ``model.forward.estimate(batch=8)``. Missing, unknown or

@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ...contract.walk import tensors_in
+from .body_backward import ran_in_body_backward
 from .custom_ops import generated_for_custom_op
 from .device_runs import RUNS, stands_for
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
@@ -185,8 +186,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
         if self.paused or func in _PASS_ON or not isinstance(func, torch._ops.OpOverload):
             return func(*args, **kwargs)
-        if self.phase == "forward" and torch._C._current_autograd_node() is not None:
-            return func(*args, **kwargs)
+        if self.phase == "forward" and (node := torch._C._current_autograd_node()) is not None:
+            return ran_in_body_backward(self, node, func, args, kwargs)
         if is_dtensor_call(types):
             return NotImplemented  # DTensor runs it as this rank's local ops, counted then
         if in_sharding_propagation():
