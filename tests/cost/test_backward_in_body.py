@@ -82,7 +82,7 @@ def _step_cost(region: str | None) -> tuple[Cost, tuple[int, int, int]]:
 
         reentrant = region == "reentrant"
         h = first(x) if region is None else checkpoint(first, x, use_reentrant=reentrant)
-        loss = layer(h).pow(2).sum()
+        loss: Tensor = layer(h).pow(2).sum()
         loss.backward()
         return loss.detach()
 

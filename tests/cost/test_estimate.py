@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 import sympy
@@ -220,9 +221,8 @@ def test_a_container_given_as_annotations_leaves_the_other_tensors_built_from_th
     n, d, e = sympy.symbols("n d e")
     listed = _summed_through.estimate(xs=[Float[Tensor, "n d"]] * 3, n=2, d=4, e=5)
     assert sympy.expand(listed.formula - (3 * 2 * n * d * e + 2 * n * e)) == 0 and listed.exact
-    paired = _pair_through.estimate(
-        pair=_Pair(Float[Tensor, "n d"], Float[Tensor, "n d"]), n=2, d=4, e=5
-    )
+    rows: Any = Float[Tensor, "n d"]  # (an annotation where the dataclass holds a tensor)
+    paired = _pair_through.estimate(pair=_Pair(rows, rows), n=2, d=4, e=5)
     assert sympy.expand(paired.formula - (n * d + 2 * n * d * e)) == 0 and paired.exact
     with record() as rec:
         _summed_through([torch.randn(2, 4)] * 3, torch.randn(4, 5))
