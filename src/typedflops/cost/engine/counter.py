@@ -47,6 +47,7 @@ from .known_values import READS as VALUE_READS
 from .known_values import SHAPED_BY_VALUES, KnownValues
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
 from .op_events import make_event, requires_backward
+from .opaque_nodes import opaque_backward
 from .rules import FREE, find_rule, op_name
 from .run_again import RunAgain, region_frame
 from .skip_dynamo import keep_dynamo_out
@@ -336,7 +337,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         counted yet (``torch.library`` custom ops excepted: a replay counts theirs; and
         the hooks of FSDP2 and DDP, which hand gradients on, see :func:`training_hook`)."""
         if not isinstance(node, BackwardCFunction):
-            return
+            return opaque_backward(self.sink, node)
         cls = node._forward_cls  # type: ignore[attr-defined]
         if generated_for_custom_op(cls) or training_hook(cls):
             return
