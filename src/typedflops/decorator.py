@@ -100,8 +100,14 @@ class TypedFunction(CheckedFunction[P, R]):
         :attr:`Cost.exact`); ``flops=`` replaces the forward count.
         """
         if not args and any(holds_annotations(value) for value in dims.values()):
-            # (a list or dict of annotations, ``xs=[Float[Tensor, "n d"]] * 3``: built in place)
-            return estimate_model(self, dtype=dtype, grad=grad, **dims)
+            # (a list or dict of annotations, ``xs=[Float[Tensor, "n d"]] * 3``: built in
+            # place, and each tensor parameter not given built from its own annotation)
+            own = {
+                p.name: p.hint
+                for p in self.contract.parameters
+                if p.name not in dims and is_tensor_annotation(p.hint)
+            }
+            return estimate_model(self, dtype=dtype, grad=grad, **own, **dims)
         cost = estimate(self, args, dims, dtype, tuple(grad))
         if not args:  # a method's estimate depends on its object: not kept
             self._last_estimate = dict(dims)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Any
 
 import pytest
 import sympy
@@ -191,3 +193,38 @@ def test_a_list_of_tensors_is_given_as_annotations_or_as_tensors() -> None:
     assert given.flops == 2 * 3 * 4
     with pytest.raises(SpecError, match=r"pass xs=\.\.\. \(its value, or a list or dict of"):
         _summed.estimate(n=3, d=4)
+
+
+@typed_flops
+def _summed_through(
+    xs: list[Float[Tensor, "n d"]], w: Float[Tensor, "d e"]
+) -> Float[Tensor, "n e"]:
+    total = xs[0] @ w
+    for x in xs[1:]:
+        total = total + x @ w
+    return total
+
+
+@dataclasses.dataclass
+class _Pair:
+    a: Float[Tensor, "n d"]
+    b: Float[Tensor, "n d"]
+
+
+@typed_flops
+def _pair_through(pair: _Pair, w: Float[Tensor, "d e"]) -> Float[Tensor, "n e"]:
+    return (pair.a + pair.b) @ w
+
+
+def test_a_container_given_as_annotations_leaves_the_other_tensors_built_from_theirs() -> None:
+    # three products 2·n·d·e and two adds n·e; the pair's add n·d and one product
+    n, d, e = sympy.symbols("n d e")
+    listed = _summed_through.estimate(xs=[Float[Tensor, "n d"]] * 3, n=2, d=4, e=5)
+    assert sympy.expand(listed.formula - (3 * 2 * n * d * e + 2 * n * e)) == 0 and listed.exact
+    rows: Any = Float[Tensor, "n d"]  # (an annotation where the dataclass holds a tensor)
+    paired = _pair_through.estimate(pair=_Pair(rows, rows), n=2, d=4, e=5)
+    assert sympy.expand(paired.formula - (n * d + 2 * n * d * e)) == 0 and paired.exact
+    with record() as rec:
+        _summed_through([torch.randn(2, 4)] * 3, torch.randn(4, 5))
+        _pair_through(_Pair(torch.randn(2, 4), torch.randn(2, 4)), torch.randn(4, 5))
+    assert rec.total.flops == listed.flops + paired.flops == 3 * 80 + 20 + 8 + 80

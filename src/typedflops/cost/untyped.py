@@ -5,6 +5,7 @@ a model nobody annotated (a Hugging Face or torchvision model) is costed in ``ba
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
@@ -18,7 +19,6 @@ import torch
 
 from ..contract.annotation import is_tensor_annotation, tensor_spec
 from ..contract.function import CheckedFunction
-from ..contract.walk import tensors_in
 from ..errors import SpecError
 from .engine.dry_modules import has_lazy, initialize_lazy, lazy_on_meta, refuse_script
 from .engine.probes import default_dtype, shape_at
@@ -51,11 +51,14 @@ def estimate(
     a meta copy), and so are values other than sizes for a ``forward`` that takes
     ``**kwargs`` (``output_hidden_states=True``). The remaining
     keywords are the dims' sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``.
-    An input that is a dict, list or tuple of tensors is given as one of annotations
-    (``batch={"ids": Int[Tensor, "b s"], "mask": Int[Tensor, "b s"]}``), each tensor built
-    in its place. ``grad`` names the inputs whose tensors require grad (a container: each
-    tensor in it; one of them by its place, ``batch_mask``); the module's parameters follow
-    their ``requires_grad``, so ``backward_flops`` is the backward of a training step.
+    An input that is a dict, list, tuple or dataclass of tensors is given as one of
+    annotations (``batch={"ids": Int[Tensor, "b s"], "mask": Int[Tensor, "b s"]}``,
+    ``Batch(ids=Int[Tensor, "b s"], mask=...)``), each tensor built in its place.
+    ``grad`` names the inputs whose tensors require grad (a container: each tensor in it;
+    one of them by its place, ``batch_mask``); the module's parameters follow their
+    ``requires_grad``, so ``backward_flops`` is the backward of a training step (with the
+    backward the body runs itself, ``loss.backward()`` or ``torch.autograd.grad``, as it
+    ran).
 
     A ``@typed_flops`` function, or a module whose ``forward`` is one, needs no annotations:
     ``estimate(model, batch=8)`` is ``model.forward.estimate(batch=8)``. Missing, unknown or
@@ -125,8 +128,8 @@ def estimate(
                 hint=f"write {key}=Float[Tensor, {value!r}] (or Int[...] for ids)",
             )
     checked = _checked(owner, call)
-    # A dict, list or tuple of annotations (``batch={"x": Float[...], "y": ...}``) is built
-    # leaf by leaf: each leaf is a tensor input of its own, named after its place
+    # A dict, list, tuple or dataclass of annotations (``batch={"x": Float[...], ...}``) is
+    # built leaf by leaf: each leaf is a tensor input of its own, named after its place
     # (``batch_x``), and the container is rebuilt around the tensors for the call.
     specs: dict[str, Any] = {}
     shapes: dict[str, Any] = {}
@@ -140,7 +143,8 @@ def estimate(
             specs.update(leaves)
             # grad= may name the container: every tensor in it requires grad
             grad = [g for item in grad for g in (leaves if item == name else (item,))]
-    if not specs and not tensors_in(arguments):  # (real tensors: their meta copies)
+    if not specs and not any(_real_tensors(value) for value in arguments.values()):
+        # (real tensors take part through their meta copies)
         if checked is not None and not arguments:
             objects = (owner,) if owner is not None else ()
             return estimate_checked(checked, objects, dims, dtype, tuple(grad))
@@ -309,24 +313,55 @@ class _Slot:
 
 @dataclasses.dataclass(frozen=True)
 class _Container:
-    """A dict, list or tuple of inputs (a subclass too: a namedtuple, an OrderedDict), its
-    items with a :class:`_Slot` for each annotated tensor."""
+    """A dict, list or tuple of inputs (a subclass too: a namedtuple, an OrderedDict), or
+    a dataclass instance (``template``, its fields by name in ``items``), its items with a
+    :class:`_Slot` for each annotated tensor."""
 
     kind: type
     items: dict[Any, Any] | list[Any]
+    template: Any = None
+
+
+def _a_dataclass(value: Any) -> bool:
+    """Whether ``value`` is a dataclass instance (not a dataclass itself)."""
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    """A dataclass instance's fields by name."""
+    return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+
+
+def _real_tensors(value: Any, depth: int = 6) -> bool:
+    """Whether ``value`` holds a tensor: itself, or in its dicts, lists, tuples and
+    dataclass fields, ``depth`` containers deep."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if not depth:
+        return False
+    if _a_dataclass(value):
+        value = _fields(value)
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_real_tensors(item, depth - 1) for item in value)
+    return False
 
 
 def holds_annotations(value: Any) -> bool:
-    """Whether ``value`` is a dict, list or tuple holding tensor annotations (an input
-    :func:`estimate` builds in place)."""
+    """Whether ``value`` is a dict, list, tuple or dataclass holding tensor annotations
+    (an input :func:`estimate` builds in place)."""
     return not is_tensor_annotation(value) and any(True for _ in _hints(value))
 
 
 def _hints(value: Any) -> Iterator[Any]:
-    """The tensor annotations in ``value``: itself, or those in a dict, list or tuple of
-    them (nested)."""
+    """The tensor annotations in ``value``: itself, or those in a dict, list, tuple or
+    dataclass of them (nested)."""
     if is_tensor_annotation(value):
         yield value
+    elif _a_dataclass(value):
+        for item in _fields(value).values():
+            yield from _hints(item)
     elif isinstance(value, Mapping):
         for item in value.values():
             yield from _hints(item)
@@ -344,6 +379,9 @@ def _slots(value: Any, name: str, leaves: dict[str, Any], taken: set[str]) -> An
             leaf = f"_{leaf}"
         leaves[leaf] = value
         return _Slot(leaf)
+    if _a_dataclass(value):
+        fields = {k: _slots(v, f"{name}_{k}", leaves, taken) for k, v in _fields(value).items()}
+        return _Container(type(value), fields, value)
     if isinstance(value, Mapping):
         items = {k: _slots(v, f"{name}_{k}", leaves, taken) for k, v in value.items()}
         return _Container(type(value), items)
@@ -359,6 +397,11 @@ def _fill(shape: Any, tensors: Mapping[str, Any]) -> Any:
         return tensors[shape.name]
     if not isinstance(shape, _Container):
         return shape
+    if shape.template is not None and isinstance(shape.items, dict):
+        built = copy.copy(shape.template)  # (a dataclass: a copy with each field filled)
+        for name, item in shape.items.items():
+            object.__setattr__(built, name, _fill(item, tensors))
+        return built
     if isinstance(shape.items, dict):
         return shape.kind({k: _fill(v, tensors) for k, v in shape.items.items()})
     filled = [_fill(v, tensors) for v in shape.items]

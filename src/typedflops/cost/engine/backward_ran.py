@@ -31,32 +31,18 @@ the engine's own by the frames between the op and the engine's caller.
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
-import threading
-import types
 from typing import Any
 
 import torch
 
 from ..types import Cost, Term
+from .body_backward import ACCUMULATE, FUNCTION_NODE, UNDECIDED, run_by_hook
 from .events import Event, named_event
 from .opkeys import EVENTS, new_event, op_key, plan_of
 from .saved import in_checkpoint, recomputing
 from .waits import backward_ran
 
 __all__ = ["BackwardRan", "ran_in_backward", "with_backward_ran"]
-
-_ACCUMULATE = torch._C._functions.AccumulateGrad  # type: ignore[attr-defined]
-_FUNCTION_NODE = torch.autograd.function.BackwardCFunction
-#: torch's frames between an op and a dispatch mode (a mode above ours, its wrappers).
-_TORCH = os.path.dirname(torch.__file__)
-_DISPATCH_FILES = frozenset(
-    os.path.join(_TORCH, *path.split("/"))
-    for path in ("_ops.py", "_compile.py", "_dynamo/eval_frame.py", "utils/_python_dispatch.py")
-)
-#: The Python function that hands a backward pass to autograd's engine.
-_ENGINE_CALLER = "_engine_run_backward"
 
 
 class BackwardRan:
@@ -78,7 +64,8 @@ class BackwardRan:
         found[event] = found.get(event, 0) + 1
 
     def run_again(self, event: Event) -> None:
-        """An op added as backward was a forward run again (see :class:`_Undecided`)."""
+        """An op added as backward was a forward run again (see
+        :class:`~.body_backward.Undecided`)."""
         times = self.backward.get(event, 0)
         if times <= 1:
             self.backward.pop(event, None)
@@ -116,9 +103,9 @@ def ran_in_backward(
     for session in sessions:
         session.backward_ran.ran = True
     task = torch._C._current_graph_task_id()
-    if _UNDECIDED.ops:
-        _UNDECIDED.decide(task, node)
-    if type(node) is _ACCUMULATE and not _run_by_hook():
+    if UNDECIDED.ops:
+        UNDECIDED.decide(task, node)
+    if type(node) is ACCUMULATE and not run_by_hook():
         return out  # gradient accumulation: not a backward op (see the module)
     plan = plan_of(func)
     event: Event | None = None
@@ -137,65 +124,9 @@ def ran_in_backward(
     rans = [session.backward_ran for session in sessions]
     for ran in rans:
         ran.add(event, rerun)
-    if not rerun and event.needs_grad and isinstance(node, _FUNCTION_NODE):
-        _UNDECIDED.wait(task, node, event, rans)
+    if not rerun and event.needs_grad and isinstance(node, FUNCTION_NODE):
+        UNDECIDED.wait(task, node, event, rans)
     return out
-
-
-def _run_by_hook() -> bool:
-    """Whether the op running in an ``AccumulateGrad`` node was called by Python code the
-    engine called (a hook of the leaf) rather than by the engine's add into ``.grad``: past
-    the dispatch modes' frames, the add finds the engine's caller (or none, on a device's
-    thread of the engine)."""
-    frame: types.FrameType | None = sys._getframe(2)  # (past this and ran_in_backward)
-    while frame is not None and (
-        frame.f_code.co_name == "__torch_dispatch__" or frame.f_code.co_filename in _DISPATCH_FILES
-    ):
-        frame = frame.f_back
-    return frame is not None and frame.f_code.co_name != _ENGINE_CALLER
-
-
-class _Undecided(threading.local):
-    """The ops needing grad that a ``torch.autograd.Function``'s backward ran in autograd's
-    engine, counted as backward until it is known what they are, by graph task: a forward
-    run again to be differentiated (reentrant checkpointing, ``torch.autograd.grad`` of a
-    product recomputed) if an engine runs inside the Function's backward after them (a
-    graph task begun while its node runs); else its backward, building the graph of a
-    gradient of a gradient (``create_graph=True``), once the task goes on to another node
-    or ends."""
-
-    def __init__(self) -> None:
-        self.ops: dict[int, tuple[Any, list[tuple[Event, list[BackwardRan]]]]] = {}
-
-    def wait(self, task: int, node: Any, event: Event, rans: list[BackwardRan]) -> None:
-        """``event`` ran needing grad in the Function's ``node`` of graph ``task``."""
-        found = self.ops.get(task)
-        if found is None or found[0] is not node:
-            ops = self.ops
-            found = ops[task] = (node, [])
-
-            def ended(waiting: Any = found) -> None:  # (the task ended: its backward)
-                if ops.get(task) is waiting:
-                    del ops[task]
-
-            torch.autograd.Variable._execution_engine.queue_callback(ended)
-        found[1].append((event, rans))
-
-    def decide(self, task: int, node: Any) -> None:
-        """An op autograd's engine runs for ``node`` in graph ``task``: a Function's node
-        that waits in another task runs this engine inside its backward (what it ran
-        needing grad is run again); one of this task, another node, has returned."""
-        for waiting_task, (waiting_node, ops) in list(self.ops.items()):
-            if waiting_task != task:
-                for event, rans in ops:
-                    for ran in rans:
-                        ran.run_again(event)
-            elif waiting_node is node:
-                continue
-            del self.ops[waiting_task]
-
-
-_UNDECIDED = _Undecided()
 
 
 def with_backward_ran(cost: Cost, ran: BackwardRan) -> Cost:

@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ...contract.walk import tensors_in
+from .body_backward import ran_in_body_backward
 from .custom_ops import generated_for_custom_op
 from .device_runs import RUNS, stands_for
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
@@ -46,6 +47,7 @@ from .known_values import READS as VALUE_READS
 from .known_values import SHAPED_BY_VALUES, KnownValues
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
 from .op_events import make_event, requires_backward
+from .opaque_nodes import opaque_backward
 from .rules import FREE, find_rule, op_name
 from .run_again import RunAgain, region_frame
 from .skip_dynamo import keep_dynamo_out
@@ -185,8 +187,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
         if self.paused or func in _PASS_ON or not isinstance(func, torch._ops.OpOverload):
             return func(*args, **kwargs)
-        if self.phase == "forward" and torch._C._current_autograd_node() is not None:
-            return func(*args, **kwargs)
+        if self.phase == "forward" and (node := torch._C._current_autograd_node()) is not None:
+            return ran_in_body_backward(self, node, func, args, kwargs)
         if is_dtensor_call(types):
             return NotImplemented  # DTensor runs it as this rank's local ops, counted then
         if in_sharding_propagation():
@@ -335,7 +337,7 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         counted yet (``torch.library`` custom ops excepted: a replay counts theirs; and
         the hooks of FSDP2 and DDP, which hand gradients on, see :func:`training_hook`)."""
         if not isinstance(node, BackwardCFunction):
-            return
+            return opaque_backward(self.sink, node)
         cls = node._forward_cls  # type: ignore[attr-defined]
         if generated_for_custom_op(cls) or training_hook(cls):
             return
