@@ -22,7 +22,7 @@ from ..types import Term
 from .axes import Axis
 from .fit import Size, size_value
 from .orders import Mark
-from .runs import Counted, Run, Runner
+from .runs import Runner
 
 __all__ = ["far_checked", "far_value"]
 
@@ -123,23 +123,22 @@ def _below_bound(
     values: Mapping[str, int],
     mark: Mark,
 ) -> None:
-    """The check of ``axis`` at the largest value between its size and ``refused`` (a far
-    value the body refuses) that the body runs at, found by halving the distance from the
-    size (at most :data:`_HALVINGS` runs); none where only the size runs."""
+    """Checks of ``axis`` between its size and ``refused`` (a far value the body refuses):
+    the distance halved from the size, at most :data:`_HALVINGS` runs, each that runs a
+    check, until one runs within an eighth of the first value above it that does not."""
     size = at[axis.keys[0]]
     low = size[0] if isinstance(size, tuple) else size
     high = refused
-    found: tuple[int, Run | Counted] | None = None
     for _ in range(_HALVINGS):
         middle = (low + high) // 2
         if middle <= low:
-            break
+            return
         value: Size = (middle, *size[1:]) if isinstance(size, tuple) else middle
         run = runner.counted({**at, **axis.assign(value)})
         if run is None:
             high = middle
-        else:
-            low, found = middle, (middle, run)
-    if found is not None:
-        value = (found[0], *size[1:]) if isinstance(size, tuple) else found[0]
-        mark(found[1], terms, {**values, axis.name: size_value(value)})
+            continue
+        mark(run, terms, {**values, axis.name: size_value(value)})
+        low = middle
+        if high - low <= low // 8:
+            return
