@@ -8,9 +8,9 @@ Where the body cannot run with every dim moved at once (a width that ``n_head`` 
 divide, taken to an odd value, or to 2 below it), each dim is moved alone instead, to its
 far value or the first of a few above it that runs, so that the other dims' checks are not
 lost with it. Where none of those runs (a size bounded by a table the body indexes: the
-``seq`` of a model with 1,024 learned positions, taken to 32,769), the check is made at
-the largest value below the far one that runs, found by halving the distance from the
-call's size (a few runs; those past the bound stop at the lookup), so that a branch
+``seq`` of a model with 1,024 learned positions, taken to 32,769), the checks are made at
+values below the far one that run, found by halving the distance from the call's size up
+to near the bound (a few runs; those past the bound stop at the lookup), so that a branch
 inside the bound (``if seq > 256`` under 1,024 positions) is seen.
 """
 
