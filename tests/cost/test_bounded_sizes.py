@@ -3,7 +3,7 @@ table's length) are fitted and checked inside the bound: the formula keeps the s
 exact, and gives what real runs count at sizes up to the bound; past it the estimate stops
 where a real run does. So it goes for a model built on ``meta``, for a position buffer
 sliced to the input's length (BERT's ``position_ids[:, :seq]``, an ``alias`` at the full
-length), for a branch inside the bound (checked at the largest size below it that runs),
+length), for a branch inside the bound (checked at sizes below the bound that run),
 and for a model in eval mode rebuilt at other sizes (each new block in eval mode too).
 """
 
@@ -120,9 +120,9 @@ class Windowed(nn.Module):
 
 
 def test_a_branch_inside_a_table_bound_is_seen() -> None:
-    # before: the far check at seq=513 runs past the 256 positions and refuses; nothing
-    # checked seq above 24, and 2*b*s*(8*32 + ...) was exact, one multiply a position
-    # short past 64. Now the check runs at the largest size below 513 that runs (134).
+    # before: the far checks at seq=1025..1032 run past the 256 positions and fail;
+    # nothing checked seq above 24, and 552*b*s was exact, a multiply a value short past
+    # 64. Now the distance is halved to sizes that run (135, 198, 230, 246): refuted.
     model = Windowed()
     cost = estimate(model, Int[Tensor, "b s"], b=2, s=8)
     assert not cost.exact
