@@ -534,14 +534,15 @@ class GroupingMode(TorchFunctionMode):
 
 @contextlib.contextmanager
 def counting(
-    sink: Sink, phase: str = "forward", target: str | None = None
+    sink: Sink, phase: str = "forward", target: str | None = None, *, dry: bool = False
 ) -> Iterator[CountingMode]:
     """Count the ops run inside the block into ``sink`` (and name them by user call);
-    ``target``: the device type a meta dry run stands for."""
+    ``target``: the device type a meta dry run stands for; ``dry``: a dry run on meta
+    tensors (a model built on meta, costed for no device in particular, is one too)."""
     keep_dynamo_out(CountingMode)
     mode = CountingMode(sink, phase)
     mode.target = target
-    mode.to_meta = target is not None  # a dry run on meta tensors
+    mode.to_meta = dry or target is not None  # a dry run on meta tensors
     mode.known = KnownValues() if mode.to_meta else None
     with fast_path_off(), mode:  # (as in a record: see .fast_path)
         if phase == "forward":

@@ -7,7 +7,11 @@ every even ``seq``): the far value above is odd.
 Where the body cannot run with every dim moved at once (a width that ``n_head`` must
 divide, taken to an odd value, or to 2 below it), each dim is moved alone instead, to its
 far value or the first of a few above it that runs, so that the other dims' checks are not
-lost with it.
+lost with it. Where none of those runs (a size bounded by a table the body indexes: the
+``seq`` of a model with 1,024 learned positions, taken to 32,769), the checks are made at
+values below the far one that run, found by halving the distance from the call's size up
+to near the bound (a few runs; those past the bound stop at the lookup), so that a branch
+inside the bound (``if seq > 256`` under 1,024 positions) is seen.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ FAR_FLOOR = 1025
 
 #: What is added to a far value above for a dim moved alone, in turn, until the body runs.
 _NEAR_FAR = (0, 1, 2, 3, 4, 5, 6, 7)
+
+#: The most halvings of the distance from a size to its far value above, where the body
+#: runs at neither the far value nor those after it (a bound below it).
+_HALVINGS = 8
 
 
 def far_value(size: Size, up: bool, loop: bool = False, *, loop_far: int = 16) -> Size:
@@ -57,7 +65,7 @@ def far_checked(
 ) -> dict[str, Term]:
     """``terms``, those that runs with the call's dims (``axes`` that are ``far``) far above
     and far below their values refute marked inexact (in place): all at once, else each
-    alone."""
+    alone (above: below a bound the body has, where it refuses the far values)."""
     moved = [axis for axis in axes if axis.far]
     for up in (True, False):
         change: dict[str, Size] = {}
@@ -72,7 +80,7 @@ def far_checked(
             continue
         run = runner.counted({**at, **change})
         mark(run, terms, {**values, **sizes})
-        if run is None and len(sizes) > 1:
+        if run is None:
             for axis in moved:
                 _alone(runner, at, axis, up, terms, values, mark)
     return terms
@@ -101,4 +109,36 @@ def _alone(
         run = runner.counted({**at, **axis.assign(value)})
         if run is not None:
             mark(run, terms, {**values, axis.name: size_value(value)})
+            return
+    if up:
+        _below_bound(runner, at, axis, start, terms, values, mark)
+
+
+def _below_bound(
+    runner: Runner,
+    at: Mapping[str, Size],
+    axis: Axis,
+    refused: int,
+    terms: dict[str, Term],
+    values: Mapping[str, int],
+    mark: Mark,
+) -> None:
+    """Checks of ``axis`` between its size and ``refused`` (a far value the body refuses):
+    the distance halved from the size, at most :data:`_HALVINGS` runs, each that runs a
+    check, until one runs within an eighth of the first value above it that does not."""
+    size = at[axis.keys[0]]
+    low = size[0] if isinstance(size, tuple) else size
+    high = refused
+    for _ in range(_HALVINGS):
+        middle = (low + high) // 2
+        if middle <= low:
+            return
+        value: Size = (middle, *size[1:]) if isinstance(size, tuple) else middle
+        run = runner.counted({**at, **axis.assign(value)})
+        if run is None:
+            high = middle
+            continue
+        mark(run, terms, {**values, axis.name: size_value(value)})
+        low = middle
+        if high - low <= low // 8:
             return

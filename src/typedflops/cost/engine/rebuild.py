@@ -486,14 +486,19 @@ def _same_attributes(module: torch.nn.Module, other: torch.nn.Module) -> bool:
 
 def _match(rebuilt: torch.nn.Module, original: torch.nn.Module, dtype: torch.dtype | None) -> None:
     """Give ``rebuilt`` the original's dtypes (or ``dtype`` for floats), ``requires_grad``
-    and ``training`` flags, name by name."""
+    and ``training`` flags, name by name; a submodule the original has no twin of (the
+    13th block of a model rebuilt with 13 layers) takes its parent's ``training`` flag, so
+    that a model in eval mode is rebuilt in eval mode throughout."""
     modules = dict(original.named_modules(remove_duplicate=False))
-    for name, sub in rebuilt.named_modules(remove_duplicate=False):
+    rebuilt_modules = dict(rebuilt.named_modules(remove_duplicate=False))
+    for name, sub in rebuilt_modules.items():
         twin = modules.get(name)
         if twin is sub:
             continue  # shared with the original (a copy's untouched part): left as it is
         if twin is not None:
             sub.training = twin.training
+        elif name:
+            sub.training = rebuilt_modules[name.rpartition(".")[0]].training
         for key, tensor in list(sub._parameters.items()):
             if tensor is None or (twin is not None and twin._parameters.get(key) is tensor):
                 continue

@@ -43,9 +43,25 @@ from .session import RunSession
 from .untouched import Untouched
 from .value_checks import _ChecksValues
 
-__all__ = ["TERMS", "Counted", "Probe", "Run", "Runner", "Thunk", "dry_run_error", "run_once"]
+__all__ = [
+    "SAME_OP",
+    "TERMS",
+    "Counted",
+    "Probe",
+    "Run",
+    "Runner",
+    "Thunk",
+    "dry_run_error",
+    "run_once",
+]
 
 Thunk = Callable[[], Any]
+
+#: Ops that torch runs in another op's place at some sizes, for the same work: a slice of a
+#: dim's whole length is an ``alias`` (``self.position_ids[:, :seq]`` at ``seq`` equal to
+#: the buffer's length, BERT's), a view either way. Runs are compared by these names, so
+#: that a size at its most (the table's length) is a value of the size like any other.
+SAME_OP = {"alias": "slice"}
 
 #: The counts a dry run gives, each fitted as a formula (the terms of a Cost).
 TERMS = ("forward", "backward", "matmul", "recompute", "activation")
@@ -88,8 +104,9 @@ class Run:
 
     @property
     def ops(self) -> list[str]:
-        """The names of its ops, in order."""
-        return [event.op for event in self.events]
+        """The names of its ops, in order, an op that is another at some sizes for the same
+        work named as that one (:data:`SAME_OP`)."""
+        return [SAME_OP.get(event.op, event.op) for event in self.events]
 
     def counts(self) -> dict[str, int]:
         """Its count of each of :data:`TERMS`."""
@@ -152,7 +169,7 @@ def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False
     target = None if fake else probe.device
     if target == "meta":
         target = meta_target()
-    session = RunSession(probe.function, target)
+    session = RunSession(probe.function, target, on_meta=not fake)
     saved = SavedTensors()
     session.saved = saved
     with _collection_paused():

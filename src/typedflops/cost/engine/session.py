@@ -31,12 +31,15 @@ class Session:
 class RunSession(Session):
     """A dry run: a flat list of events, each with the path of decorated calls it ran in."""
 
-    def __init__(self, function: str, target: str | None = None) -> None:
+    def __init__(self, function: str, target: str | None = None, on_meta: bool = True) -> None:
         self.events: list[Event] = []
         self.root = Frame(self, (), None, self.events)
         self.function = function
         self.bound: dict[str, Any] = {}
         self.target = target
+        # Whether the run is on meta tensors (not under FakeTensorMode): real tensors the
+        # body reaches take part through meta copies, and values that shapes fix are kept.
+        self.on_meta = on_meta
         # The events of each block called so far, by its structural signature: a block
         # called again alike (the next of 48 identical layers) is not counted again: its
         # first call's events are copied, and its body is skipped where its result can be
@@ -50,7 +53,7 @@ class RunSession(Session):
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
         """Count the ops run inside the block into this session."""
-        with counting(self, target=self.target) as mode, in_frame(self.root):
+        with counting(self, target=self.target, dry=self.on_meta) as mode, in_frame(self.root):
             self.mode = mode
             try:
                 yield
