@@ -166,6 +166,13 @@ _AT = {"batch": 2, "seq": 8, "hidden": 4, "n_layers": 1, "kernel": 3, "config": 
     sizes=sequence_sizes(),
     others=st.lists(sequence_sizes(), min_size=2, max_size=3),
 )
+# (heads of width 1 with batch = seq = 1: the merge is contiguous again, and the bias goes
+# back into the product)
+@example(
+    steps=("rearrange", "mlp", "mlp"),
+    sizes={**_AT, "d": 8, "n_head": 2},
+    others=[{"batch": 1, "seq": 1, "d": 8, "hidden": 1, "n_layers": 1, "n_head": 8, "kernel": 1}],
+)
 # (heads of width 1 after heads of 3: the merge is a view there, and the projection after
 # it adds its bias apart)
 @example(

@@ -203,7 +203,39 @@ def _parts(
         expr, exact = fit_count(plan, differences[n])
         if exact:
             found[n] = expr
-    return found
+    return _kept_at_ones(runner, at, size, symbol, start, axes, terms, values, found)
+
+
+def _kept_at_ones(
+    runner: Runner,
+    at: Mapping[str, Size],
+    size: sympy.Expr,
+    symbol: sympy.Symbol,
+    start: Mapping[str, int],
+    axes: Mapping[str, Axis],
+    terms: Mapping[str, Term],
+    values: Mapping[str, int],
+    found: dict[str, sympy.Expr],
+) -> dict[str, sympy.Expr]:
+    """The parts of ``found`` that a run confirms where the sizes they name besides the
+    derived one's are 1 too (``batch = seq = 1``: a merge of heads of width 1 is then
+    contiguous again, and the bias goes back into the product): the others are dropped."""
+    own = {str(s) for s in size.free_symbols}
+    ones = {n: 1 for n in start if n not in own and start[n] != 1}
+    if not found or not ones:
+        return found
+    held = _held_at_one(size, symbol, {**start, **ones})
+    run = runner.counted({**at, **_assigned(held, axes)}) if held is not None else None
+    if held is None or run is None:
+        return found  # (no such run: those sizes are not the body's)
+    counts = run.counts()
+    shown = {**values, **held}
+    symbols = {sympy.Symbol(n): v for n, v in shown.items()}
+    return {
+        n: part
+        for n, part in found.items()
+        if terms[n].at(shown) + part.xreplace(symbols) == counts[n]
+    }
 
 
 def _held_at_one(
