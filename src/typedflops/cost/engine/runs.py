@@ -213,7 +213,9 @@ def _run(
         standing_for(target),
     ):
         thunk = probe.build(assignment, device)
-        untouched = Untouched()  # (the user's real tensors the body reaches stay as they are)
+        # (the user's real tensors the body reaches stay as they are: a run on meta stops
+        # where they meet its tensors, one under FakeTensorMode goes on with them)
+        untouched = Untouched() if fake else contextlib.nullcontext()
         try:
             with (
                 untouched,
@@ -226,7 +228,8 @@ def _run(
                     session.mode.sums.settle()  # (while the result is held)
                 del result
         finally:
-            untouched.restore()
+            if isinstance(untouched, Untouched):
+                untouched.restore()
     with standing_for(target):
         for event in session.events:
             # A repeated block's events share their first call's list: filled once.
