@@ -217,25 +217,48 @@ def _kept_at_ones(
     values: Mapping[str, int],
     found: dict[str, sympy.Expr],
 ) -> dict[str, sympy.Expr]:
-    """The parts of ``found`` that a run confirms where the sizes they name besides the
-    derived one's are 1 too (``batch = seq = 1``: a merge of heads of width 1 is then
-    contiguous again, and the bias goes back into the product): the others are dropped."""
+    """The parts of ``found`` that runs confirm where the sizes they name besides the
+    derived one's are 1 too. At ``seq = 1`` a merge of heads of width 1 is contiguous
+    again and the bias goes back into the product: such a part is kept as
+    ``part * (1 - KroneckerDelta(1, seq))`` where runs with ``seq`` alone at 1, with all at
+    1, and with all but ``seq`` at 1 confirm it; a part no run confirms is dropped."""
     own = {str(s) for s in size.free_symbols}
     ones = {n: 1 for n in start if n not in own and start[n] != 1}
     if not found or not ones:
         return found
-    held = _held_at_one(size, symbol, {**start, **ones})
-    run = runner.counted({**at, **_assigned(held, axes)}) if held is not None else None
-    if held is None or run is None:
+
+    def counted(changed: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]] | None:
+        held = _held_at_one(size, symbol, {**start, **changed})
+        run = runner.counted({**at, **_assigned(held, axes)}) if held is not None else None
+        return None if held is None or run is None else ({**values, **held}, run.counts())
+
+    def holds(point: tuple[dict[str, int], dict[str, int]], n: str, part: sympy.Expr) -> bool:
+        shown, counts = point
+        symbols = {sympy.Symbol(k): v for k, v in shown.items()}
+        return bool(terms[n].at(shown) + part.xreplace(symbols) == counts[n])
+
+    corner = counted(ones)
+    if corner is None:
         return found  # (no such run: those sizes are not the body's)
-    counts = run.counts()
-    shown = {**values, **held}
-    symbols = {sympy.Symbol(n): v for n, v in shown.items()}
-    return {
-        n: part
-        for n, part in found.items()
-        if terms[n].at(shown) + part.xreplace(symbols) == counts[n]
-    }
+    kept: dict[str, sympy.Expr] = {}
+    for n, part in found.items():
+        if holds(corner, n, part):
+            kept[n] = part
+            continue
+        for name in sorted(ones):
+            gated = part * (1 - is_one(sympy.Symbol(name)))
+            alone = counted({name: 1})
+            rest = counted({k: v for k, v in ones.items() if k != name})
+            if (
+                alone is not None
+                and rest is not None
+                and holds(corner, n, gated)
+                and holds(alone, n, gated)
+                and holds(rest, n, gated)
+            ):
+                kept[n] = gated
+                break
+    return kept
 
 
 def _held_at_one(
