@@ -183,14 +183,10 @@ def _parts(
     assignments.append({**start, **{other: 3 * values[other] for other in others}})
     differences: dict[str, list[int]] = {n: [] for n in wrong}
     for assignment in assignments:
-        held = _held_at_one(size, symbol, assignment)
-        if held is None:
+        there = _counted_at_one(runner, at, size, symbol, assignment, axes, values)
+        if there is None:
             return {}
-        run = runner.counted({**at, **_assigned(held, axes)})
-        if run is None:
-            return {}
-        counts = run.counts()
-        shown = {**values, **held}
+        shown, counts = there
         for n in wrong:
             formula = terms[n].at(shown)
             if not formula.is_integer:
@@ -228,9 +224,7 @@ def _kept_at_ones(
         return found
 
     def counted(changed: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]] | None:
-        held = _held_at_one(size, symbol, {**start, **changed})
-        run = runner.counted({**at, **_assigned(held, axes)}) if held is not None else None
-        return None if held is None or run is None else ({**values, **held}, run.counts())
+        return _counted_at_one(runner, at, size, symbol, {**start, **changed}, axes, values)
 
     def holds(point: tuple[dict[str, int], dict[str, int]], n: str, part: sympy.Expr) -> bool:
         shown, counts = point
@@ -259,6 +253,24 @@ def _kept_at_ones(
                 kept[n] = gated
                 break
     return kept
+
+
+def _counted_at_one(
+    runner: Runner,
+    at: Mapping[str, Size],
+    size: sympy.Expr,
+    symbol: sympy.Symbol,
+    assignment: Mapping[str, int],
+    axes: Mapping[str, Axis],
+    values: Mapping[str, int],
+) -> tuple[dict[str, int], dict[str, int]] | None:
+    """A run at ``assignment`` with ``symbol`` solved so that ``size`` is 1: every size's
+    value there and the run's counts, or None where no such run builds."""
+    held = _held_at_one(size, symbol, assignment)
+    run = runner.counted({**at, **_assigned(held, axes)}) if held is not None else None
+    if held is None or run is None:
+        return None
+    return {**values, **held}, run.counts()
 
 
 def _held_at_one(

@@ -24,7 +24,7 @@ from .fit import Size
 from .frames import no_frame
 from .kernels import _meta_target as _target
 from .live_records import forget_full, open_here, thread_state, walked
-from .recording import START, lift_naming
+from .recording import lift_naming
 from .works import Call
 
 __all__ = ["AwaitedCall", "count_recorded_call", "note_measured"]
@@ -119,13 +119,7 @@ def count_recorded_call(
                 call_scope.reset(scope_token)
             except LookupError:
                 pass
-            if _frame.get() is own:  # (the usual: _restore's first case)
-                try:  # noqa: SIM105 (a context manager costs more, here on each call)
-                    _frame.reset(frame_token)
-                except LookupError:
-                    pass
-            else:
-                _restore(frame_token, calls, own)
+            _restore(frame_token, calls, own)
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
         try:
@@ -140,20 +134,7 @@ def count_recorded_call(
         except BaseException:
             _abandon(own, calls)
             raise
-        dims = state.sizes
-        last = body.last
-        if body.plain and last is not None and last[0] is dims and last[1] == inner.items:
-            # (the usual: a call that did what the last one did, see RecordSession.finish)
-            work = last[2]
-            if outer.parent is not None:
-                outer.items.append(work)
-            elif not session.closed:
-                top = session.top
-                top[work] = top.get(work, 0) + 1
-            outer.label = START
-            inner.done = True
-        else:
-            session.finish(inner, args, kwargs, dims)
+        session.finish(inner, args, kwargs, state.sizes)
         if _live.registry.depth == 1 and not outer.done and not session.closed:
             _live.full = calls
         else:

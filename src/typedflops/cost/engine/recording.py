@@ -279,10 +279,14 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
             # a tensor subclass, an op without a rule or with the user's: the counting
             # mode's own path
             return CountingMode.__torch_dispatch__(self, func, types, args, kwargs)
+        count = len(args)
+        if plan.direct is not None and args and args[0].is_meta:
+            run = plan.run  # (RUNS' function: on meta it refuses what the device refuses)
+        elif count == plan.arity and not kwargs:
+            run = plan.fast  # (torch's generated binding, see .fast_calls)
+        else:
+            run = plan.run if plan.direct is None or not args else plan.direct
         if kwargs:
-            run = plan.run
-            if plan.direct is not None and args and not args[0].is_meta:
-                run = plan.direct  # (RUNS' function refuses only on meta)
             out = run(*args, **kwargs)
             grad = _grad()
             hooked = _saved_hooks(False) is not None
@@ -290,14 +294,7 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
                 follow_materialized(args[0], out)
             key = op_key(plan, args, kwargs, out)
         else:
-            count = len(args)
-            if count == plan.arity and (plan.direct is None or not args[0].is_meta):
-                out = plan.fast(*args)
-            else:
-                run = plan.run
-                if plan.direct is not None and args and not args[0].is_meta:
-                    run = plan.direct  # (RUNS' function refuses only on meta)
-                out = run(*args)
+            out = run(*args)
             grad = _grad()
             hooked = _saved_hooks(False) is not None
             if plan.clone:
