@@ -4,9 +4,10 @@ Prints, for a small two-matmul function (8x16 @ 16x16 @ 16x4, float32, CPU):
 
 - time per call unchecked, checked, checked inside ``record()``, and checked under a
   dispatch mode that does nothing (interleaved rounds, so the ratios are measured under the
-  same load): ``record()`` counts each op of the body as it runs, in a dispatch mode, so the
-  floor's ratio to a checked call is what torch's round trip to Python costs on these small
-  ops before anything is counted;
+  same load; the CPU time of the calling thread, which other processes on a shared machine
+  do not enter, with wall time beside it): ``record()`` counts each op of the body as it
+  runs, in a dispatch mode, so the floor's ratio to a checked call is what torch's round
+  trip to Python costs on these small ops before anything is counted;
 - the growth of resident memory over 1e5 checked calls and over 1e4 recorded calls (every
   call is counted as it ran; calls that did the same work share a row, so a recording keeps
   memory per distinct work, not per call);
@@ -63,6 +64,15 @@ def per_call(fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
+def cpu_per_call(fn: Callable[[], object], calls: int) -> tuple[float, float]:
+    """CPU time of this thread per call (what other processes on a shared machine do not
+    enter), and wall time per call."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    for _ in range(calls):
+        fn()
+    return (time.thread_time() - cpu) / calls, (time.perf_counter() - wall) / calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10x fewer calls")
@@ -81,24 +91,39 @@ def main() -> None:
     assert warm.total.flops > 0
 
     rounds = 20
-    times: dict[str, list[float]] = {"plain": [], "checked": [], "recorded": [], "floor": []}
+    names = ("plain", "checked", "recorded", "floor")
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    wall: dict[str, list[float]] = {name: [] for name in names}
+
+    def measure(name: str, fn: Callable[[], object]) -> None:
+        spent, elapsed = cpu_per_call(fn, calls)
+        cpu[name].append(spent)
+        wall[name].append(elapsed)
+
     calls = 500 // scale or 1
     with record() as rec:
         run_checked()  # the first record loads what counting needs: not part of a figure
     for _ in range(rounds):
-        times["plain"].append(per_call(run_plain, calls))
-        times["checked"].append(per_call(run_checked, calls))
+        measure("plain", run_plain)
+        measure("checked", run_checked)
         with record() as rec:
             run_checked()
-            times["recorded"].append(per_call(run_checked, calls))
+            measure("recorded", run_checked)
         with PassThrough():  # type: ignore[no-untyped-call]
-            times["floor"].append(per_call(run_checked, calls))
-    medians = {name: statistics.median(values) * 1e6 for name, values in times.items()}
-    print("per call (median of 20 rounds, 1 thread):")
+            measure("floor", run_checked)
+    medians = {name: statistics.median(values) * 1e6 for name, values in cpu.items()}
+    walls = {name: statistics.median(values) * 1e6 for name, values in wall.items()}
+    print("per call (median of 20 rounds, 1 thread): CPU time of the thread, wall time")
     for name, value in medians.items():
-        print(f"  {name:<9} {value:8.2f} us")
-    print(f"recorded / checked: {medians['recorded'] / medians['checked']:.2f} (target <= 3)")
-    print(f"floor / checked:    {medians['floor'] / medians['checked']:.2f} (no counting at all)")
+        print(f"  {name:<9} {value:8.2f} us {walls[name]:8.2f} us")
+    print(
+        f"recorded / checked: {medians['recorded'] / medians['checked']:.2f} (target <= 3; "
+        f"wall {walls['recorded'] / walls['checked']:.2f})"
+    )
+    print(
+        f"floor / checked:    {medians['floor'] / medians['checked']:.2f} (no counting at all; "
+        f"wall {walls['floor'] / walls['checked']:.2f})"
+    )
     print(f"rows kept for {calls + 1} recorded calls: {len(rec.calls)}")
 
     gc.collect()

@@ -79,17 +79,20 @@ class Plan:
 
     __slots__ = (
         "arity",
+        "built",
         "clone",
         "custom",
         "direct",
         "fast",
         "found",
+        "guarded",
         "keep",
         "metadata",
         "number_names",
         "numbers",
         "offsets",
         "outputs",
+        "quick",
         "run",
         "tensors",
         "view",
@@ -162,6 +165,13 @@ class Plan:
         self.view = found is FREE and is_view(func) and not self.outputs
         # An op that writes an argument in place (``add_``, ``out=``)
         self.writes = bool(written_arguments(func))
+        # The number of tensors (1 or 2) with which it runs through torch's binding and is
+        # found by its tensors' guards in a record (see .key_guards), else -1; the guards of
+        # the last tensor sets keyed so, and how many it made.
+        usual = self.keep and self.tensors and not (self.view or self.clone or self.writes)
+        self.quick = self.arity if usual and self.arity in (1, 2) and not self.metadata else -1
+        self.guarded: tuple[tuple[Any, ...], ...] = ()
+        self.built = 0
 
 
 #: Plans by the op's identity (ops live as long as the process; _KEEP makes sure).
@@ -208,6 +218,8 @@ def new_event(
     if key is not None and all(_strided(value) for value in args):
         if len(EVENTS) >= EVENTS_LIMIT:
             EVENTS.clear()
+            for kept in PLANS.values():
+                kept.guarded = ()
         EVENTS[key] = event
     return event
 

@@ -134,7 +134,7 @@ def count_recorded_call(
         except BaseException:
             _abandon(own, calls)
             raise
-        session.finish(inner, args, kwargs, state.sizes)
+        session.finish(inner, args, kwargs, state.sizes, False)
         if _live.registry.depth == 1 and not outer.done and not session.closed:
             _live.full = calls
         else:

@@ -41,12 +41,34 @@ from .fast_path import hold_fast_path, release_fast_path
 from .functions import inside_rule
 from .kernels import _meta_target as _target
 from .kernels import meta_target, runs_otherwise
+from .key_guards import guarded_event, usual_key
 from .live_records import calls_here as _calls
 from .live_records import open_here, thread_state
-from .opkeys import EVENTS, PLANS, forget_events, new_event, op_key, plan_of, tensor_key, view_key
+from .opkeys import (
+    EVENTS,
+    PLANS,
+    Plan,
+    forget_events,
+    new_event,
+    op_key,
+    plan_of,
+    tensor_key,
+    view_key,
+)
+from .placing import OWN_ROW as _OWN_ROW
+from .placing import ROOT_LIMIT, START, add_event
+from .placing import Sink as _Sink
+from .placing import in_torch_call as _in_torch_call
+from .placing import in_user_call as _in_user_call
+from .placing import let_go_elsewhere as _let_go_elsewhere
+from .placing import place as _place
+from .placing import place_in as _place_in
+from .placing import places as _places
+from .placing import realm as _realm
+from .placing import where as _where
 from .rules import function_rules
 from .run_again import region_frame
-from .sites import Site, find_site
+from .sites import find_site
 from .skip_dynamo import keep_dynamo_out
 from .waits import Place
 
@@ -79,141 +101,6 @@ _inference = torch._C.is_inference_mode_enabled
 _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 _in_tls = torch._C._is_key_in_tls
 _get_tls = torch._C._get_obj_in_tls
-#: A record's root keeps at most this many pending items before it folds them into counts.
-ROOT_LIMIT = 4096
-
-#: A call's last label before its first op and after each call it made: its next op
-#: starts a user call (a marker goes first).
-START = object()
-
-
-def _place(calls: tuple[Any, ...], event: Event) -> None:
-    """Add an event to each call: after a marker where it starts another user call."""
-    group = _current_group.get()
-    for call in calls:
-        if group is not None:
-            label: Any = group
-        elif call.sites is not None:
-            label = find_site(call.code, call.sites)
-        else:
-            label = None
-        _append(call, label, event)
-
-
-def _append(call: Any, label: Any, event: Event) -> None:
-    items = call.items
-    if label is not call.label:
-        call.label = label
-        items.append((label.name, label.pattern) if type(label) is _Group else label)
-    items.append(event)
-    if call.parent is None and len(items) > ROOT_LIMIT:
-        call.session.fold()
-
-
-def _where() -> Any:
-    """Where an op just placed ran: the records' calls open here, each with the op's
-    label, so that what its edges add later falls in the same row."""
-    calls = _calls()
-    if type(calls) is not tuple:
-        return None
-    return calls, tuple(call.label for call in calls)
-
-
-def _realm(context: Any) -> Any:
-    """The outermost record of a context (its session), by which edges are counted."""
-    return id(context[0][0].session) if context is not None and context[0] else None
-
-
-def _in_user_call() -> bool:
-    """Whether a user call runs in this thread or task (a record's own code does not)."""
-    calls = _calls()
-    return type(calls) is tuple and bool(calls) and calls[0].parent is not None
-
-
-def _let_go_elsewhere() -> bool:
-    """Whether a tensor let go now is let go inside a module's forward that the code of a
-    record block open here called (``out, _ = self.rnn(x)``): a local no backward starts
-    from, as in an estimate of the module. A plain function the block called is its own
-    code (``train_step()`` computing a loss)."""
-    calls = _calls()
-    if type(calls) is not tuple:
-        return False
-    try:
-        frame: FrameType | None = sys._getframe(2)  # (past this and the weak reference's callback)
-    except ValueError:  # (a thread of autograd's engine: no Python frame)
-        return False
-    while frame is not None:
-        if frame.f_code is _CALL_IMPL:
-            return True
-        if any(call.session.block == (id(frame), frame.f_code) for call in calls):
-            return False
-        frame = frame.f_back
-    return False
-
-
-_CALL_IMPL = torch.nn.Module._call_impl.__code__
-
-
-def _in_torch_call() -> bool:
-    """Whether one torch call of a record's own code runs on plain tensors (its temporaries
-    are its own; a nested tensor's call returns what the sums do not follow)."""
-    group = _current_group.get()
-    return group is not None and group.plain
-
-
-def _place_in(context: Any, event: Event) -> None:
-    """Hand an event to the records of a context taken earlier (see :func:`_where`): in
-    the call where the op it comes from ran, as an op group of its own where that op's
-    was one (a gradient sum is listed as ``gradient sum``, as an estimate lists it, not
-    as part of the op that made the extra edge)."""
-    if context is not None:
-        own = event.group
-        for call, label in zip(*context, strict=True):
-            _append(call, own if type(label) is _Group and type(own) is _Group else label, event)
-
-
-def add_event(event: Event) -> None:
-    """Hand an event (a whole call counted by a rule, one without a rule) to the records
-    open in this thread or task."""
-    calls = _calls()
-    if type(calls) is tuple:
-        _place(calls, event)
-
-
-class _Sink:
-    """Where the counting mode's own path (and watched Python functions) puts events."""
-
-    def add(self, event: Event) -> None:
-        add_event(event)
-
-
-class _OwnRowSink:
-    """Where a ``torch.autograd.Function``'s backward goes: a row of its own, named after
-    the Function (as an estimate lists it), not the row of the op that took its output. It
-    goes before that op's call where the op is the call's first (so the call stays one
-    row), else after it. A backward that runs no op (a module's backward hooks hand the
-    gradients on) stays with the op that took the output: it adds nothing."""
-
-    def add(self, event: Event) -> None:
-        if event.counted and not event.backward and not event.rerun:
-            add_event(event)
-            return
-        calls = _calls()
-        if type(calls) is tuple:
-            for call in calls:
-                items = call.items
-                if len(items) >= 2 and type(items[-1]) is Event and _is_marker(items[-2]):
-                    items[-2:-2] = [None, event]
-                else:
-                    _append(call, None, event)
-
-
-def _is_marker(item: Any) -> bool:
-    """Whether an item of a call begins a user call's ops (see the module)."""
-    return item is None or type(item) is tuple or type(item) is Site
-
-
-_OWN_ROW = _OwnRowSink()
 
 
 class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
@@ -259,95 +146,66 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         plan = PLANS.get(id(func)) or plan_of(func)
-        if plan.metadata:
-            return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
         calls = _frame.get()
-        if calls is not _live.full:
-            calls = open_here(calls)
-        if type(calls) is not tuple or self.paused:
-            # (paused too where its records closed on another thread: the mode waits on
-            # this thread's stacks to be taken off, see :func:`left`)
-            if not self.paused and type(calls := launched_from()) is tuple:
-                node = _autograd_node()  # (a device thread of autograd's engine)
-                if node is not None:
-                    return ran_in_backward(node, calls, func, args, kwargs or {})
-            return func(*args, **kwargs) if kwargs else func(*args)  # nothing recorded here
-        node = _autograd_node()
-        if node is not None:  # autograd's engine: a backward pass that runs
-            return ran_in_backward(node, calls, func, args, kwargs or {})
-        if (types and types != _PLAIN) or not plan.keep or (self.watch and inside_rule()):
-            # a tensor subclass, an op without a rule or with the user's: the counting
-            # mode's own path
-            return CountingMode.__torch_dispatch__(self, func, types, args, kwargs)
-        count = len(args)
-        if plan.direct is not None and args and args[0].is_meta:
-            run = plan.run  # (RUNS' function: on meta it refuses what the device refuses)
-        elif count == plan.arity and not kwargs:
-            run = plan.fast  # (torch's generated binding, see .fast_calls)
-        else:
-            run = plan.run if plan.direct is None or not args else plan.direct
-        if kwargs:
-            out = run(*args, **kwargs)
-            grad = _grad()
-            hooked = _saved_hooks(False) is not None
-            if plan.clone:
-                follow_materialized(args[0], out)
-            key = op_key(plan, args, kwargs, out)
-        else:
-            out = run(*args)
-            grad = _grad()
-            hooked = _saved_hooks(False) is not None
-            if plan.clone:
-                follow_materialized(args[0], out)
-            if plan.view:
-                key = view_key(plan, args) or op_key(plan, args, None, out)
-            elif plan.tensors and (count == 1 or count == 2):
-                # (relu, mm, add: the usual op, keyed here as tensor_key keys one tensor)
-                a = args[0]
-                try:
-                    if count == 2:
-                        b = args[1]
-                        key = (
-                            plan,
-                            grad,
-                            a.size(),
-                            a.dtype,
-                            a.requires_grad,
-                            a.layout,
-                            b.size(),
-                            b.dtype,
-                            b.requires_grad,
-                            b.layout,
-                            a is b,
-                        )
-                    else:
-                        key = (plan, grad, a.size(), a.dtype, a.requires_grad, a.layout)
-                    if hooked and key[1]:
-                        key = tensor_key(plan, args, out)
-                except AttributeError:  # a number
-                    key = op_key(plan, args, None, out)
-                except RuntimeError:  # a strided nested tensor has no shape
-                    key = None
-            elif plan.tensors:
-                key = tensor_key(plan, args, out)
+        if (
+            calls is _live.full
+            and plan.quick == len(args)
+            and not kwargs
+            and not types
+            and not self.paused
+            and not (self.watch and inside_rule())
+            and _autograd_node() is None
+            and _saved_hooks(False) is None
+        ):
+            # the usual op (mm, relu, add of plain tensors, in this thread's records, no
+            # checkpoint or backward running): found again by its tensors' guard
+            if plan.direct is None or not args[0].is_meta:
+                out = plan.fast(*args)
             else:
-                key = op_key(plan, args, None, out)
-        event = None
-        if key is not None:
-            try:
-                event = EVENTS.get(key)
-            except TypeError:  # an argument that cannot be a key
-                key = None
-        if event is None:
-            event = new_event(key, func, plan, args, kwargs, out)
+                out = plan.run(*args)  # (see .opkeys.Plan)
+            grad = _grad()
+            hooked = False
+            same = len(args) == 2 and args[0] is args[1]
+            for guard, was, alias, found in plan.guarded:
+                if was is grad and alias is same and guard.check(*args):
+                    event = found
+                    break
+            else:
+                event = guarded_event(plan, func, args, grad, out)
+        else:
+            if plan.metadata:
+                return NotImplemented  # as FlopCounterMode: a subclass (a nested tensor) answers
+            if calls is not _live.full:
+                calls = open_here(calls)
+            if type(calls) is not tuple or self.paused:
+                # (paused too where its records closed on another thread: the mode waits on
+                # this thread's stacks to be taken off, see :func:`left`)
+                if not self.paused and type(calls := launched_from()) is tuple:
+                    node = _autograd_node()  # (a device thread of autograd's engine)
+                    if node is not None:
+                        return ran_in_backward(node, calls, func, args, kwargs or {})
+                return func(*args, **kwargs) if kwargs else func(*args)  # nothing recorded here
+            node = _autograd_node()
+            if node is not None:  # autograd's engine: a backward pass that runs
+                return ran_in_backward(node, calls, func, args, kwargs or {})
+            if (types and types != _PLAIN) or not plan.keep or (self.watch and inside_rule()):
+                # a tensor subclass, an op without a rule or with the user's: the counting
+                # mode's own path
+                return CountingMode.__torch_dispatch__(self, func, types, args, kwargs)
+            out, event, grad, hooked = _keyed(plan, func, args, kwargs)
         call = calls[0]
         sites = call.sites
         if sites is not None and len(calls) == 1 and _current_group.get() is None:
-            # (the usual op: one record, in a decorated call's body, made there)
-            frame = _getframe(1)
-            site = sites.get(frame.f_lasti) if frame.f_code is call.code else None
-            if site is None:
-                site = find_site(call.code, sites)
+            # (one record, in a decorated call's body, made there or one frame below: an
+            # operator's, Tensor.__matmul__)
+            frame: FrameType | None = _getframe(1)
+            code = call.code
+            if frame.f_code is not code:  # type: ignore[union-attr]
+                frame = frame.f_back  # type: ignore[union-attr]
+            if frame is not None and frame.f_code is code:
+                site = sites.get(frame.f_lasti) or find_site(code, sites)
+            else:
+                site = find_site(code, sites)
             items = call.items
             if site is not call.label:
                 call.label = site
@@ -372,16 +230,45 @@ class RecordingMode(CountingMode):  # type: ignore[no-untyped-call]
         return out
 
 
-def _places(event: Event) -> list[Place]:
-    """Where the records open here keep ``event``, just placed: each call's items."""
-    calls = _calls()
-    found: list[Place] = []
-    if type(calls) is tuple:
-        for call in calls:
-            items = call.items
-            if items and items[-1] is event:
-                found.append((items, len(items) - 1))
-    return found
+def _keyed(
+    plan: Plan, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
+) -> tuple[Any, Event, bool, bool]:
+    """Run an op off the usual path, as its plan says: its output, its event (found by its
+    key, else made), the grad mode and whether saved-tensor hooks are on."""
+    count = len(args)
+    if plan.direct is not None and args and args[0].is_meta:
+        run = plan.run  # (RUNS' function: on meta it refuses what the device refuses)
+    elif count == plan.arity and not kwargs:
+        run = plan.fast  # (torch's generated binding, see .fast_calls)
+    else:
+        run = plan.run if plan.direct is None or not args else plan.direct
+    out = run(*args, **kwargs) if kwargs else run(*args)
+    grad = _grad()
+    hooked = _saved_hooks(False) is not None
+    if plan.clone:
+        follow_materialized(args[0], out)
+    if kwargs:
+        key = op_key(plan, args, kwargs, out)
+    elif plan.view:
+        key = view_key(plan, args) or op_key(plan, args, None, out)
+    elif plan.tensors and (count == 1 or count == 2):
+        # (relu, mm, add off the usual path: keyed as tensor_key keys them)
+        key = usual_key(plan, args, grad, out)
+        if hooked and key is not None and key[1]:
+            key = tensor_key(plan, args, out)
+    elif plan.tensors:
+        key = tensor_key(plan, args, out)
+    else:
+        key = op_key(plan, args, None, out)
+    event = None
+    if key is not None:
+        try:
+            event = EVENTS.get(key)
+        except TypeError:  # an argument that cannot be a key
+            key = None
+    if event is None:
+        event = new_event(key, func, plan, args, kwargs, out)
+    return out, event, grad, hooked
 
 
 def launched_from() -> Any:

@@ -254,8 +254,11 @@ class RecordSession:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         bound: Mapping[str, Size],
+        forget: bool = True,
     ) -> None:
-        """Close a call that returned: find (or make) its work, hand it to its caller."""
+        """Close a call that returned: find (or make) its work, hand it to its caller
+        (``forget``: the thread's ``full`` tuple no longer taken as it is, see
+        :func:`.live_records.forget_full`; its caller may set it itself)."""
         fn, body, parent = call.function, call.body, call.parent
         assert fn is not None and body is not None and parent is not None
         dims = bound if body.plain else call_dims(fn, args, kwargs, bound)
@@ -280,7 +283,8 @@ class RecordSession:
             top[work] = top.get(work, 0) + 1
         parent.label = START
         call.done = True
-        forget_full()
+        if forget:
+            forget_full()
 
     def abandon(self, call: Call) -> None:
         """A call that raised: the ops it ran are its caller's."""
