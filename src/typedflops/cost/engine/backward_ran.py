@@ -38,7 +38,7 @@ import torch
 from ..types import Cost, Term
 from .body_backward import ACCUMULATE, FUNCTION_NODE, UNDECIDED, run_by_hook
 from .events import Event, named_event
-from .opkeys import EVENTS, new_event, op_key, plan_of
+from .opkeys import find_event, op_key, plan_of
 from .saved import in_checkpoint, recomputing
 from .waits import backward_ran
 
@@ -110,11 +110,7 @@ def ran_in_backward(
     plan = plan_of(func)
     event: Event | None = None
     try:
-        key = op_key(plan, args, kwargs, out)
-        if key is not None:
-            event = EVENTS.get(key)
-        if event is None:
-            event = new_event(key, func, plan, args, kwargs, out)
+        event = find_event(op_key(plan, args, kwargs, out), func, plan, args, kwargs, out)[1]
     except Exception:  # a tensor subclass, arguments no rule reads
         event = named_event(str(func))
     # a checkpointed region's forward run again: non-reentrant (its hooks say so; a region

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .events import Event
-from .opkeys import EVENTS, Plan, new_event, op_key
+from .opkeys import EVENTS, Plan, find_event, op_key
 
 __all__ = ["BUILD_LIMIT", "guarded_event", "usual_key"]
 
@@ -67,15 +67,7 @@ def usual_key(plan: Plan, args: tuple[Any, ...], grad: bool, out: Any) -> tuple[
 def guarded_event(plan: Plan, func: Any, args: tuple[Any, ...], grad: bool, out: Any) -> Event:
     """The event of an op of plain tensors (``args``: one or two, any shapes) that no guard
     of its plan passed: found by its key or made, and guarded where it is kept."""
-    key = usual_key(plan, args, grad, out)
-    event = None
-    if key is not None:
-        try:
-            event = EVENTS.get(key)
-        except TypeError:  # an argument that cannot be a key
-            key = None
-    if event is None:
-        event = new_event(key, func, plan, args, None, out)
+    key, event = find_event(usual_key(plan, args, grad, out), func, plan, args, None, out)
     if (
         _TensorGuards is not None
         and plan.built < BUILD_LIMIT

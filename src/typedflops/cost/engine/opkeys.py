@@ -38,6 +38,7 @@ __all__ = [
     "EVENTS",
     "PLANS",
     "Plan",
+    "find_event",
     "forget_events",
     "new_event",
     "op_key",
@@ -222,6 +223,27 @@ def new_event(
                 kept.guarded = ()
         EVENTS[key] = event
     return event
+
+
+def find_event(
+    key: tuple[Any, ...] | None,
+    func: Any,
+    plan: Plan,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    out: Any,
+) -> tuple[tuple[Any, ...] | None, Event]:
+    """An op's event, kept by ``key`` (None: not kept) or made (see :func:`new_event`);
+    with the key it is kept by (None where an argument cannot be part of one)."""
+    event = None
+    if key is not None:
+        try:
+            event = EVENTS.get(key)
+        except TypeError:  # an argument that cannot be a key
+            key = None
+    if event is None:
+        event = new_event(key, func, plan, args, kwargs, out)
+    return key, event
 
 
 def tensor_key(plan: Plan, args: tuple[Any, ...], out: Any) -> tuple[Any, ...] | None:

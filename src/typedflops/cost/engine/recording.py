@@ -45,11 +45,10 @@ from .key_guards import guarded_event, usual_key
 from .live_records import calls_here as _calls
 from .live_records import open_here, thread_state
 from .opkeys import (
-    EVENTS,
     PLANS,
     Plan,
+    find_event,
     forget_events,
-    new_event,
     op_key,
     plan_of,
     tensor_key,
@@ -260,15 +259,7 @@ def _keyed(
         key = tensor_key(plan, args, out)
     else:
         key = op_key(plan, args, None, out)
-    event = None
-    if key is not None:
-        try:
-            event = EVENTS.get(key)
-        except TypeError:  # an argument that cannot be a key
-            key = None
-    if event is None:
-        event = new_event(key, func, plan, args, kwargs, out)
-    return out, event, grad, hooked
+    return out, find_event(key, func, plan, args, kwargs, out)[1], grad, hooked
 
 
 def launched_from() -> Any:
