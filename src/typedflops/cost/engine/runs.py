@@ -213,14 +213,15 @@ def _run(
         standing_for(target),
     ):
         thunk = probe.build(assignment, device)
-        # (the user's real tensors the body reaches stay as they are: a run on meta stops
-        # where they meet its tensors, one under FakeTensorMode goes on with them)
-        untouched = Untouched() if fake else contextlib.nullcontext()
+        # (the user's real tensors the body reaches stay as they are: those written, seen
+        # below the counting mode, and the leaves taken, seen above it: see .untouched)
+        written, leaves = Untouched(writes=True), Untouched(writes=False)
         try:
             with (
-                untouched,
+                written,
                 assignments_put_back(),
                 session.active(),
+                leaves,
                 torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
             ):
                 result = _finish(thunk())
@@ -228,8 +229,8 @@ def _run(
                     session.mode.sums.settle()  # (while the result is held)
                 del result
         finally:
-            if isinstance(untouched, Untouched):
-                untouched.restore()
+            written.restore()
+            leaves.restore()
     with standing_for(target):
         for event in session.events:
             # A repeated block's events share their first call's list: filled once.
