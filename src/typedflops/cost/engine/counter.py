@@ -162,8 +162,10 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # fake ones: the op runs on meta and nothing real is read or written.
         self.to_meta = False
         self.meta_copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        # In a dry run, the values of the meta tensors that shapes fix (see .known_values).
+        # In a dry run, the values of the meta tensors that shapes fix (see .known_values);
+        # in one under FakeTensorMode, those of its fake tensors, for index bounds alone.
         self.known: KnownValues | None = None
+        self.bounds: KnownValues | None = None
         # The autograd.Function nodes whose backward is counted already.
         self.custom_nodes: weakref.WeakSet[Any] = weakref.WeakSet()
         # The dispatch keys outside the mode, for a Function's backward counted inside it.
@@ -216,8 +218,9 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if answered:  # (or a check's value known from shapes: see .value_checks)
                 self._counted(func, find_rule(func), counted, kwargs, value)
                 return value
-        if known is not None:
-            check_bounds(func, args, known.of)  # (where a real run would raise)
+        bounds = known if known is not None else self.bounds
+        if bounds is not None:
+            check_bounds(func, args, bounds.of)  # (where a real run would raise)
         found = find_rule(func)
         if found is None:
             key = _nested_key(args, kwargs)
@@ -238,8 +241,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             out = RUNS.get(func, func)(*args, **kwargs)
             if key is not None:
                 keep_outputs(key, out)
-        if known is not None:
-            known.after(func, args, kwargs, out)
+        if bounds is not None:
+            bounds.after(func, args, kwargs, out)
         if func is _CLONE:
             follow_materialized(args[0], out)
         self._counted(func, found, args, kwargs, out)
