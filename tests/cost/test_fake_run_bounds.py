@@ -3,7 +3,9 @@ into a real model's parameters) checks index bounds as a run on meta does, where
 indices' values are known: position ids from ``torch.arange``, a constant the body makes
 (``torch.tensor``), a slice of a real buffer. Past the position table's last row the
 estimate stops with the SpecError a run on meta gives, where a real run raises
-IndexError, instead of counting work that cannot run; inside it, it counts what runs.
+IndexError, instead of counting work that cannot run; inside it, it counts what runs. A
+run on meta knows a constant made of Python data too (``torch.tensor``, which no op makes
+on meta).
 
 The oracle: a real run (its IndexError past the table, its record inside it).
 """
@@ -86,3 +88,23 @@ def test_a_run_under_fake_tensors_stops_where_an_index_is_out_of_bounds(
         step(torch.randint(0, 32, (2, 8)))
     assert cost.flops == rec.total.flops
     assert cost.backward_flops == rec.total.backward_flops
+
+
+@typed_flops
+def _constant_positions(ids: Int[Tensor, "b s"]) -> Float[Tensor, ""]:
+    """The positions' model on ``ids`` (b, s), its position ids a constant made of Python
+    data (no op a dispatch mode sees makes it on meta)."""
+    return _MODEL(ids, torch.tensor(list(range(ids.shape[1])))).detach()
+
+
+def test_a_run_on_meta_knows_a_constant_made_of_python_data() -> None:
+    with pytest.raises(IndexError):
+        _constant_positions(torch.randint(0, 32, (2, 17)))
+    with pytest.raises(SpecError, match="index 16 is out of bounds for dimension 0 with size 16"):
+        _constant_positions.estimate(b=2, s=17)
+    cost = _constant_positions.estimate(b=2, s=8)
+    assert cost.exact
+    for b, s in [(2, 8), (3, 16), (1, 5)]:
+        with record() as rec:
+            _constant_positions(torch.randint(0, 32, (b, s)))
+        assert cost.forward.at({"b": b, "s": s}) == rec.total.flops

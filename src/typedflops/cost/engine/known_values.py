@@ -31,7 +31,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["LIMIT", "KnownValues", "note_values"]
+__all__ = ["FROM_DATA", "LIMIT", "KnownValues", "note_values"]
 
 #: The most values a tensor kept on the CPU may hold (the ones that decide a path are
 #: ids, masks and positions, a few thousand values).
@@ -56,6 +56,10 @@ SHAPED_BY_VALUES = frozenset(
     }
 )
 
+
+#: Torch functions that make a tensor of Python data (``torch.tensor(list(range(s)))``):
+#: on meta, no op a dispatch mode sees makes it.
+FROM_DATA = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 
 #: Ops whose values do not depend on their tensor input's values (its shape and dtype only).
 _FILLS = frozenset(
@@ -173,6 +177,21 @@ class KnownValues:
         with _disable_current_modes():
             out = aten.index.Tensor(source, spread)
         return True, out, (source, spread)
+
+    def from_data(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """Keep the values of ``out``, what ``func`` (:data:`FROM_DATA`) made on meta of
+        Python data (no tensor in it), made again on the CPU."""
+        if not isinstance(out, torch.Tensor) or not _dry(out) or not _small(out):
+            return
+        if any(isinstance(t, torch.Tensor) for t in _flat((args, kwargs))):
+            return
+        try:
+            with _disable_current_modes():
+                real = func(*args, **{**kwargs, "device": _CPU})
+        except Exception:  # (data the CPU does not take alike: its values stay unknown)
+            return
+        if isinstance(real, torch.Tensor) and real.dtype == out.dtype:
+            self._pair(out, real)
 
     def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """Keep the values of ``out``, what ``func`` made on meta, where its inputs' values
