@@ -73,9 +73,9 @@ def test_a_run_under_fake_tensors_stops_where_an_index_is_out_of_bounds(
     fake_runs: list[bool] = []
     run_once = runs.run_once
 
-    def noted(probe: Any, assignment: Any, *, fake: bool = False) -> Any:
+    def noted(probe: Any, assignment: Any, *, fake: bool = False, **options: Any) -> Any:
         fake_runs.append(fake)
-        return run_once(probe, assignment, fake=fake)
+        return run_once(probe, assignment, fake=fake, **options)
 
     monkeypatch.setattr(runs, "run_once", noted)
     with pytest.raises(IndexError):

@@ -27,7 +27,8 @@ from typedflops.cost.engine import runs
 
 torch.manual_seed(0)
 MODEL = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1))
-OPTIMIZER = torch.optim.SGD(MODEL.parameters(), lr=0.1, momentum=0.9)
+# (foreach: its in-place ops return no tensor, so they run on the real tensors themselves)
+OPTIMIZER = torch.optim.SGD(MODEL.parameters(), lr=0.1, momentum=0.9, foreach=True)
 STEPS = torch.zeros((), dtype=torch.int64)
 SEEN = torch.zeros(8)
 
@@ -85,9 +86,9 @@ def test_a_dry_run_on_meta_leaves_every_real_tensor_and_grad_as_it_was(
     fake_runs: list[bool] = []
     run_once = runs.run_once
 
-    def noted(probe: Any, assignment: Any, *, fake: bool = False) -> Any:
+    def noted(probe: Any, assignment: Any, *, fake: bool = False, **options: Any) -> Any:
         fake_runs.append(fake)
-        return run_once(probe, assignment, fake=fake)
+        return run_once(probe, assignment, fake=fake, **options)
 
     monkeypatch.setattr(runs, "run_once", noted)
     before = _held()
