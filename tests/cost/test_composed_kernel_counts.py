@@ -15,7 +15,6 @@ from torch import Tensor
 
 import typedflops
 from typedflops import record
-from typedflops.errors import DryRunError
 
 
 def _tbc(pad: int) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
@@ -98,22 +97,21 @@ def test_block_diag_is_a_copy() -> None:
     assert rec.total.flops == 0
 
 
-def test_estimate_through_torch_func_grad_names_it_and_the_way_out() -> None:
+def test_estimate_through_torch_func_grad_counts_it_and_names_the_memory_it_cannot() -> None:
     def body(x: Tensor) -> Tensor:
         out: Tensor = torch.func.grad(lambda t: (t @ t.T).sum())(x)
         return out
 
-    with pytest.raises(DryRunError) as error:
-        typedflops.estimate(body, Float[Tensor, "n k"], n=4, k=5)
-    message = str(error.value)
-    assert len(message.splitlines()) == 1
-    assert "torch.func" in message
-    assert "test_composed_kernel_counts.py" in message
-    assert "record a real run" in message
-    with record() as rec:  # (the way out: a real run counts the products it runs)
+    # (torch.func refuses the saved-tensor hooks that measure activation memory: the runs
+    # go without them, the FLOPs counted, the memory listed as not)
+    cost = typedflops.estimate(body, Float[Tensor, "n k"], n=4, k=5)
+    with record() as rec:  # (a real run counts the products it runs)
         body(torch.randn(4, 5))
     assert rec.total.matmul_flops == 2 * 4 * 5 * 4
-    assert rec.total.backward_flops > 0
+    assert (cost.flops, cost.backward_flops) == (rec.total.flops, rec.total.backward_flops)
+    assert cost.forward.exact and cost.backward.exact
+    assert not cost.activation.exact and not cost.exact
+    assert any(entry.startswith("activation memory") for entry in cost.uncounted)
 
 
 @pytest.mark.parametrize(("batch", "seq"), [(0, 4), (2, 0)])

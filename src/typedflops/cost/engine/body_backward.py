@@ -24,10 +24,12 @@ from typing import Any
 
 import torch
 
+from .edges import op_tensors
 from .events import Event, named_event
 from .op_events import make_event
 from .rules import find_rule
 from .saved import in_checkpoint, recomputing
+from .saved_reads import alias
 
 __all__ = [
     "ACCUMULATE",
@@ -80,6 +82,12 @@ def ran_in_body_backward(
             event, flops=0, matmul_flops=0, bytes_read=0, bytes_written=0, backward=[], rerun=[]
         )
         mode.sink.add(graph)
+        saved = getattr(mode.sink, "saved", None)
+        if saved is not None and saved.unpacked:  # (a saved tensor read: the one saved)
+            for tensor in op_tensors(args, kwargs):
+                original = saved.original_of(tensor)
+                if original is not None:
+                    alias(mode.sums, tensor, original)
         mode.edges(graph, func, args, kwargs, out)
     return out
 

@@ -25,7 +25,6 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.autograd.function import BackwardCFunction
 from torch.nested._internal.nested_tensor import NestedTensor
-from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ...contract.walk import tensors_in
@@ -34,15 +33,15 @@ from .custom_ops import generated_for_custom_op
 from .device_runs import RUNS, stands_for
 from .distributed import in_sharding_propagation, is_dtensor_call, training_hook
 from .edges import edges_of, written, written_arguments
-from .events import Event, Group, Sink, _group, named_event, new_serial
+from .events import Event, Sink, named_event
 from .fan_in import GradientSums
 from .fast_path import fast_path_off
 from .frames import current_frame, no_frame
 from .function_backward import StandIns, dispatch_keys, is_real, map_tensors, split_reruns
 from .function_inputs import FunctionCall, function_op
 from .functions import inside_rule, watching
+from .grouping import GroupingMode
 from .index_bounds import check_bounds
-from .kernels import on_target
 from .known_values import READS as VALUE_READS
 from .known_values import SHAPED_BY_VALUES, KnownValues
 from .meta_outputs import cached_outputs, keep_outputs, meta_key
@@ -64,11 +63,6 @@ __all__ = [
     "paused",
     "suspended",
 ]
-
-
-def _words(text: str) -> frozenset[str]:
-    """A set of op names written as words (easier to read and extend than a list)."""
-    return frozenset(text.split())
 
 
 _METADATA = {
@@ -162,8 +156,10 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # fake ones: the op runs on meta and nothing real is read or written.
         self.to_meta = False
         self.meta_copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        # In a dry run, the values of the meta tensors that shapes fix (see .known_values).
+        # In a dry run, the values of the meta tensors that shapes fix (see .known_values);
+        # in one under FakeTensorMode, those of its fake tensors, for index bounds alone.
         self.known: KnownValues | None = None
+        self.bounds: KnownValues | None = None
         # The autograd.Function nodes whose backward is counted already.
         self.custom_nodes: weakref.WeakSet[Any] = weakref.WeakSet()
         # The dispatch keys outside the mode, for a Function's backward counted inside it.
@@ -216,8 +212,9 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if answered:  # (or a check's value known from shapes: see .value_checks)
                 self._counted(func, find_rule(func), counted, kwargs, value)
                 return value
-        if known is not None:
-            check_bounds(func, args, known.of)  # (where a real run would raise)
+        bounds = known if known is not None else self.bounds
+        if bounds is not None:
+            check_bounds(func, args, bounds.of)  # (where a real run would raise)
         found = find_rule(func)
         if found is None:
             key = _nested_key(args, kwargs)
@@ -238,8 +235,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             out = RUNS.get(func, func)(*args, **kwargs)
             if key is not None:
                 keep_outputs(key, out)
-        if known is not None:
-            known.after(func, args, kwargs, out)
+        if bounds is not None:
+            bounds.after(func, args, kwargs, out)
         if func is _CLONE:
             follow_materialized(args[0], out)
         self._counted(func, found, args, kwargs, out)
@@ -425,8 +422,6 @@ def count_custom_backwards(result: Any, mode: Any = None) -> Any:
 
 
 _JAGGED = NestedTensor
-_Tensor = torch.Tensor
-_Parameter = torch.nn.Parameter
 
 _NESTED_KEYS = {
     "cpu": torch._C.DispatchKey.NestedTensorCPU,
@@ -441,95 +436,6 @@ def _nested_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if tensor.is_nested and type(tensor) is torch.Tensor:
             return _NESTED_KEYS.get(tensor.device.type)
     return None
-
-
-_ARITHMETIC_DUNDERS = _words(
-    """
-    add sub mul truediv floordiv mod pow matmul and or xor lshift rshift
-    """
-)
-
-# Metadata and conversions read through the Python API: never a group of their own.
-_PASS_THROUGH = _words(
-    """
-    __get__ __set__ size dim ndimension numel nelement stride storage_offset is_contiguous
-    is_floating_point is_complex element_size data_ptr __len__ __repr__ __format__ __str__
-    __hash__ __bool__ __index__ __int__ __float__ __iter__ __contains__ __reduce_ex__
-    __deepcopy__ __setstate__ get_device tolist item untyped_storage storage requires_grad_
-    register_hook retain_grad is_shared is_pinned __array__ __dlpack__ _is_view
-    """
-)
-
-
-@functools.lru_cache(maxsize=4096)
-def _group_name(func: Any) -> str | None:
-    raw = str(getattr(func, "__name__", ""))
-    if raw in _PASS_THROUGH:
-        if raw == "__get__":  # a property such as `x.T` or `x.mT`: named after it
-            owner = getattr(func, "__self__", None)
-            name = str(getattr(owner, "__name__", ""))
-            return name if name in ("T", "mT", "H", "mH", "real", "imag") else None
-        return None
-    name = raw
-    if raw.startswith("__") and raw.endswith("__"):
-        name = raw[2:-2]
-        if name[:1] in "ri" and name[1:] in _ARITHMETIC_DUNDERS:
-            name = name[1:]
-    elif raw.endswith("_") and not raw.startswith("_"):
-        name = raw[:-1]
-    if not name:
-        try:
-            name = resolve_name(func) or repr(func)
-        except Exception:
-            name = repr(func)
-    return name
-
-
-class GroupingMode(TorchFunctionMode):
-    """Names each top-level torch call, so its ``aten`` events form one row; on ``meta``
-    tensors, runs a call as the device a dry run stands for would (see :mod:`.kernels`)."""
-
-    def __init__(self, counter: CountingMode) -> None:
-        super().__init__()
-        self.counter = counter
-
-    def __torch_function__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        if kwargs is None:
-            kwargs = {}
-        if self.counter.paused or _group.get() is not None:
-            return func(*args, **kwargs)
-        name = self.name(func)
-        target = self.target(func, args, name)
-        if name is None:
-            if target is None:
-                return func(*args, **kwargs)
-            return on_target(target, func, args, kwargs)
-        plain = all(kind is _Tensor or kind is _Parameter for kind in types)
-        token = _group.set(Group(name, None, new_serial(), plain))
-        try:
-            if target is not None:
-                return on_target(target, func, args, kwargs)
-            return func(*args, **kwargs)
-        finally:
-            _group.reset(token)
-
-    def name(self, func: Any) -> str | None:
-        """The name of the row a call's ops form (None: a call not named, such as reading
-        an attribute)."""
-        try:
-            return _group_name(func)
-        except TypeError:  # an unhashable callable
-            return None
-
-    def target(self, func: Any, args: tuple[Any, ...], name: str | None) -> str | None:
-        """The device type whose kernels a call on meta tensors runs as, if any."""
-        return self.counter.target if name is not None else None
 
 
 @contextlib.contextmanager

@@ -84,7 +84,7 @@ def module_state(
         if id(tensor) not in copies:
             counter = _counter(tensor)
             copies[id(tensor)] = copy_on(device, tensor, dtype) if counter is None else counter
-            if counter is None and id(tensor) in buffers and device == "meta":
+            if counter is None and id(tensor) in buffers:
                 note_values(copies[id(tensor)], tensor)  # (a constant a body may read)
     return {name: copies[id(tensor)] for name, tensor in state.items()}
 

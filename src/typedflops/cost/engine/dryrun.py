@@ -176,7 +176,19 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
         )
     if runner.branched:  # (counted on the path the body takes on fake tensors)
         cost = _inexact(cost)
+    if not runner.hooks:  # (no saved-tensor hooks ran: no activation memory measured)
+        cost = dataclasses.replace(
+            cost,
+            activation=Term.of_count(cost.activation.count, exact=False),
+            uncounted=(*cost.uncounted, _NO_ACTIVATION),
+        )
     return _held_at_own_sizes(cost)
+
+
+#: What a Cost lists uncounted where its runs went without saved-tensor hooks.
+_NO_ACTIVATION = (
+    "activation memory (torch.func's transforms refuse the saved-tensor hooks that measure it)"
+)
 
 
 def _held_at_own_sizes(cost: Cost) -> Cost:

@@ -44,6 +44,7 @@ from .events import Event, Sink
 from .held_views import Deferred, HeldView, defer, hold, reached, read_held, release, take_credit
 from .in_place import rebased_views, regenerate, rewrite
 from .outputs_reached import died, dropped_unread, kept, reach, read_one
+from .saved_reads import SavedReads, lose, reread
 from .tensors import differentiable
 from .waits import (
     PASSES,
@@ -99,6 +100,7 @@ class GradientSums:
         "internal",
         "made",
         "place",
+        "reads",
         "realm",
         "shared",
         "sink",
@@ -125,6 +127,7 @@ class GradientSums:
         # Views held at a call's boundary whose edge may yet reach nothing (see
         # .held_views), by id; whether such an edge is being counted.
         self.held_views: dict[int, HeldView] = {}
+        self.reads = SavedReads()  # (saved tensors a backward building a graph reads)
         self.view_parents: dict[int, tuple[weakref.ref[torch.Tensor], list[int]]] = {}
         self.credits: dict[Any, int] = {}
         self.deferred: dict[Any, list[Deferred]] = {}  # (sums a held view may take back)
@@ -160,7 +163,7 @@ class GradientSums:
     def count(self, tensor: torch.Tensor) -> int:
         """The edges ``tensor`` has so far (a leaf's: in this top-level call)."""
         self._check_pass()
-        ref = weakref.ref(tensor)
+        ref = self.reads.ref(tensor)
         call = (scope.serial if self.inside() else _OWN_CODE) if tensor.grad_fn is None else None
         return self.uses.get((ref, None, self.histories.get(ref, 0), call), 0)
 
@@ -172,7 +175,7 @@ class GradientSums:
             self._prune()
 
     def _input(self, tensor: torch.Tensor) -> EdgeInput:
-        ref = weakref.ref(tensor)
+        ref = self.reads.ref(tensor)
         hash(ref)  # (kept: a reference whose tensor is gone hashes as it did)
         history = self.histories.get(ref, 0) if self.histories else 0
         leaf = tensor.grad_fn is None
@@ -191,6 +194,8 @@ class GradientSums:
         # keeps its count while an edge to it waits, and a new one never shares it; a
         # leaf's count is its top-level call's, where the edge was made, counted when
         # the op is known to reach backward, maybe after the next call began)
+        if self.reads.reread and ref in self.reads.reread:  # (see .saved_reads)
+            reread(self, ref)
         found = (ref, realm, history, call if leaf else None)
         before = self.uses.get(found, 0)
         self.uses[found] = before + edges
@@ -548,6 +553,8 @@ class GradientSums:
             waiting.left -= 1
             if waiting.left > 0 or waiting.inputs is None:
                 continue
+            if self.reads.saved:  # (a backward building a graph may yet reach it)
+                lose(self.reads, waiting, waiting.inputs)
             waiting.inputs = None
             off_graph(waiting)
             for source in waiting.sources:
@@ -570,6 +577,7 @@ class GradientSums:
             self.held_views.clear()
             self.view_parents.clear()
             self.credits.clear()
+            self.reads.clear()
             self.uses.clear()
             self.histories.clear()
             self.made.clear()
@@ -578,10 +586,11 @@ class GradientSums:
         # (a tensor let go keeps its count while an edge to it waits)
         outputs = (*self.waiting.values(), *self.gone)
         waits = {edge[0] for output in outputs for edge in output.waiting.inputs or ()}
+        kept = self.reads.prune()
         self.uses = {
             key: value
             for key, value in self.uses.items()
-            if key[0]() is not None or key[0] in waits
+            if key[0]() is not None or key[0] in waits or key[0] in kept
         }
         self.histories = {ref: n for ref, n in self.histories.items() if ref() is not None}
         self.made = {ref: n for ref, n in self.made.items() if ref() is not None}

@@ -64,11 +64,21 @@ def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 
 def dispatch_keys() -> tuple[Any, Any]:
     """This thread's dispatch keys as they are now (taken outside any ``__torch_dispatch__``,
-    where autograd is on), to put back with ``torch._C._ForceDispatchKeyGuard``."""
+    where autograd is on), to put back with ``torch._C._ForceDispatchKeyGuard``, less the
+    keys of the dispatch modes on the stack: they are put back where those modes are set
+    aside, and a mode on the stack then (a ``FlopCounterMode`` the user holds, a mode of
+    the dry run's below its counting one) is gone, its keys with it (torch sends an op
+    with them to the mode stack, empty then)."""
     return (
-        torch._C._dispatch_tls_local_include_set(),
+        torch._C._dispatch_tls_local_include_set() - _MODE_KEYS,
         torch._C._dispatch_tls_local_exclude_set(),
     )
+
+
+#: The keys torch includes while a dispatch mode is on the stack.
+_MODE_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.PythonTLSSnapshot
+)
 
 
 class StandIns(TorchFunctionMode):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 __all__ = ["check_bounds"]
 
@@ -97,7 +98,8 @@ def _check(found: torch.Tensor | None, size: int, dim: int | None, from_end: boo
     indices may count from the end), in torch's words."""
     if found is None or not found.numel():
         return
-    low, high = int(found.min()), int(found.max())
+    with _disable_current_modes():  # (the values on the CPU: no mode below, a fake one, sees them)
+        low, high = int(found.min()), int(found.max())
     bad = high if high >= size else (low if low < (-size if from_end else 0) else None)
     if bad is None:
         return

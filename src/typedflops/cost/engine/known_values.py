@@ -16,6 +16,10 @@ gets its value, and an op whose output's shape depends on values (``nonzero``, a
 mask's index) gets its shape, as a real run would; each is counted as the op it is. A
 tensor whose values are not known (an input, a weight) keeps none: reading it stops the
 run as before.
+
+A run under ``FakeTensorMode`` (where a run on meta cannot go on) keeps them alike for its
+fake tensors, to check index bounds only (see :mod:`.index_bounds`): it answers no value
+read, so it takes the path it took before.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import weakref
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["LIMIT", "KnownValues", "note_values"]
+__all__ = ["FROM_DATA", "LIMIT", "KnownValues", "note_values"]
 
 #: The most values a tensor kept on the CPU may hold (the ones that decide a path are
 #: ids, masks and positions, a few thousand values).
@@ -52,6 +57,10 @@ SHAPED_BY_VALUES = frozenset(
 )
 
 
+#: Torch functions that make a tensor of Python data (``torch.tensor(list(range(s)))``):
+#: on meta, no op a dispatch mode sees makes it.
+FROM_DATA = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+
 #: Ops whose values do not depend on their tensor input's values (its shape and dtype only).
 _FILLS = frozenset(
     {
@@ -70,10 +79,12 @@ _NOTED: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
 
 
 def note_values(copy: torch.Tensor, real: torch.Tensor) -> None:
-    """``copy``, a dry run's meta copy of a module's buffer ``real``, holds its values (cast
-    to the copy's dtype), if ``real`` is a small constant on the CPU (a ``position_ids``
-    buffer, rotary frequencies)."""
+    """``copy``, a dry run's meta (or fake) copy of a module's buffer ``real``, holds its
+    values (cast to the copy's dtype), if ``real`` is a small constant on the CPU (a
+    ``position_ids`` buffer, rotary frequencies)."""
     if real.requires_grad or real.numel() > LIMIT or real.device.type != "cpu" or real.is_meta:
+        return
+    if not _dry(copy):
         return
     key = id(copy)
 
@@ -167,6 +178,21 @@ class KnownValues:
             out = aten.index.Tensor(source, spread)
         return True, out, (source, spread)
 
+    def from_data(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """Keep the values of ``out``, what ``func`` (:data:`FROM_DATA`) made on meta of
+        Python data (no tensor in it), made again on the CPU."""
+        if not isinstance(out, torch.Tensor) or not _dry(out) or not _small(out):
+            return
+        if any(isinstance(t, torch.Tensor) for t in _flat((args, kwargs))):
+            return
+        try:
+            with _disable_current_modes():
+                real = func(*args, **{**kwargs, "device": _CPU})
+        except Exception:  # (data the CPU does not take alike: its values stay unknown)
+            return
+        if isinstance(real, torch.Tensor) and real.dtype == out.dtype:
+            self._pair(out, real)
+
     def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """Keep the values of ``out``, what ``func`` made on meta, where its inputs' values
         are known (an op writing a tensor whose values it cannot know forgets them all)."""
@@ -175,12 +201,12 @@ class KnownValues:
         if torch.Tag.nondeterministic_seeded in func.tags or _uninitialized(func):
             self._forget_written(func, args)
             return
-        if any(not _on_meta(t) for t in _written(func, args)):
+        if any(not _dry(t) for t in _written(func, args)):
             return  # (a real tensor written, a module's counter: never written again here)
         if func in _FILLS and _small(out):  # (the input's shape and dtype alone)
             args = tuple(_blank(a) for a in args)
         if not any(isinstance(t, torch.Tensor) for t in _flat((args, kwargs))):
-            if not _on_meta(out) or not _small(out):
+            if not _dry(out) or not _small(out):
                 return
             values: tuple[tuple[Any, ...], dict[str, Any]] | None = (args, _cpu_kwargs(kwargs))
         else:
@@ -221,7 +247,7 @@ class KnownValues:
 
     def _pair(self, meta: Any, real: Any) -> None:
         if isinstance(meta, torch.Tensor) and isinstance(real, torch.Tensor):
-            if meta.device.type == "meta" and tuple(meta.shape) == tuple(real.shape):
+            if _dry(meta) and tuple(meta.shape) == tuple(real.shape):
                 self._keep(meta, real)
         elif isinstance(meta, list | tuple) and isinstance(real, list | tuple):
             for one, other in zip(meta, real, strict=False):
@@ -286,8 +312,12 @@ def _flat(tree: Any) -> list[Any]:
     return torch.utils._pytree.tree_leaves(tree)
 
 
-def _on_meta(out: Any) -> bool:
-    return any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in _flat(out))
+def _dry(out: Any) -> bool:
+    """Whether ``out`` holds a dry run's tensor (meta, or fake): one without values."""
+    return any(
+        isinstance(t, torch.Tensor) and (t.device.type == "meta" or isinstance(t, FakeTensor))
+        for t in _flat(out)
+    )
 
 
 def _small(out: Any) -> bool:

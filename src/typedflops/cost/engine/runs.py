@@ -158,20 +158,24 @@ def _quiet_fake_tensors() -> Iterator[None]:
         logger.removeFilter(_refuse_record)
 
 
-def run_once(probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False) -> Run:
+def run_once(
+    probe: Probe, assignment: Mapping[str, Size], *, fake: bool = False, hooks: bool = True
+) -> Run:
     """Run the probe's call once at ``assignment`` and collect its events (and backward).
 
     On ``meta`` tensors (the default: fast, and tensors made inside the body are meta too),
     attention taking the kernel the call's device would pick; with ``fake=True`` under
     ``FakeTensorMode`` on the call's own device (slower; for bodies that mix in tensors
-    that are not arguments, such as module-level constants).
+    that are not arguments, such as module-level constants). With ``hooks=False``, without
+    the saved-tensor hooks that measure activation memory (``torch.func``'s transforms
+    refuse them): none is measured.
     """
     target = None if fake else probe.device
     if target == "meta":
         target = meta_target()
     session = RunSession(probe.function, target, on_meta=not fake)
     saved = SavedTensors()
-    session.saved = saved
+    session.saved = saved if hooks else None
     with _collection_paused():
         return _run(probe, assignment, session, saved, fake, target)
 
@@ -213,23 +217,26 @@ def _run(
         standing_for(target),
     ):
         thunk = probe.build(assignment, device)
-        # (the user's real tensors the body reaches stay as they are: a run on meta stops
-        # where they meet its tensors, one under FakeTensorMode goes on with them)
-        untouched = Untouched() if fake else contextlib.nullcontext()
+        # (the user's real tensors the body reaches stay as they are: those written, seen
+        # below the counting mode, and the leaves taken, seen above it: see .untouched)
+        written, leaves = Untouched(writes=True), Untouched(writes=False)
         try:
             with (
-                untouched,
+                written,
                 assignments_put_back(),
                 session.active(),
-                torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack),
+                leaves,
+                torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack)
+                if session.saved is not None
+                else contextlib.nullcontext(),
             ):
                 result = _finish(thunk())
                 if session.mode is not None:
                     session.mode.sums.settle()  # (while the result is held)
                 del result
         finally:
-            if isinstance(untouched, Untouched):
-                untouched.restore()
+            written.restore()
+            leaves.restore()
     with standing_for(target):
         for event in session.events:
             # A repeated block's events share their first call's list: filled once.
@@ -246,6 +253,9 @@ class Runner:
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
         self.fake = False
+        #: Whether the runs go without saved-tensor hooks (the body calls ``torch.func``'s
+        #: transforms, which refuse them): no activation memory is measured.
+        self.hooks = True
         #: Whether the base run on meta read a tensor's value (``bool(x.all())``) and the
         #: run under FakeTensorMode went on: the body took a path on fake tensors (code that
         #: checks for them, as transformers' masks do) that an eager run may not take.
@@ -258,7 +268,7 @@ class Runner:
     def base(self, assignment: Mapping[str, Size]) -> Run:
         """The run at the call's own sizes; its errors are the call's."""
         try:
-            run = run_once(self.probe, assignment)
+            run = run_once(self.probe, assignment, hooks=self.hooks)
         except (ContractError, SpecError):
             raise
         except _ChecksValues as exc:
@@ -266,10 +276,13 @@ class Runner:
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             if _too_large(exc):
                 raise dry_run_error(self.probe, exc) from None
+            if self.hooks and _REFUSES_HOOKS in str(exc):  # (torch.func.grad, vjp, jacrev)
+                self.hooks = False
+                return self.base(assignment)
             self.fake = True  # a tensor the body reaches that meta cannot stand in for
             self.branched = _reads_value(exc)
             try:
-                run = run_once(self.probe, assignment, fake=True)
+                run = run_once(self.probe, assignment, fake=True, hooks=self.hooks)
             except (ContractError, SpecError):
                 raise
             except Exception as error:
@@ -287,7 +300,7 @@ class Runner:
         key = _key(assignment)
         if key not in self._runs:
             try:
-                self._runs[key] = run_once(self.probe, assignment, fake=self.fake)
+                self._runs[key] = run_once(self.probe, assignment, fake=self.fake, hooks=self.hooks)
             except Exception:
                 self._runs[key] = None
         return self._runs[key]
@@ -301,12 +314,16 @@ class Runner:
             return self._runs[key]
         if key not in self._counted:
             try:
-                run = run_once(self.probe, assignment, fake=self.fake)
+                run = run_once(self.probe, assignment, fake=self.fake, hooks=self.hooks)
             except Exception:
                 self._runs[key] = None
                 return None
             self._counted[key] = Counted.of(run)
         return self._counted[key]
+
+
+#: What torch says where ``torch.func``'s transforms meet saved-tensor hooks.
+_REFUSES_HOOKS = "don't yet support saved tensor hooks"
 
 
 def _key(assignment: Mapping[str, Size]) -> tuple[tuple[str, Size], ...]:

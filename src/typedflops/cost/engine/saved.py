@@ -10,6 +10,8 @@ activations and are left out. A block repeated in a dry run whose body is not ru
 from __future__ import annotations
 
 import itertools
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +51,21 @@ def recomputing() -> bool:
     return pack is not None and "_recomputation_hook" in getattr(pack, "__qualname__", "")
 
 
+#: The attribute of a saved copy naming the tensor it was saved for (weakly).
+_ORIGINAL = "_typedflops_saved_for"
+
+
+def _place(tensor: torch.Tensor) -> tuple[Any, ...]:
+    """Where a tensor's values lie: its storage, offset, shape, strides and dtype."""
+    return (
+        tensor.untyped_storage()._cdata,
+        tensor.storage_offset(),
+        tuple(tensor.shape),
+        tensor.stride(),
+        tensor.dtype,
+    )
+
+
 @dataclass(frozen=True)
 class SavedEntry:
     """One storage kept for backward: its bytes, its base tensor's metadata, its owner."""
@@ -72,6 +89,13 @@ class SavedTensors:
         self.weights: set[Any] = set()
         # Leaves standing for a skipped body's result: activations, although leaves.
         self.stand_ins: set[Any] = set()
+        # The tensors needing grad that autograd saved (weakly; kept while the run lasts),
+        # and those a backward building a graph unpacked, by where their values lie:
+        # autograd unpacks a new tensor with the original's node (see :meth:`original_of`).
+        self.saved_for: set[weakref.ref[torch.Tensor]] = set()
+        # Told of each tensor needing grad saved (the run's gradient sums: see .saved_reads).
+        self.on_save: Callable[[torch.Tensor, weakref.ref[torch.Tensor]], None] | None = None
+        self.unpacked: dict[Any, weakref.ref[torch.Tensor]] = {}
 
     @staticmethod
     def key(tensor: torch.Tensor) -> Any:
@@ -80,7 +104,14 @@ class SavedTensors:
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         with reads_unseen():  # (its detach is no read of the user's: see .fan_in)
-            return self._pack(tensor)
+            kept = self._pack(tensor)
+        if tensor.requires_grad:  # (what a backward building a graph unpacks: see below)
+            ref = weakref.ref(tensor)
+            kept.__dict__[_ORIGINAL] = ref
+            self.saved_for.add(ref)
+            if self.on_save is not None:
+                self.on_save(tensor, ref)
+        return kept
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         # Kept detached (autograd gives an output its grad_fn back when unpacking): an output
@@ -99,9 +130,26 @@ class SavedTensors:
         self.entries[key] = SavedEntry(int(storage.nbytes()), describe(base), owner())
         return tensor.detach()
 
-    @staticmethod
-    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+    def unpack(self, tensor: torch.Tensor) -> torch.Tensor:
+        found = tensor.__dict__.get(_ORIGINAL)
+        if found is not None and torch.is_grad_enabled():  # (a backward building a graph)
+            self.unpacked[_place(tensor)] = found
         return tensor
+
+    def original_of(self, tensor: torch.Tensor) -> weakref.ref[torch.Tensor] | None:
+        """The tensor autograd saved (its weak reference, the tensor perhaps let go since)
+        where ``tensor`` is the copy of it that a backward run with ``create_graph=True``
+        unpacked: a new Python tensor on the same node of the graph (an edge to either is
+        an edge to one tensor, whose gradients autograd sums); else None."""
+        if not self.unpacked or not tensor.requires_grad:
+            return None
+        found = self.unpacked.get(_place(tensor))
+        if found is None:
+            return None
+        kept = found()
+        if kept is tensor or (kept is not None and kept.grad_fn is not tensor.grad_fn):
+            return None
+        return found
 
     def active(self) -> bool:
         """Whether these hooks are the ones autograd calls now (not a checkpoint's)."""

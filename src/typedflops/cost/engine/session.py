@@ -5,13 +5,16 @@ session it belongs to."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 from .counter import CountingMode, counting
 from .events import Event, Group
 from .frames import Frame, current_frame, in_frame
+from .known_values import KnownValues
 from .saved import SavedTensors
+from .saved_reads import note_saved
 
 __all__ = ["RunSession", "Session", "declared_event"]
 
@@ -55,6 +58,11 @@ class RunSession(Session):
         """Count the ops run inside the block into this session."""
         with counting(self, target=self.target, dry=self.on_meta) as mode, in_frame(self.root):
             self.mode = mode
+            if not self.on_meta:  # (under FakeTensorMode: index bounds, see .known_values)
+                mode.bounds = KnownValues()
+            if self.saved is not None:  # (a backward the body runs may read them again)
+                mode.sums.reads.kept = self.saved.saved_for
+                self.saved.on_save = functools.partial(note_saved, mode.sums)
             try:
                 yield
             finally:

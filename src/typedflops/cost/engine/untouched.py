@@ -1,12 +1,16 @@
 """What a dry run leaves as it found it: the user's own tensors.
 
 A dry run builds its own tensors (meta or fake), but a body may reach real ones: a model
-or an optimizer used from a global or a closure. An op whose tensors are all real runs for
-real, on ``meta`` runs and under ``FakeTensorMode`` alike (an optimizer's step adding its
-real momentum buffer to its real weights), and autograd puts a fake gradient in a real
-leaf's ``.grad``. Estimating a training step must not train the model: each real tensor an
-op writes in place is copied before its first write, and each real leaf's ``.grad`` is
-noted when an op first takes the leaf, and both are put back when the run ends (:class:`Untouched`).
+or an optimizer used from a global or a closure. An op whose tensors are all real may run
+for real (under ``FakeTensorMode``, an optimizer's step adding its real momentum buffer to
+its real weights; on ``meta``, an op returning no tensor, which the counting mode passes
+on as it is), and autograd puts a meta or fake gradient in a real leaf's ``.grad``, which
+an optimizer's ``zero_grad`` sets to None. Estimating a training step must not train the
+model: each real tensor an op writes in place is copied before its first write, and each
+real leaf's ``.grad`` is noted when an op first takes the leaf, and both are put back when
+the run ends (:class:`Untouched`). A dry run has two: one above its counting mode notes
+the leaves the body's ops take (on ``meta`` the counting mode runs them on meta copies),
+one below it the tensors written (those an op writes for real, not its meta copies).
 """
 
 from __future__ import annotations
@@ -33,12 +37,12 @@ def _real(tensor: torch.Tensor) -> bool:
 
 
 class Untouched(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """A dispatch mode, under a dry run's counting mode, that keeps the real tensors the
-    run writes and the ``.grad`` of the real leaves it takes, and puts them back on
-    :meth:`restore`."""
+    """A dispatch mode that keeps the real tensors the run writes (``writes``) or the
+    ``.grad`` of the real leaves it takes (else), and puts them back on :meth:`restore`."""
 
-    def __init__(self) -> None:
+    def __init__(self, writes: bool) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        self.writes = writes
         self.written: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.grads: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
 
@@ -50,6 +54,17 @@ class Untouched(TorchDispatchMode):  # type: ignore[no-untyped-call]
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        if not self.writes:
+            for value in args:
+                if (
+                    isinstance(value, _Tensor)
+                    and value.requires_grad
+                    and value.is_leaf
+                    and id(value) not in self.grads
+                    and _real(value)
+                ):
+                    self.grads[id(value)] = (value, value.grad)
+            return func(*args, **kwargs)
         writes = _WRITES.get(func)
         if writes is None:
             writes = _WRITES[func] = written_arguments(func) if hasattr(func, "_schema") else ()
@@ -59,15 +74,6 @@ class Untouched(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if id(tensor) not in self.written and _real(tensor):
                     with no_dispatch():
                         self.written[id(tensor)] = (tensor, tensor.clone())
-        for value in args:
-            if (
-                isinstance(value, _Tensor)
-                and value.requires_grad
-                and value.is_leaf
-                and id(value) not in self.grads
-                and _real(value)
-            ):
-                self.grads[id(value)] = (value, value.grad)
         return func(*args, **kwargs)
 
     def restore(self) -> None:
