@@ -18,6 +18,7 @@ from ...contract.function import counting_frame
 from ...text import INEXACT_NOTE, format_count, text_table
 from ..types import Cost
 from .backward_ran import with_backward_ran
+from .body_backward import UNDECIDED
 from .live_records import open_here, register, unregister
 from .ranks import AcrossRanks, across_ranks
 from .recorder import Row, loose_counts, merged_total
@@ -54,8 +55,11 @@ class Recorder:
         decorated call (nested calls roll up into their callers)."""
         if self._total is not None:
             return self._total
-        cost = with_backward_ran(merged_total(self.calls, self.session), self.session.backward_ran)
-        if self.session.closed:  # (an open record may see more)
+        ran = self.session.backward_ran
+        cost = with_backward_ran(merged_total(self.calls, self.session), ran)
+        # (an open record may see more; a closed one whose ops of a Function's backward
+        # wait to be told apart, a forward run again or a backward, may count them anew)
+        if self.session.closed and not (ran.ran and UNDECIDED.holds(ran)):
             self._total = cost
         return cost
 
