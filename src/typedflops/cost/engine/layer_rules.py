@@ -258,18 +258,47 @@ def _pool_backward(call: OpCall) -> Any:
     return numel(grad)
 
 
+def _adaptive_reads(call: OpCall, x: Any, out_shape: Sequence[Any]) -> Any:
+    """The input elements adaptive pooling's windows read in all: along an axis of ``size``
+    into ``out`` outputs, window ``i`` is ``[floor(i·size/out), ceil((i + 1)·size/out))``,
+    so windows overlap where ``out`` does not divide ``size`` (7 into 5: 2, 2, 3, 2, 2, 11
+    reads) and repeat elements where ``out`` exceeds it (3 into 6: each read twice). Where
+    ``out`` divides ``size`` they tile the input, read once. With sizes as formulas, an axis
+    whose windows do not tile it raises (a count fitted instead)."""
+    axes = int(call.name.split("pool")[1][0])  # _adaptive_avg_pool2d: 2
+    total: Any = math.prod(out_shape[:-axes])  # (batch and channels: windows of each)
+    for size, out in zip(x.shape[-axes:], out_shape[-axes:], strict=True):
+        if isinstance(size, int) and isinstance(out, int):
+            total *= sum(-(-(i + 1) * size // out) - i * size // out for i in range(out))
+            continue
+        ratio = sympy.sympify(size) / sympy.sympify(out)
+        if not ratio.is_integer:
+            raise TypeError(f"adaptive pooling of {size} into {out}: windows that may overlap")
+        total *= size
+    return total
+
+
 def _adaptive_pool(call: OpCall) -> Any:
-    """Adaptive pooling over windows that tile the input: one op per input element (an add
-    or a compare), and a divide per output for the average."""
+    """Adaptive pooling: one op per element of each output's window (an add or a compare;
+    windows tile the input where the output's size divides it), and for the average a
+    divide per output."""
     x = call.inputs[0]
-    extra = numel(call.output) if "avg" in call.name else 0
-    return numel(x) + extra if is_float(x) else 0
+    if not is_float(x):
+        return 0
+    reads = _adaptive_reads(call, x, call.output.shape)
+    return reads + numel(call.output) if "avg" in call.name else reads
 
 
 def _adaptive_pool_backward(call: OpCall) -> Any:
-    """Adaptive pooling's backward adds each gradient value to the inputs it came from."""
+    """Adaptive max pooling's backward adds each gradient value to the input it came from;
+    average pooling's divides it and adds it to each element of its window, as
+    :func:`_pool_backward` counts average pooling."""
     grad = call.inputs[0]
-    return numel(grad) if is_float(grad) else 0
+    if not is_float(grad):
+        return 0
+    if "avg" in call.name:
+        return _adaptive_reads(call, call.inputs[1], grad.shape) + numel(grad)
+    return numel(grad)
 
 
 def _trilinear(call: OpCall) -> Any:
