@@ -35,11 +35,30 @@ def estimate(
     """The cost of one call of ``function`` at the sizes ``dims`` (see
     :meth:`typedflops.TypedFunction.estimate`)."""
     grad = estimate_options(f"{function.name}.estimate()", dtype, grad)
+    if dtype is None:
+        dtype = modules_dtype(args)
     cost = measure(estimate_probe(function, args, dims, dtype, tuple(grad)))
     hooks = backward_hooks(args)  # (code that runs in backward, which no dry run sees)
     if hooks:
         cost = dataclasses.replace(cost, uncounted=(*cost.uncounted, *hooks))
     return cost
+
+
+def modules_dtype(args: tuple[Any, ...]) -> torch.dtype | None:
+    """The floating-point dtype every parameter and buffer of the modules among ``args``
+    holds, where it is one and not the default (a model moved to float64 or bfloat16:
+    its ``Float[...]`` inputs are built at it, as a real call passes them); else None."""
+    found = {
+        tensor.dtype
+        for arg in args
+        if isinstance(arg, torch.nn.Module)
+        for tensor in (*arg.parameters(), *arg.buffers())
+        if tensor.is_floating_point()
+    }
+    if len(found) != 1:
+        return None
+    (dtype,) = found
+    return None if dtype == torch.get_default_dtype() else dtype
 
 
 def estimate_options(where: str, dtype: Any, grad: str | Sequence[str]) -> tuple[str, ...]:
