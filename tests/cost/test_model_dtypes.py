@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from filled import ones
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from filled import ones
 from typedflops import estimate, record, typed_flops
 
 FLOPS = 2 * 3 * 8 * 8 + 3 * 8

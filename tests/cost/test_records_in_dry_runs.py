@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
+from filled import ones
 from jaxtyping import Float
 from torch import Tensor
 
-from filled import ones
 from typedflops import Cost, record, typed_flops
 
 W = ones(16, 16)

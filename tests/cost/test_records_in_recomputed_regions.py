@@ -13,11 +13,11 @@ the backward's four).
 from __future__ import annotations
 
 import torch
+from filled import ones
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
-from filled import ones
 from typedflops import Recorder, record
 
 REGION = 2 * 4096 + 128
@@ -30,7 +30,7 @@ def test_a_record_in_a_region_run_again_counts_it_as_recomputed() -> None:
 
     def block(x: Tensor) -> Tensor:
         with record() as inside:
-            out = second(torch.relu(first(x)))
+            out: Tensor = second(torch.relu(first(x)))
         opened.append((inside, inside.total.exact))
         return out
 

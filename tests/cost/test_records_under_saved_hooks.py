@@ -14,10 +14,10 @@ layer's weight's and input's products and bias's sum, and the relu's: 4·4,096 +
 from __future__ import annotations
 
 import torch
+from filled import ones
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from filled import ones
 from typedflops import record
 
 FORWARD, BACKWARD = 4096 + 128, 2 * 4096 + 128 + 128
@@ -49,7 +49,7 @@ def test_a_record_read_inside_a_checkpointed_region_leaves_its_backward_to_run()
 
     def block(x: Tensor) -> Tensor:
         with record() as inside:
-            out = second(torch.relu(first(x)))
+            out: Tensor = second(torch.relu(first(x)))
         seen.append((inside.total.flops, inside.total.backward_flops))
         return out
 

@@ -131,7 +131,7 @@ def own_saves() -> Any:
     own, never packed by the user's hooks), where hooks may be pushed."""
     if (
         torch._C._autograd._top_saved_tensors_default_hooks(False) is None
-        or not torch._C._autograd._saved_tensors_hooks_is_enabled()
+        or not torch._C._autograd._saved_tensors_hooks_is_enabled()  # type: ignore[attr-defined]
     ):
         return contextlib.nullcontext()
     return torch.autograd.graph.saved_tensors_hooks(_same, _same)

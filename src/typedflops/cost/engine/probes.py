@@ -53,8 +53,6 @@ from .tensors import differentiable
 
 __all__ = [
     "TensorStub",
-    "whole_sizes",
-    "without_ragged",
     "WorkProbe",
     "call_cost",
     "call_dims",
@@ -66,6 +64,8 @@ __all__ = [
     "plain_probe",
     "shape_at",
     "stub",
+    "whole_sizes",
+    "without_ragged",
 ]
 
 # Sizes past this are not sizes torch can index (int64), whatever the device.
