@@ -31,7 +31,7 @@ from typing import Any
 import sympy
 import torch
 
-from .opcall import OpCall, Rule
+from .opcall import NotPolynomial, OpCall, Rule
 from .pointwise_rules import is_complex
 from .tensors import flat_tensors, is_float, numel
 
@@ -259,21 +259,27 @@ def _pool_backward(call: OpCall) -> Any:
 
 
 def _adaptive_reads(call: OpCall, x: Any, out_shape: Sequence[Any]) -> Any:
-    """The input elements adaptive pooling's windows read in all: along an axis of ``size``
-    into ``out`` outputs, window ``i`` is ``[floor(i·size/out), ceil((i + 1)·size/out))``,
-    so windows overlap where ``out`` does not divide ``size`` (7 into 5: 2, 2, 3, 2, 2, 11
-    reads) and repeat elements where ``out`` exceeds it (3 into 6: each read twice). Where
-    ``out`` divides ``size`` they tile the input, read once. With sizes as formulas, an axis
-    whose windows do not tile it raises (a count fitted instead)."""
+    """The input elements adaptive pooling's windows read in all: along an axis of n into
+    o outputs, window ``i`` is ``[floor(i·n/o), ceil((i + 1)·n/o))``, so each of the o - 1
+    inner bounds that falls inside an element adds it to both windows: n + o - gcd(n, o)
+    reads (7 into 5: 2, 2, 3, 2, 2, 11; 3 into 6: each element twice, 6). Where o divides n
+    the windows tile the axis, n reads. With sizes as formulas, an axis whose windows tile
+    it for every value (o = 1, n a multiple of o) reads n; any other is no polynomial in
+    the sizes (:class:`NotPolynomial`)."""
     axes = int(call.name.split("pool")[1][0])  # _adaptive_avg_pool2d: 2
     total: Any = math.prod(out_shape[:-axes])  # (batch and channels: windows of each)
     for size, out in zip(x.shape[-axes:], out_shape[-axes:], strict=True):
-        if isinstance(size, int) and isinstance(out, int):
-            total *= sum(-(-(i + 1) * size // out) - i * size // out for i in range(out))
+        n, o = sympy.sympify(size), sympy.sympify(out)
+        if n.is_Integer and o.is_Integer:
+            total *= int(n) + int(o) - math.gcd(int(n), int(o))
             continue
-        ratio = sympy.sympify(size) / sympy.sympify(out)
-        if not ratio.is_integer:
-            raise TypeError(f"adaptive pooling of {size} into {out}: windows that may overlap")
+        ratio = sympy.cancel(n / o)
+        numerator, denominator = sympy.fraction(ratio)
+        whole = denominator == 1 and all(
+            c.is_Integer for c in sympy.Poly(numerator, *numerator.free_symbols).coeffs()
+        )
+        if not whole:
+            raise NotPolynomial(f"adaptive pooling of {n} into {o}: n + o - gcd(n, o) reads")
         total *= size
     return total
 
