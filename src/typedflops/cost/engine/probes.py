@@ -47,6 +47,7 @@ from .fit import Size
 from .held_sizes import held_sizes
 from .kernels import meta_target
 from .module_sizes import held_dims, module_dims, module_repeats
+from .ragged import whole_or_ragged
 from .rebuild import rebuild_of
 from .state_read import read_key, torch_state
 from .tensors import differentiable
@@ -64,8 +65,6 @@ __all__ = [
     "plain_probe",
     "shape_at",
     "stub",
-    "whole_sizes",
-    "without_ragged",
 ]
 
 # Sizes past this are not sizes torch can index (int64), whatever the device.
@@ -486,33 +485,8 @@ def call_dims(
         cut = p.spec.variadic_index
         assert cut is not None
         after = len(p.spec.axes) - cut - 1
-        dims[ELLIPSIS] = tuple(_number(s) for s in shape[cut : len(shape) - after])
+        dims[ELLIPSIS] = tuple(whole_or_ragged(s) for s in shape[cut : len(shape) - after])
     return dims
-
-
-def _number(size: Any) -> Any:
-    """A shape's size as an int, or a jagged tensor's ragged size as it is."""
-    if isinstance(size, torch.SymInt) and size.node.is_nested_int():
-        return size
-    return int(size)
-
-
-def whole_sizes(dims: Mapping[str, Size]) -> bool:
-    """Whether every size in ``dims`` is a number (a jagged tensor's ragged dim is torch's
-    nested int ``j1``: its rows have no one length)."""
-    for size in dims.values():
-        if type(size) is not int and (
-            type(size) is not tuple or any(type(part) is not int for part in size)
-        ):
-            return False
-    return True
-
-
-def without_ragged(dims: Mapping[str, Size]) -> dict[str, Size]:
-    """``dims`` less those with a ragged size (a jagged batch's ``seq`` of lengths 3 and 5,
-    a ``*batch`` or ``...`` that holds it): a row names the sizes its calls share, and its
-    count of a jagged batch stays a number."""
-    return {name: size for name, size in dims.items() if whole_sizes({name: size})}
 
 
 def plain_probe(

@@ -31,7 +31,8 @@ from .dryrun import Probe
 from .events import Event
 from .fit import Size, size_value
 from .live_records import forget_full
-from .probes import WorkProbe, call_dims, whole_sizes, without_ragged
+from .probes import WorkProbe, call_dims
+from .ragged import whole_sizes, without_ragged
 from .recording import ROOT_LIMIT, START, RecordingMode
 from .rules import declared_flops
 from .session import declared_event
