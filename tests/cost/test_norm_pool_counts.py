@@ -78,9 +78,15 @@ def test_batch_norm_in_eval_mode_writes_what_a_device_writes(grad: bool) -> None
         (lambda x: F.max_pool2d(x, 3, 2, 1), 6 * 11 * 11, 96),
         # average of 2x2: 4 adds and a divide per output; backward the same per gradient
         (lambda x: F.avg_pool2d(x, 2), 96 * 5, 96 * 5),
-        # adaptive: each input once, a divide per output
-        (lambda x: F.adaptive_avg_pool2d(x, 2), 384 + 24, 24),
+        # adaptive: windows of 4x4 that tile the input, each input once, a divide per
+        # output; backward as average pooling's (the window's adds and a divide)
+        (lambda x: F.adaptive_avg_pool2d(x, 2), 384 + 24, 384 + 24),
         (lambda x: F.adaptive_max_pool2d(x, 2)[0], 384, 24),
+        # windows that overlap (8 into 3: [0, 3), [2, 6), [5, 8), 10 reads an axis) and
+        # repeat (8 into 12: each element 1.5 times on average, 16 reads an axis)
+        (lambda x: F.adaptive_avg_pool2d(x, 3), 6 * 10 * 10 + 54, 6 * 10 * 10 + 54),
+        (lambda x: F.adaptive_max_pool2d(x, 3)[0], 6 * 10 * 10, 54),
+        (lambda x: F.adaptive_avg_pool2d(x, (12, 3)), 6 * 16 * 10 + 216, 6 * 16 * 10 + 216),
     ],
 )
 def test_pooling_is_counted(pool: Any, forward: int, backward: int) -> None:

@@ -35,11 +35,39 @@ def estimate(
     """The cost of one call of ``function`` at the sizes ``dims`` (see
     :meth:`typedflops.TypedFunction.estimate`)."""
     grad = estimate_options(f"{function.name}.estimate()", dtype, grad)
-    cost = measure(estimate_probe(function, args, dims, dtype, tuple(grad)))
+    try:
+        cost = measure(estimate_probe(function, args, dims, dtype, tuple(grad)))
+    except SpecError as error:
+        # a model moved to another dtype (``model.double()``) whose body fails on float32
+        # inputs: they are built at its dtype, as a real call passes them
+        held = modules_dtype(args) if dtype is None else None
+        if held is None:
+            raise
+        try:
+            cost = measure(estimate_probe(function, args, dims, held, tuple(grad)))
+        except SpecError:
+            raise error from None
     hooks = backward_hooks(args)  # (code that runs in backward, which no dry run sees)
     if hooks:
         cost = dataclasses.replace(cost, uncounted=(*cost.uncounted, *hooks))
     return cost
+
+
+def modules_dtype(args: tuple[Any, ...]) -> torch.dtype | None:
+    """The floating-point dtype every parameter and buffer of the modules among ``args``
+    holds, where it is one and not the default (a model moved to float64 or bfloat16,
+    whose body fails on float32 inputs: they are built at it); else None."""
+    found = {
+        tensor.dtype
+        for arg in args
+        if isinstance(arg, torch.nn.Module)
+        for tensor in (*arg.parameters(), *arg.buffers())
+        if tensor.is_floating_point()
+    }
+    if len(found) != 1:
+        return None
+    (dtype,) = found
+    return None if dtype == torch.get_default_dtype() else dtype
 
 
 def estimate_options(where: str, dtype: Any, grad: str | Sequence[str]) -> tuple[str, ...]:

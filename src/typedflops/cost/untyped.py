@@ -45,10 +45,13 @@ def estimate(
     for its leading parameters (or its ``*args``: a wrapper's, ``torch.compile``'s module's,
     a builtin's such as ``torch.matmul``) or by parameter name: ``Int[Tensor, "batch seq"]``
     is built as a tensor of shape ``(batch, seq)`` and dtype int64 (``Float[...]``: float32
-    or ``dtype``; ``Complex[...]``: complex64; a ``dtype`` that a floating annotation
-    cannot take, ``Float[...]`` for ``complex64``, is a SpecError). Other values given for
-    parameters are passed as they are (``use_cache=False``; a real tensor takes part through
-    a meta copy), and so are values other than sizes for a ``forward`` that takes
+    or ``dtype``, or where the body fails on float32 the one floating dtype of a model
+    moved to it, ``.double()``, ``.to(torch.bfloat16)``; ``Complex[...]``: complex64; a
+    ``dtype`` that a floating annotation cannot take, ``Float[...]`` for ``complex64``, is a
+    SpecError).
+    Other values given for parameters are passed as they are (``use_cache=False``; a real
+    tensor takes part through a meta copy), and so are values other than sizes for a
+    ``forward`` that takes
     ``**kwargs`` (``output_hidden_states=True``). The remaining
     keywords are the dims' sizes: ints, or tuples for ``*name`` dims and ``ellipsis=``.
     An input that is a dict, list, tuple or dataclass of tensors is given as one of

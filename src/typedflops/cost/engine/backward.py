@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from .counter import counting
 from .cudnn_rnn import with_weight_buffer
 from .device_runs import RUNS, RunsAsDevice, stands_for
-from .edges import replay_with
+from .edges import own_saves, replay_with
 from .events import Event, named_event
 from .frames import no_frame
 from .outputs_reached import differentiated, flowing
@@ -152,7 +152,7 @@ def _replay(event: Event) -> BackwardResult:
     sink = _ListSink()
     try:
         # the dispatch modes around (a FlopCounterMode the user holds) never see a replay
-        with _disable_current_modes(), torch.device("meta"), no_frame():
+        with _disable_current_modes(), torch.device("meta"), no_frame(), own_saves():
 
             def build(meta: TensorMeta) -> torch.Tensor:
                 tensor = torch.empty_strided(meta.shape, meta.stride, dtype=meta.dtype)

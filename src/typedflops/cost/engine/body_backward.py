@@ -159,6 +159,11 @@ class Undecided(threading.local):
                 continue
             del self.ops[waiting_task]
 
+    def holds(self, ran: Any) -> bool:
+        """Whether an op ``ran`` counted waits to be told apart (a record closed inside a
+        Function's backward before it ran an engine: its total may change)."""
+        return any(ran in rans for _, ops in self.ops.values() for _, rans in ops)
+
 
 #: The ops of this thread waiting to be told apart.
 UNDECIDED = Undecided()

@@ -24,6 +24,7 @@ __all__ = [
     "edges_of",
     "flows_of",
     "op_tensors",
+    "own_saves",
     "replay_with",
     "role_tensor",
     "roles",
@@ -58,7 +59,7 @@ def edges_of(
     known = _EDGES.get(pattern)
     if known is None:
         # (what the replay saves is its own: not the run's activations, nor a region's)
-        with torch._C._ForceDispatchKeyGuard(*keys), _own_saves():
+        with torch._C._ForceDispatchKeyGuard(*keys), own_saves():
             result = _REPLAY[0](event)
             split = _split(event, result.edges, result.flows)
         if len(_EDGES) > 4096:
@@ -124,10 +125,14 @@ def _same(tensor: Any) -> Any:
     return tensor
 
 
-def _own_saves() -> Any:
+def own_saves() -> Any:
     """Saved-tensor hooks that keep what they are given, over those of the run (a dry
-    run's, a checkpointed region's), where hooks may be pushed."""
-    if torch._C._autograd._top_saved_tensors_default_hooks(False) is None:
+    run's, a checkpointed region's, ``save_on_cpu``'s: a replay's meta tensors are its
+    own, never packed by the user's hooks), where hooks may be pushed."""
+    if (
+        torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+        or not torch._C._autograd._saved_tensors_hooks_is_enabled()  # type: ignore[attr-defined]
+    ):
         return contextlib.nullcontext()
     return torch.autograd.graph.saved_tensors_hooks(_same, _same)
 

@@ -30,7 +30,7 @@ from ..types import tidy
 from .events import Event
 from .families import product_of_factors
 from .memo import fit_key
-from .opcall import OpCall, Rule
+from .opcall import NotPolynomial, OpCall, Rule
 from .sums import sum_of_parts
 from .tensors import TensorMeta, flat_tensors, map_meta
 
@@ -186,6 +186,8 @@ def fit_event(plan: Plan, series: list[Event], *, matmul: bool = False) -> tuple
                 exact &= ok
             else:
                 formula = _apply_rule(plan, base, fitted, rule)
+                if formula is _NO_FORMULA:
+                    return sympy.Integer(counts[0]), False
                 if (
                     formula is not None
                     and _value(plan, formula, 0) == counts[0]
@@ -220,6 +222,10 @@ def axis_sizes(event: Event) -> list[int]:
     return [size for meta in metas for size in meta.shape]
 
 
+#: What :func:`_apply_rule` gives for a rule whose count is no polynomial in the sizes.
+_NO_FORMULA = sympy.Symbol("_no_formula")
+
+
 def _apply_rule(plan: Plan, event: Event, sizes: list[sympy.Expr], rule: Rule) -> sympy.Expr | None:
     remaining = iter(sizes)
 
@@ -238,6 +244,8 @@ def _apply_rule(plan: Plan, event: Event, sizes: list[sympy.Expr], rule: Rule) -
     try:
         value = rule(OpCall(event.op, args, dict(kwargs), out))
         formula: sympy.Expr | None = sympy.expand(sympy.sympify(value))
+    except NotPolynomial:  # no formula holds: the count stays a number
+        formula = _NO_FORMULA
     except Exception:  # a rule that branches on sizes: fitted from its counts instead
         formula = None
     if key is not None:

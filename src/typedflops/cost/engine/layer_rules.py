@@ -31,7 +31,7 @@ from typing import Any
 import sympy
 import torch
 
-from .opcall import OpCall, Rule
+from .opcall import NotPolynomial, OpCall, Rule
 from .pointwise_rules import is_complex
 from .tensors import flat_tensors, is_float, numel
 
@@ -258,18 +258,53 @@ def _pool_backward(call: OpCall) -> Any:
     return numel(grad)
 
 
+def _adaptive_reads(call: OpCall, x: Any, out_shape: Sequence[Any]) -> Any:
+    """The input elements adaptive pooling's windows read in all: along an axis of n into
+    o outputs, window ``i`` is ``[floor(i·n/o), ceil((i + 1)·n/o))``, so each of the o - 1
+    inner bounds that falls inside an element adds it to both windows: n + o - gcd(n, o)
+    reads (7 into 5: 2, 2, 3, 2, 2, 11; 3 into 6: each element twice, 6). Where o divides n
+    the windows tile the axis, n reads. With sizes as formulas, an axis whose windows tile
+    it for every value (o = 1, n a multiple of o) reads n; any other is no polynomial in
+    the sizes (:class:`NotPolynomial`)."""
+    axes = int(call.name.split("pool")[1][0])  # _adaptive_avg_pool2d: 2
+    total: Any = math.prod(out_shape[:-axes])  # (batch and channels: windows of each)
+    for size, out in zip(x.shape[-axes:], out_shape[-axes:], strict=True):
+        n, o = sympy.sympify(size), sympy.sympify(out)
+        if n.is_Integer and o.is_Integer:
+            total *= int(n) + int(o) - math.gcd(int(n), int(o))
+            continue
+        ratio = sympy.cancel(n / o)
+        numerator, denominator = sympy.fraction(ratio)
+        whole = denominator == 1 and all(
+            c.is_Integer for c in sympy.Poly(numerator, *numerator.free_symbols).coeffs()
+        )
+        if not whole:
+            raise NotPolynomial(f"adaptive pooling of {n} into {o}: n + o - gcd(n, o) reads")
+        total *= size
+    return total
+
+
 def _adaptive_pool(call: OpCall) -> Any:
-    """Adaptive pooling over windows that tile the input: one op per input element (an add
-    or a compare), and a divide per output for the average."""
+    """Adaptive pooling: one op per element of each output's window (an add or a compare;
+    windows tile the input where the output's size divides it), and for the average a
+    divide per output."""
     x = call.inputs[0]
-    extra = numel(call.output) if "avg" in call.name else 0
-    return numel(x) + extra if is_float(x) else 0
+    if not is_float(x):
+        return 0
+    reads = _adaptive_reads(call, x, call.output.shape)
+    return reads + numel(call.output) if "avg" in call.name else reads
 
 
 def _adaptive_pool_backward(call: OpCall) -> Any:
-    """Adaptive pooling's backward adds each gradient value to the inputs it came from."""
+    """Adaptive max pooling's backward adds each gradient value to the input it came from;
+    average pooling's divides it and adds it to each element of its window, as
+    :func:`_pool_backward` counts average pooling."""
     grad = call.inputs[0]
-    return numel(grad) if is_float(grad) else 0
+    if not is_float(grad):
+        return 0
+    if "avg" in call.name:
+        return _adaptive_reads(call, call.inputs[1], grad.shape) + numel(grad)
+    return numel(grad)
 
 
 def _trilinear(call: OpCall) -> Any:

@@ -47,6 +47,7 @@ from .fit import Size
 from .held_sizes import held_sizes
 from .kernels import meta_target
 from .module_sizes import held_dims, module_dims, module_repeats
+from .ragged import whole_or_ragged
 from .rebuild import rebuild_of
 from .state_read import read_key, torch_state
 from .tensors import differentiable
@@ -484,7 +485,7 @@ def call_dims(
         cut = p.spec.variadic_index
         assert cut is not None
         after = len(p.spec.axes) - cut - 1
-        dims[ELLIPSIS] = tuple(int(s) for s in shape[cut : len(shape) - after])
+        dims[ELLIPSIS] = tuple(whole_or_ragged(s) for s in shape[cut : len(shape) - after])
     return dims
 
 

@@ -16,8 +16,9 @@ import torch
 
 from ...contract.function import counting_frame
 from ...text import INEXACT_NOTE, format_count, text_table
-from ..types import Cost
+from ..types import Cost, Term
 from .backward_ran import with_backward_ran
+from .body_backward import UNDECIDED
 from .live_records import open_here, register, unregister
 from .ranks import AcrossRanks, across_ranks
 from .recorder import Row, loose_counts, merged_total
@@ -54,8 +55,11 @@ class Recorder:
         decorated call (nested calls roll up into their callers)."""
         if self._total is not None:
             return self._total
-        cost = with_backward_ran(merged_total(self.calls, self.session), self.session.backward_ran)
-        if self.session.closed:  # (an open record may see more)
+        ran = self.session.backward_ran
+        cost = with_backward_ran(merged_total(self.calls, self.session), ran)
+        # (an open record may see more; a closed one whose ops of a Function's backward
+        # wait to be told apart, a forward run again or a backward, may count them anew)
+        if self.session.closed and not (ran.ran and UNDECIDED.holds(ran)):
             self._total = cost
         return cost
 
@@ -207,6 +211,19 @@ class RecordBlock(contextlib.AbstractContextManager["Recorder"]):
 
 _ENTER = RecordBlock.__enter__.__code__
 
+_NOT_SEEN = Term.of_count(0, exact=False)
+#: The total of a record opened inside a dry run (a function's body run on meta to fit or
+#: estimate its cost, a Function's backward run on fake tensors to count it).
+IN_DRY_RUN = Cost(
+    forward=_NOT_SEEN,
+    backward=_NOT_SEEN,
+    dims={},
+    bytes_read=0,
+    bytes_written=0,
+    uncounted=("ops run in a dry run (counted by the dry run, not by a record opened in it)",),
+    matmul=_NOT_SEEN,
+)
+
 
 def record() -> RecordBlock:
     """Record every decorated call and op run inside the block, in this thread or asyncio
@@ -237,8 +254,10 @@ def _recording() -> Iterator[Recorder]:
     outer = counting_frame.get()
     if outer is not None and type(outer) is not tuple:
         # a dry run's body (an estimate, a row's fit): nothing runs there, so the record
-        # sees nothing, and the dry run counts the block's ops as the body's
+        # sees nothing, and the dry run counts the block's ops as the body's; its total
+        # says so (0 FLOPs, not exact), never a count of 0 taken for what ran
         session.close()
+        recorder._total = IN_DRY_RUN
         yield recorder
         return
     # the records open here, in this thread (a context copied to another thread, as

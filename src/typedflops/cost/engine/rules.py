@@ -28,7 +28,8 @@ Conventions (the only place they are written; the documentation quotes them):
   backward 8 (+2 for the weight, +1 for the bias); batch norm with running statistics
   (eval) 2 per element (+2 affine), its input's gradient 2; max pooling a compare per window
   element of each output, average pooling an add per window element and a divide per
-  output, adaptive pooling one per input element (+1 per output for the average), their
+  output, adaptive pooling likewise over its windows (``[floor(i·n/o), ceil((i+1)·n/o))``:
+  each input element once where the output's size divides the input's), their
   backward an add per gradient value (average: the window's adds and a divide); fused RMS
   norm 3 per element (+1 with a weight); CPU flash attention (which FlopCounterMode counts
   0) like the other fused kernels; ``nll_loss`` one add per target (and a divide; with a

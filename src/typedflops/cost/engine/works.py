@@ -32,6 +32,7 @@ from .events import Event
 from .fit import Size, size_value
 from .live_records import forget_full
 from .probes import WorkProbe, call_dims
+from .ragged import whole_sizes, without_ragged
 from .recording import ROOT_LIMIT, START, RecordingMode
 from .rules import declared_flops
 from .session import declared_event
@@ -262,6 +263,8 @@ class RecordSession:
         fn, body, parent = call.function, call.body, call.parent
         assert fn is not None and body is not None and parent is not None
         dims = bound if body.plain else call_dims(fn, args, kwargs, bound)
+        if not whole_sizes(dims):
+            dims = without_ragged(dims)
         items = call.items
         if call.declared:
             items = self._declared(fn, items, dims)
