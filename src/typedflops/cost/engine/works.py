@@ -263,15 +263,18 @@ class RecordSession:
         fn, body, parent = call.function, call.body, call.parent
         assert fn is not None and body is not None and parent is not None
         dims = bound if body.plain else call_dims(fn, args, kwargs, bound)
-        if not whole_sizes(dims):
-            dims = without_ragged(dims)
         items = call.items
         if call.declared:
+            if not whole_sizes(dims):
+                dims = without_ragged(dims)
             items = self._declared(fn, items, dims)
         last = body.last
         if last is not None and last[0] is dims and last[1] == items:
-            work = last[2]  # (the usual: a call that did what the last one did)
+            # (the usual: a call that did what the last one did, its sizes read before)
+            work = last[2]
         else:
+            if not whole_sizes(dims):
+                dims = without_ragged(dims)  # (see .ragged: kept as read, never ragged)
             flat = tuple(items)
             key = (fn, tuple(dims.items()), flat)
             found = self.works.get(key)
