@@ -63,7 +63,11 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
     axes = {size for t in (*module.parameters(), *module.buffers()) for size in t.shape}
     found: list[Held] = []
     if rebuild is None:
-        found += [Held(name, name, size) for name, size in module_names(module).items()]
+        names = module_names(module)
+        found += [Held(name, name, size) for name, size in names.items()]
+        # (and those that only divide a width: ``self.heads = heads`` beside a
+        # ``heads * dim_head`` projection, read by the constructor alone)
+        found += [Held(name, name, size) for name, size in _own_ints(module) if name not in names]
         for sub in _own_classes(module):
             for name, value in vars(sub).items():
                 if not name.startswith("_"):
@@ -365,14 +369,23 @@ def _ranged_attributes(cls: type, passed: bool = False) -> frozenset[tuple[str, 
 
 def _bindings(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[ast.expr]]:
     """The values ``function`` gives each local name it sets by a plain assignment
-    (``shape = (*lead, -1, 3 * self.head_dim)``), so that a size passed on through the
-    name (``x.view(shape)``) is read where the name is."""
+    (``shape = (*lead, -1, 3 * self.head_dim)``, ``h, d = self.heads, self.dim``), so
+    that a size passed on through the name (``x.view(shape)``) is read where the name is."""
     values: dict[str, list[ast.expr]] = {}
     for node in ast.walk(function):
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    values.setdefault(target.id, []).append(node.value)
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                values.setdefault(target.id, []).append(node.value)
+            elif (  # (``h, kv_h = self.heads, self.kv_heads``: each its own)
+                isinstance(target, ast.Tuple)
+                and isinstance(node.value, ast.Tuple)
+                and len(target.elts) == len(node.value.elts)
+            ):
+                for name, value in zip(target.elts, node.value.elts, strict=True):
+                    if isinstance(name, ast.Name):
+                        values.setdefault(name.id, []).append(value)
     return values
 
 
@@ -452,6 +465,16 @@ def _ints_of(value: Any) -> list[tuple[int, int]]:
     if isinstance(value, list | tuple) and value and all(type(v) is int for v in value):
         return list(enumerate(value))
     return []
+
+
+def _own_ints(module: torch.nn.Module) -> list[tuple[str, int]]:
+    """The int attributes (and their configs' int fields) of the module's own classes,
+    the first of each name."""
+    found: dict[str, int] = {}
+    for sub in _own_classes(module):
+        for name, value in _int_fields(sub):
+            found.setdefault(name, value)
+    return list(found.items())
 
 
 def _own_classes(module: torch.nn.Module) -> list[torch.nn.Module]:
