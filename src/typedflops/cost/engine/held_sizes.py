@@ -16,12 +16,14 @@ int fields of a config passed in; what else it was given passes through unchange
 
 Whatever way the module is built, an int global its classes' constructors read (``HIDDEN``
 in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis; and an int attribute its
-classes' methods count steps by (``for _ in range(self.depth):``), whatever it
-sizes. A module that cannot be rebuilt holds all of its sizes: its names, its count of
-blocks (``self.n_blocks``), its lists' ints, those globals, and the widths of its torch
-layers and the axes of its own tensors that no size listed has (``fc1.out_features`` =
-32, where ``hidden`` is kept nowhere; ``table.shape[0]`` = 1024, a buffer's length given
-to the constructor and kept nowhere else).
+classes' methods count steps by (``for _ in range(self.depth):``, or through a config it
+keeps, ``range(self.config.n_layers)``), whatever it sizes. A module that cannot be
+rebuilt holds all of its sizes: its names and the ints that only divide a width
+(``self.heads``), the sizes its methods pass to ops (through a local name or a slice's
+bound too), its count of blocks (``self.n_blocks``), its lists' ints, those globals, and
+the widths of its torch layers and the axes of its own tensors that no size listed has
+(``fc1.out_features`` = 32, where ``hidden`` is kept nowhere; ``table.shape[0]`` = 1024,
+a buffer's length given to the constructor and kept nowhere else).
 """
 
 from __future__ import annotations
