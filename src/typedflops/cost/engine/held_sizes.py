@@ -16,12 +16,14 @@ int fields of a config passed in; what else it was given passes through unchange
 
 Whatever way the module is built, an int global its classes' constructors read (``HIDDEN``
 in ``nn.Linear(d, HIDDEN)``) is held too, where it sizes an axis; and an int attribute its
-classes' methods count steps by (``for _ in range(self.depth):``), whatever it
-sizes. A module that cannot be rebuilt holds all of its sizes: its names, its count of
-blocks (``self.n_blocks``), its lists' ints, those globals, and the widths of its torch
-layers and the axes of its own tensors that no size listed has (``fc1.out_features`` =
-32, where ``hidden`` is kept nowhere; ``table.shape[0]`` = 1024, a buffer's length given
-to the constructor and kept nowhere else).
+classes' methods count steps by (``for _ in range(self.depth):``, or through a config it
+keeps, ``range(self.config.n_layers)``), whatever it sizes. A module that cannot be
+rebuilt holds all of its sizes: its names and the ints that only divide a width
+(``self.heads``), the sizes its methods pass to ops (through a local name or a slice's
+bound too), its count of blocks (``self.n_blocks``), its lists' ints, those globals, and
+the widths of its torch layers and the axes of its own tensors that no size listed has
+(``fc1.out_features`` = 32, where ``hidden`` is kept nowhere; ``table.shape[0]`` = 1024,
+a buffer's length given to the constructor and kept nowhere else).
 """
 
 from __future__ import annotations
@@ -63,7 +65,11 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
     axes = {size for t in (*module.parameters(), *module.buffers()) for size in t.shape}
     found: list[Held] = []
     if rebuild is None:
-        found += [Held(name, name, size) for name, size in module_names(module).items()]
+        names = module_names(module)
+        found += [Held(name, name, size) for name, size in names.items()]
+        # (and those that only divide a width: ``self.heads = heads`` beside a
+        # ``heads * dim_head`` projection, read by the constructor alone)
+        found += [Held(name, name, size) for name, size in _own_ints(module) if name not in names]
         for sub in _own_classes(module):
             for name, value in vars(sub).items():
                 if not name.startswith("_"):
@@ -279,11 +285,14 @@ def _tensor_axes(module: torch.nn.Module) -> list[Held]:
 
 def _counts_read(module: torch.nn.Module, *, passed: bool = False) -> list[Held]:
     """The int attributes of the module's own classes that their methods count steps by
-    (``for _ in range(self.depth):``), whatever axes they size: numbers in the formulas
-    of a module that cannot be rebuilt; with ``passed``, those they pass to a call instead
-    (``x.unfold(-1, self.k, 1)``, ``F.avg_pool1d(x, self.window)``), but as an axis
-    (``dim=self.axis``). Other attributes code reads (an index, a limit an ``assert``
-    checks) are left out; so is everything where the source cannot be read."""
+    (``for _ in range(self.depth):``, or through a config it keeps,
+    ``range(self.config.n_layers)``, ``cfg = self.config; range(cfg.n_layers)``), whatever
+    axes they size: numbers in the formulas of a module that cannot be rebuilt; with
+    ``passed``, those they pass to a call instead (``x.unfold(-1, self.k, 1)``,
+    ``F.avg_pool1d(x, self.window)``), but as an axis (``dim=self.axis``). Other
+    attributes code reads (an index, a limit an ``assert`` checks) are left out; so is
+    everything where the source cannot be read. Each is named after its last attribute
+    (``n_layers``), qualified by its path (``self.config.n_layers``)."""
     found: list[Held] = []
     table = _PASSED if passed else _RANGED
     for path, sub in module.named_modules():
@@ -292,25 +301,42 @@ def _counts_read(module: torch.nn.Module, *, passed: bool = False) -> list[Held]
         counts = table.get(type(sub))
         if counts is None:  # (read once per class: 10,000 blocks of one class, once)
             counts = table[type(sub)] = _ranged_attributes(type(sub), passed)
-        for name, value in vars(sub).items():
-            if type(value) is int and value > 1 and name in counts and not name.endswith("_id"):
-                found.append(Held(name, f"{path}.{name}" if path else f"self.{name}", value))
+        for chain in sorted(counts):
+            value = _value_at(sub, chain)
+            name = chain[-1]
+            if type(value) is int and value > 1 and not name.endswith("_id"):
+                dotted = ".".join(chain)
+                found.append(Held(name, f"{path}.{dotted}" if path else f"self.{dotted}", value))
     return found
 
 
-_RANGED: dict[type, frozenset[str]] = {}
-_PASSED: dict[type, frozenset[str]] = {}
+def _value_at(owner: object, chain: tuple[str, ...]) -> object:
+    """The value at ``owner.a.b`` for ``chain`` ``("a", "b")``; None where it cannot be read
+    (a property that raises, an attribute set only in some calls)."""
+    value = owner
+    for name in chain:
+        try:
+            value = getattr(value, name)
+        except Exception:  # (any error a property raises: nothing to hold)
+            return None
+    return value
+
+
+_RANGED: dict[type, frozenset[tuple[str, ...]]] = {}
+_PASSED: dict[type, frozenset[tuple[str, ...]]] = {}
 
 #: Keywords whose value is an axis, an index or a number that sizes nothing.
 _NO_SIZE = frozenset(("dim", "dims", "axis", "index", "dtype", "p", "eps", "value", "alpha"))
 
 
-def _ranged_attributes(cls: type, passed: bool = False) -> frozenset[str]:
-    """The attributes of ``self`` that the methods of ``cls`` and of its bases that are not
-    torch's (``__init__`` left out) pass to ``range`` (``range(self.depth)``,
-    ``range(0, n, self.chunk)``), or with ``passed`` to any other call (not as a keyword
-    of :data:`_NO_SIZE`)."""
-    names: set[str] = set()
+def _ranged_attributes(cls: type, passed: bool = False) -> frozenset[tuple[str, ...]]:
+    """The attributes of ``self``, as chains of names (``("depth",)``, ``("config",
+    "n_layers")``), that the methods of ``cls`` and of its bases that are not torch's
+    (``__init__`` left out) pass to ``range`` (``range(self.depth)``,
+    ``range(0, n, self.chunk)``, ``range(self.config.n_layers)``, or through a local name
+    given such a chain, ``cfg = self.config``), or with ``passed`` to any other call (not
+    as a keyword of :data:`_NO_SIZE`)."""
+    names: set[tuple[str, ...]] = set()
     for klass in cls.__mro__:
         if klass is object or klass.__module__.startswith("torch."):
             continue
@@ -327,28 +353,113 @@ def _ranged_attributes(cls: type, passed: bool = False) -> frozenset[str]:
                 if not node.args.args:
                     continue
                 owner = node.args.args[0].arg  # (``self``)
+                aliases, bound = _aliases(owner, node), _bindings(node)
                 for call in ast.walk(node):
-                    if not isinstance(call, ast.Call):
-                        continue
-                    ranged = isinstance(call.func, ast.Name) and call.func.id == "range"
-                    if ranged and not passed:
-                        names.update(_attributes_of(owner, call.args))
-                    elif passed and not ranged:
-                        given = [k.value for k in call.keywords if k.arg not in _NO_SIZE]
-                        names.update(_attributes_of(owner, [*call.args, *given]))
+                    read: list[ast.expr] = []
+                    if isinstance(call, ast.Call):
+                        ranged = isinstance(call.func, ast.Name) and call.func.id == "range"
+                        if ranged and not passed:
+                            read = list(call.args)
+                        elif passed and not ranged:
+                            given = [k.value for k in call.keywords if k.arg not in _NO_SIZE]
+                            read = [*call.args, *given]
+                    elif passed and isinstance(call, ast.Slice):  # (``x[..., : self.k]``)
+                        read = [part for part in (call.lower, call.upper, call.step) if part]
+                    names.update(_attributes_of(owner, _through(read, bound), aliases))
     return frozenset(names)
 
 
-def _attributes_of(owner: str, nodes: list[ast.expr]) -> Iterator[str]:
-    """The attributes of ``owner`` (``self.depth``) read in ``nodes``."""
+def _bindings(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[ast.expr]]:
+    """The values ``function`` gives each local name it sets by a plain assignment
+    (``shape = (*lead, -1, 3 * self.head_dim)``, ``h, d = self.heads, self.dim``), so
+    that a size passed on through the name (``x.view(shape)``) is read where the name is."""
+    values: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                values.setdefault(target.id, []).append(node.value)
+            elif (  # (``h, kv_h = self.heads, self.kv_heads``: each its own)
+                isinstance(target, ast.Tuple)
+                and isinstance(node.value, ast.Tuple)
+                and len(target.elts) == len(node.value.elts)
+            ):
+                for name, value in zip(target.elts, node.value.elts, strict=True):
+                    if isinstance(name, ast.Name):
+                        values.setdefault(name.id, []).append(value)
+    return values
+
+
+def _through(nodes: list[ast.expr], bound: Mapping[str, list[ast.expr]]) -> list[ast.expr]:
+    """``nodes`` and the values given to each local name they read, and to the names those
+    read, each once."""
+    found, seen, pending = list(nodes), set[str](), list(nodes)
+    while pending:
+        for node in ast.walk(pending.pop()):
+            if isinstance(node, ast.Name) and node.id in bound and node.id not in seen:
+                seen.add(node.id)
+                found += bound[node.id]
+                pending += bound[node.id]
+    return found
+
+
+def _chain(owner: str, node: ast.expr, aliases: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The names ``node`` reads from ``owner`` (``self.config.depth``: ``("config",
+    "depth")``; ``cfg.depth`` with ``cfg = self.config``: the same), or () where it reads
+    something else."""
+    names: list[str] = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not names or not isinstance(node, ast.Name):
+        return ()
+    if node.id == owner:
+        return tuple(reversed(names))
+    if node.id in aliases:
+        return aliases[node.id] + tuple(reversed(names))
+    return ()
+
+
+def _aliases(
+    owner: str, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> dict[str, tuple[str, ...]]:
+    """The local names ``function`` sets once to an attribute of ``owner`` (``cfg =
+    self.config``), each with the chain it stands for; a name set otherwise too is left out."""
+    chains: dict[str, tuple[str, ...]] = {}
+    others: set[str] = set()
+    for node in ast.walk(function):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        bound: list[ast.AST] = []
+        if isinstance(node, ast.AnnAssign | ast.AugAssign | ast.For | ast.NamedExpr):
+            bound = [node.target]
+        elif isinstance(node, ast.With):
+            bound = [item.optional_vars for item in node.items if item.optional_vars]
+        for target in bound:
+            others.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        for target in targets:
+            if not isinstance(target, ast.Name):
+                others.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                continue
+            chain = _chain(owner, node.value, {}) if isinstance(node, ast.Assign) else ()
+            if chain and target.id not in chains:
+                chains[target.id] = chain
+            else:
+                others.add(target.id)
+    return {name: chain for name, chain in chains.items() if name not in others}
+
+
+def _attributes_of(
+    owner: str, nodes: list[ast.expr], aliases: Mapping[str, tuple[str, ...]]
+) -> Iterator[tuple[str, ...]]:
+    """The attributes of ``owner`` (``self.depth``, ``self.config.depth``, or through a
+    name of ``aliases``) read in ``nodes``, each as its chain of names."""
     for expression in nodes:
         for node in ast.walk(expression):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == owner
-            ):
-                yield node.attr
+            if isinstance(node, ast.Attribute):
+                chain = _chain(owner, node, aliases)
+                if chain:
+                    yield chain
 
 
 def _ints_of(value: Any) -> list[tuple[int, int]]:
@@ -356,6 +467,16 @@ def _ints_of(value: Any) -> list[tuple[int, int]]:
     if isinstance(value, list | tuple) and value and all(type(v) is int for v in value):
         return list(enumerate(value))
     return []
+
+
+def _own_ints(module: torch.nn.Module) -> list[tuple[str, int]]:
+    """The int attributes (and their configs' int fields) of the module's own classes,
+    the first of each name."""
+    found: dict[str, int] = {}
+    for sub in _own_classes(module):
+        for name, value in _int_fields(sub):
+            found.setdefault(name, value)
+    return list(found.items())
 
 
 def _own_classes(module: torch.nn.Module) -> list[torch.nn.Module]:
