@@ -146,3 +146,10 @@ class DryRunError(SpecError):
 
 class UsageError(Exception):
     """A command line that cannot run: reported as one line on stderr, exit status 2."""
+
+
+class NotPolynomial(TypeError):
+    """Raised by a rule given sizes as formulas where its count is no polynomial in them
+    (adaptive pooling of n into o reads n + o - gcd(n, o) elements an axis): the count
+    stays a number at the sizes it ran at, not exact, never a polynomial fitted to a few
+    sizes that misses the others."""

@@ -26,11 +26,12 @@ from typing import Any
 
 import sympy
 
+from ...errors import NotPolynomial
 from ..types import tidy
 from .events import Event
 from .families import product_of_factors
 from .memo import fit_key
-from .opcall import NotPolynomial, OpCall, Rule
+from .opcall import OpCall, Rule
 from .sums import sum_of_parts
 from .tensors import TensorMeta, flat_tensors, map_meta
 

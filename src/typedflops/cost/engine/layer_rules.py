@@ -31,7 +31,8 @@ from typing import Any
 import sympy
 import torch
 
-from .opcall import NotPolynomial, OpCall, Rule
+from ...errors import NotPolynomial
+from .opcall import OpCall, Rule
 from .pointwise_rules import is_complex
 from .tensors import flat_tensors, is_float, numel
 

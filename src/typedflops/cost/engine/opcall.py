@@ -8,7 +8,7 @@ from typing import Any
 
 from .tensors import TensorMeta, flat_tensors
 
-__all__ = ["NotPolynomial", "OpCall", "Rule"]
+__all__ = ["OpCall", "Rule"]
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,3 @@ class OpCall:
 
 
 Rule = Callable[[OpCall], Any]
-
-
-class NotPolynomial(TypeError):
-    """Raised by a rule given sizes as formulas where its count is no polynomial in them
-    (adaptive pooling of n into o reads n + o - gcd(n, o) elements an axis): the count
-    stays a number at the sizes it ran at, not exact, never a polynomial fitted to a few
-    sizes that misses the others."""
