@@ -150,3 +150,21 @@ def test_an_op_seen_at_ever_new_shapes_stops_making_guards(
     assert rec.total.flops == 72 * sum(range(1, 21))
     assert max(plan.built for plan in PLANS.values()) == 5
     _forget_guards()
+
+
+def test_a_guard_torch_cannot_build_leaves_the_op_keyed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's tensor guard is internal to dynamo: where it takes other arguments, the op is
+    keyed as before and counted alike."""
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise TypeError("missing dynamic_dims_sizes=...")
+
+    _forget_guards()
+    monkeypatch.setattr(key_guards, "_TensorGuards", refused)
+    w = torch.randn(WIDTH, WIDTH)
+    with record() as rec:
+        for batch in (1, 2, 1):
+            block(torch.randn(batch, WIDTH), w)
+    assert rec.total.flops == 72 * 4
+    assert all(plan.guarded == () for plan in PLANS.values())
+    _forget_guards()

@@ -75,7 +75,11 @@ def guarded_event(plan: Plan, func: Any, args: tuple[Any, ...], grad: bool, out:
         and EVENTS.get(key) is event
         and all(type(value) is _Tensor for value in args)
     ):
-        guard = _TensorGuards(*args, dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        try:
+            guard = _TensorGuards(*args, dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        except Exception:  # (a torch whose guards take other arguments: keys only)
+            plan.built = BUILD_LIMIT
+            return event
         same = len(args) == 2 and args[0] is args[1]
         plan.guarded = ((guard, grad, same, event), *plan.guarded[:1])
         plan.built += 1
