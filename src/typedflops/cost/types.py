@@ -228,11 +228,15 @@ class Cost:
     count there. ``fixed`` are the sizes the dry runs could not change (a module's own,
     where it cannot be rebuilt at others): they are numbers in the formulas, which hold for
     those values. ``ops`` is the per-op breakdown and ``uncounted`` the names of ops that
-    ran but have no cost rule. ``exact`` is True when every formula was checked against dry
-    runs at other values of each of its symbols, so they hold at any sizes; when False
-    (the body's ops change with a size in a way no formula fitted, or an op's cost could
-    not be followed) the formulas not checked hold at ``dims`` only, and tables mark them
-    ``~``.
+    ran but have no cost rule. ``assumed`` says what a dry run took as given of values it
+    did not have, where a kernel skips entries by value (``nll_loss``'s targets equal to
+    ``ignore_index``, ``embedding``'s ids equal to ``padding_idx``): every entry counted,
+    the count of an input that skips none and an upper bound otherwise (empty for a
+    record of a real run, which counts what ran). ``exact`` is True when every formula was
+    checked against dry runs at other values of each of its symbols, so they hold at any
+    sizes; when False (the body's ops change with a size in a way no formula fitted, or an
+    op's cost could not be followed) the formulas not checked hold at ``dims`` only, and
+    tables mark them ``~``.
     """
 
     forward: Term
@@ -247,6 +251,7 @@ class Cost:
     recompute: Term = ZERO
     activation: Term = ZERO
     fixed: Mapping[str, int] = field(default_factory=dict)
+    assumed: tuple[str, ...] = ()
 
     @property
     def terms(self) -> dict[str, Term]:
@@ -354,6 +359,7 @@ class Cost:
             "intensity": self.intensity,
             "ops": [op.to_dict() for op in self.ops],
             "uncounted": list(self.uncounted),
+            "assumed": list(self.assumed),
             "exact": self.exact,
             "inexact": [name for name, term in self.terms.items() if not term.exact],
             "fixed": {name: int(size) for name, size in self.fixed.items()},
@@ -402,6 +408,8 @@ class Cost:
             )
         if self.uncounted:
             lines.append(f"  uncounted ops: {', '.join(self.uncounted)}")
+        for note in self.assumed:
+            lines.append(f"  values not known: {note}")
         if self.fixed:
             held = ", ".join(f"{name}={size}" for name, size in self.fixed.items())
             lines.append(f"  held fixed (numbers in the formulas): {held}")

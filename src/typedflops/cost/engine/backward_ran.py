@@ -40,6 +40,7 @@ from .body_backward import ACCUMULATE, FUNCTION_NODE, UNDECIDED, run_by_hook
 from .events import Event, named_event
 from .opkeys import find_event, op_key, plan_of
 from .saved import in_checkpoint, recomputing
+from .skipped_work import BACKWARD_NOTES
 from .waits import backward_ran
 
 __all__ = ["BackwardRan", "ran_in_backward", "with_backward_ran"]
@@ -140,4 +141,11 @@ def with_backward_ran(cost: Cost, ran: BackwardRan) -> Cost:
     missing = [name for name in ran.uncounted() if name not in cost.uncounted]
     if missing:
         changes["uncounted"] = (*cost.uncounted, *missing)
+    # (what was foreseen of a backward gives way to what ran: its own notes, see .skipped_work)
+    events = (*ran.backward, *ran.rerun)
+    ran_notes = [e.assumed for e in events if e.assumed is not None]
+    notes = [n for n in cost.assumed if n not in BACKWARD_NOTES or n in ran_notes]
+    notes += [n for n in dict.fromkeys(ran_notes) if n not in notes]
+    if tuple(notes) != cost.assumed:
+        changes["assumed"] = tuple(notes)
     return dataclasses.replace(cost, **changes) if changes else cost

@@ -35,6 +35,7 @@ import sympy
 from ..types import Cost, Term
 from .at_one import checked_at_one, with_part_at_one
 from .axes import Axis, axes_of, named_alike, named_by_call, study, third, tied
+from .backward import backward_of
 from .derived_ones import checked_where_derived_is_one
 from .events import Event
 from .far_sizes import far_checked, far_value
@@ -47,6 +48,7 @@ from .rebuild import OWN
 from .rules import declared_flops
 from .runs import TERMS, Counted, Probe, Run, Runner, Thunk, run_once
 from .sequence import MAX_DEGREE, interpolated, points_from
+from .skipped_work import assumed
 from .terms import fitted_terms, op_costs, uncounted
 
 __all__ = ["Probe", "Run", "Thunk", "measure", "run_once"]
@@ -539,6 +541,7 @@ def _cost(
         recompute=terms["recompute"],
         activation=terms["activation"],
         fixed=fixed,
+        assumed=assumed(events, lambda event: backward_of(event).events),
     )
 
 

@@ -78,6 +78,9 @@ class Event:
     # (``torch.var_mean(x, 1)[1]``): their positions among them (see .outputs_reached);
     # None: every one.
     reached: tuple[int, ...] | None = None
+    # What its count took as given of values it did not have (a kernel that skips entries
+    # by value, counted on meta or fake tensors: see .skipped_work), or None.
+    assumed: str | None = None
 
     def call(self) -> OpCall:
         """The op as a rule sees it."""

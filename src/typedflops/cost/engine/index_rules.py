@@ -14,6 +14,7 @@ from .tensors import is_float, numel
 __all__ = [
     "accumulate",
     "bincount",
+    "embedding_backward",
     "embedding_bag",
     "embedding_bag_backward",
     "embedding_bag_weights_backward",
@@ -26,26 +27,37 @@ __all__ = [
 ]
 
 
-def nll_loss(call: OpCall) -> Any:
+def nll_loss(call: OpCall, kept: Any = None) -> Any:
     """A negative log-likelihood: a value picked per target (a divide more, reduced by
     mean); with a ``weight``, a multiply more per target, and for a sum or mean an add of
-    the total weight."""
+    the total weight. ``kept``: the targets not equal to ``ignore_index`` (None: all)."""
     target = call.inputs[1]
     reduction = call.arg(3, "reduction", 1)
     weighted = call.arg(2, "weight") is not None
     per_target = 1 + (weighted * (2 if reduction != 0 else 1))
-    return per_target * numel(target) + (1 if reduction == 1 else 0)
+    targets = numel(target) if kept is None else kept
+    return per_target * targets + (1 if reduction == 1 else 0)
 
 
-def nll_loss_backward(call: OpCall) -> Any:
+def nll_loss_backward(call: OpCall, kept: Any = None) -> Any:
     """The output's gradient, negated (and divided by the total weight once for a mean),
     put at each target's place in zeros: a value per target, a multiply more with a
-    ``weight``."""
+    ``weight``. ``kept``: the targets not equal to ``ignore_index`` (None: all)."""
     values, target = call.arg(1, "self"), call.arg(2, "target")
     if not is_float(values):
         return 0
     weighted = call.arg(3, "weight") is not None
-    return (1 + weighted) * numel(target)
+    return (1 + weighted) * (numel(target) if kept is None else kept)
+
+
+def embedding_backward(call: OpCall, kept: Any = None) -> Any:
+    """``embedding_dense_backward`` (gradient (*ids, D), ids): each id's gradient row added
+    into its row, an add per value; ``kept``: the ids not equal to ``padding_idx``, whose
+    rows alone are added (None: all)."""
+    grad = call.inputs[0]
+    if not is_float(grad):
+        return 0
+    return numel(grad) if kept is None else kept * grad.shape[-1]
 
 
 def accumulate(position: int) -> Rule:
@@ -66,13 +78,14 @@ def index_put(call: OpCall) -> Any:
     return numel(values) if adds and is_float(values) else 0
 
 
-def embedding_bag(call: OpCall) -> Any:
+def embedding_bag(call: OpCall, kept: Any = None) -> Any:
     """A bag's rows summed (mean: and divided; max: compared): an add or compare per value
-    looked up, a multiply more per value with ``per_sample_weights``."""
+    looked up, a multiply more per value with ``per_sample_weights`` (table (V, D), ids
+    (n,)); ``kept``: the ids not equal to ``padding_idx``, the rows looked up (None: all)."""
     weight, indices = call.inputs[0], call.inputs[1]
     if not is_float(weight):
         return 0
-    values = numel(indices) * weight.shape[1]
+    values = (numel(indices) if kept is None else kept) * weight.shape[1]
     weighted = call.arg(6, "per_sample_weights") is not None
     mean = call.arg(4, "mode", 0) == 1
     return values * (1 + weighted) + (numel(call.output) if mean else 0)
@@ -82,11 +95,11 @@ def embedding_bag_backward(mode_at: int, weights_at: int) -> Rule:
     """The bags' gradients added into the rows they looked up: an add per value (mean: a
     divide more; ``per_sample_weights``: a multiply more); max passes each on, 0 FLOPs."""
 
-    def rule(call: OpCall) -> Any:
+    def rule(call: OpCall, kept: Any = None) -> Any:
         grad, indices = call.inputs[0], call.inputs[1]
         if not is_float(grad):
             return 0
-        values = numel(indices) * grad.shape[-1]
+        values = (numel(indices) if kept is None else kept) * grad.shape[-1]
         mode = call.arg(mode_at, "mode", 0)
         if mode == 2:
             return 0
@@ -96,11 +109,13 @@ def embedding_bag_backward(mode_at: int, weights_at: int) -> Rule:
     return rule
 
 
-def embedding_bag_weights_backward(call: OpCall) -> Any:
+def embedding_bag_weights_backward(call: OpCall, kept: Any = None) -> Any:
     """The gradient of ``per_sample_weights``: per value looked up, its row times its bag's
-    gradient, summed (a multiply and an add per coordinate)."""
+    gradient, summed (a multiply and an add per coordinate); ``kept``: the ids not equal to
+    ``padding_idx`` (None: all)."""
     grad, indices = call.inputs[0], call.inputs[2]
-    return 2 * numel(indices) * grad.shape[-1] if is_float(grad) else 0
+    ids = numel(indices) if kept is None else kept
+    return 2 * ids * grad.shape[-1] if is_float(grad) else 0
 
 
 def scattered(call: OpCall) -> Any:
@@ -130,7 +145,7 @@ def index_rules() -> dict[Any, Rule]:
         rules[getattr(aten, name)] = nll_loss
     for name in ("nll_loss_backward", "nll_loss2d_backward"):
         rules[getattr(aten, name)] = nll_loss_backward
-    rules[aten.embedding_dense_backward] = accumulate(0)
+    rules[aten.embedding_dense_backward] = embedding_backward
     rules[aten.col2im] = accumulate(0)  # F.fold: overlapping patches summed
     rules[aten.index_add] = accumulate(2)
     rules[aten.scatter_add] = scattered

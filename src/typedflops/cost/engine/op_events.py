@@ -11,6 +11,7 @@ from ..storage import nbytes
 from .custom_ops import in_custom_op_autograd
 from .events import Event, Group, current_group, new_group
 from .rules import FREE, Free, OpCall, RuleEntry, is_torch_counted, is_view, op_name
+from .skipped_work import SKIPS
 from .tensors import describe, differentiable, flat_tensors, is_float, nbytes_of
 
 __all__ = ["group_of", "make_event", "requires_backward"]
@@ -53,6 +54,7 @@ def make_event(
     view = found is FREE and is_view(func)
     read = 0 if view else _unique_bytes(args, kwargs)
     written = 0 if view else sum(nbytes_of(t) for t in outputs)
+    skip = SKIPS.get(getattr(func, "_overloadpacket", None))
     recorded = torch.is_grad_enabled() or in_custom_op_autograd(func)
     needs_grad = recorded and any(t.requires_grad and is_float(t) for t in inputs)
     return Event(
@@ -71,6 +73,7 @@ def make_event(
         needs_grad=needs_grad,
         torch_counted=is_torch_counted(func._overloadpacket),
         matmul_flops=matmul,
+        assumed=None if skip is None else skip.unknown(args, kwargs),
     )
 
 

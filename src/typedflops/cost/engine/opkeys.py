@@ -13,7 +13,9 @@ integers, ``x * 2.0`` floats). An op whose output shape depends on values
 outputs too. A tensor that is not strided (sparse: its count depends on its values) gives
 no key: its op is counted afresh every time, and so does a jagged batch's attention kernel
 given its sequences' offsets (FlopCounterMode's rule reads their lengths: batches of one
-shape and one longest sequence may differ).
+shape and one longest sequence may differ), and a kernel given the ids of which it skips
+some by value (``nll_loss``'s targets, ``embedding``'s backward's ids: see
+:mod:`.skipped_work`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .fast_calls import FAST_CALLS
 from .op_events import make_event
 from .rules import FREE, Free, RuleEntry, find_rule, is_view
 from .saved import in_checkpoint
+from .skipped_work import SKIPS
 
 __all__ = [
     "EVENTS",
@@ -146,6 +149,9 @@ class Plan:
             for index, argument in enumerate(arguments)
             if raw and argument.name in _OFFSETS
         )
+        skip = SKIPS.get(getattr(func, "_overloadpacket", None)) if overload else None
+        if skip is not None:  # (its ids' values decide what ran: see .skipped_work)
+            self.offsets = ((skip.ids_at, skip.ids),)
         namespace = getattr(func, "namespace", "aten")
         # A custom op runs with grad mode off inside its own autograd forward, where its
         # backward is still to come, and under torch.no_grad, where none is: grad mode does

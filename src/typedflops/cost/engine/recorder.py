@@ -22,7 +22,7 @@ from typing import Any, cast
 import sympy
 
 from ..types import Cost, OpCost, Term
-from .backward import backward_of
+from .counts import Counts
 from .dryrun import measure
 from .events import Event
 from .fit import evaluate, size_value, total
@@ -51,61 +51,6 @@ FIT_LIMIT = 20_000
 _TERMS = 24
 
 
-class Counts:
-    """What one call of a work ran: FLOPs (forward, backward, of matrix products, run
-    again in backward), bytes, the FLOPs FlopCounterMode has formulas for, and the names
-    of ops without a rule."""
-
-    __slots__ = (
-        "backward",
-        "events",
-        "forward",
-        "matmul",
-        "read",
-        "recompute",
-        "torch_backward",
-        "torch_forward",
-        "uncounted",
-        "written",
-    )
-
-    def __init__(self) -> None:
-        self.forward = self.backward = self.read = self.written = self.events = 0
-        self.matmul = self.recompute = self.torch_forward = self.torch_backward = 0
-        self.uncounted: dict[str, None] = {}
-
-    def add_event(self, event: Event, times: int = 1) -> None:
-        """Add an op that ran ``times`` times."""
-        flops = event.flops * times
-        self.events += times
-        self.forward += flops
-        self.read += event.bytes_read * times
-        self.written += event.bytes_written * times
-        self.matmul += event.matmul_flops * times
-        if event.recomputed:
-            self.recompute += flops
-        if event.torch_counted:
-            self.torch_forward += flops
-        if not event.counted:
-            self.uncounted[event.op] = None
-        if event.needs_grad:
-            found = backward_of(event)
-            self.backward += found.flops * times
-            if event.rerun:  # (a Function's backward that ran its forward again)
-                self.recompute += times * sum(e.flops for e in event.rerun)
-            self.torch_backward += times * sum(e.flops for e in found.events if e.torch_counted)
-            self.uncounted.update(dict.fromkeys(found.uncounted))
-
-    def add(self, other: Counts, times: int = 1) -> None:
-        """Add another work's counts, ``times`` calls of it."""
-        for name in _NUMBERS:
-            setattr(self, name, getattr(self, name) + times * getattr(other, name))
-        self.uncounted.update(other.uncounted)
-
-
-_NUMBERS = tuple(name for name in Counts.__slots__ if name != "uncounted")
-
-
 def counts_of(work: Work) -> Counts:
     """The counts of one call of ``work`` (kept on it: a work does not change)."""
     if work._counts is not None:
@@ -128,6 +73,7 @@ def counts_of(work: Work) -> Counts:
             counts.read, counts.written = cost.bytes_read, cost.bytes_written
             counts.matmul, counts.recompute = cost.matmul_flops, cost.recompute_flops
             counts.uncounted.update(dict.fromkeys(cost.uncounted))
+            counts.assumed.update(dict.fromkeys(cost.assumed))
         for item in current.items:
             if type(item) is tuple:
                 for event in item[2]:
@@ -385,6 +331,7 @@ def work_cost(work: Work) -> Cost:
             bytes_written=counts.written,
             ops=ops,
             uncounted=tuple(counts.uncounted),
+            assumed=tuple(counts.assumed),
             function=work.function,
             matmul=_term(matmul, counts.matmul, fitted.matmul),
             recompute=_term(recompute, counts.recompute, fitted.recompute),
@@ -416,6 +363,7 @@ def _numbers(
         bytes_written=counts.written,
         ops=ops,
         uncounted=tuple(counts.uncounted),
+        assumed=tuple(counts.assumed),
         function=function,
         matmul=Term.of_count(counts.matmul, exact=exact),
         recompute=Term.of_count(counts.recompute, exact=exact),
@@ -518,6 +466,7 @@ def merged_total(rows: list[Row], session: RecordSession) -> Cost:
         bytes_written=counts.written,
         ops=tuple(ops),
         uncounted=tuple(counts.uncounted),
+        assumed=tuple(counts.assumed),
         function=None,
         matmul=found["matmul"],
         recompute=found["recompute"],

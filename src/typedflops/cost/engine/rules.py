@@ -127,6 +127,7 @@ from .pointwise_rules import (
 )
 from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
+from .skipped_work import SKIPS, kept_entries
 from .slice_rules import SLICE_READ_NUMBERS, slice_rules
 from .tensors import TensorMeta, map_meta, numel
 from .value_rules import value_rules
@@ -169,12 +170,16 @@ class RuleEntry:
         self, call: OpCall, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
     ) -> int:
         """The FLOPs of one call that ran."""
-        if self.source == "torch" and self.raw:
-            value = self.rule(*args, **kwargs, out_val=out)
-        elif self.raw:
-            value = self.rule(*args, **kwargs)
-        else:
-            value = self.rule(call)
+        ran = self.extra.get("ran")
+        # (a kernel that skips entries by value: what ran, where the values are known)
+        value = None if ran is None else ran(call, args, kwargs)
+        if value is None:
+            if self.source == "torch" and self.raw:
+                value = self.rule(*args, **kwargs, out_val=out)
+            elif self.raw:
+                value = self.rule(*args, **kwargs)
+            else:
+                value = self.rule(call)
         return _as_count(value, self.extra.get("name", call.name))
 
     def matmul_count(self, call: OpCall, flops: int) -> int:
@@ -292,6 +297,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for rules in rulesets:
         for target, rule in rules.items():
             table[target] = entry(rule)
+    for target, skip in SKIPS.items():  # (what ran read from the values, where known)
+        table[target].extra["ran"] = kept_entries(skip, table[target].rule)
     matmul_parts = (layer_matmul_parts(), sampling_matmul_parts(), rnn_matmul_parts())
     for parts in (*matmul_parts, cudnn_rnn_matmul_parts()):
         for target, part in parts.items():  # (fused kernels, part matrix products)

@@ -1,0 +1,139 @@
+"""Kernels that skip the entries a value marks: what ran, from the values where they are.
+
+``nll_loss`` (``nll_loss2d`` too, and so ``cross_entropy``) passes over a target equal to
+``ignore_index``, forward (``NLLLoss.cpp``: no value picked, no weight added) and backward
+(no gradient put); ``embedding``'s backward (``embedding_dense_backward``) passes over the
+ids equal to ``padding_idx``, and so do ``embedding_bag``'s kernels, forward
+(``index_select_add``/``_max``), backward (``_embedding_bag_dense_backward_cpu_sum_mean``)
+and the gradient of ``per_sample_weights`` (``EmbeddingBag.cpp``). Their rules
+(:mod:`.index_rules`) count per target or per id looked up; given how many were not passed
+over (``kept``), they count those alone.
+
+On tensors with values (a record of a real run) the kept entries are counted, one
+reduction on the op's own device (``(ids != skip).sum()``) and one read of the number, on
+every call: such an op is never found again by its shapes (see :mod:`.opkeys`). On tensors
+without values (meta or fake: ``estimate()``, a record on meta, a backward foreseen by a
+replay) every entry is counted, as if none equals the skipped value: the count of the usual
+input (no padding, no ignored target) and an upper bound otherwise; the Cost names the op in
+:attr:`~typedflops.cost.types.Cost.assumed` (:func:`assumed`), and its formulas stay exact,
+since they hold at every size for inputs that skip nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+__all__ = ["BACKWARD_NOTES", "SKIPS", "Skip", "assumed", "kept_entries"]
+
+aten = torch.ops.aten
+
+
+class Skip:
+    """Where an op finds its ids (targets) and the value it skips: positions in its schema,
+    names, the skipped value's default, and what a count without values takes as given.
+    ``signed``: ids may be negative (a target may equal a negative ``ignore_index``); an
+    embedding's ids may not, so a negative ``padding_idx`` (none given) skips nothing."""
+
+    __slots__ = ("default", "ids", "ids_at", "note", "signed", "value", "value_at")
+
+    def __init__(self, ids: tuple[int, str], value: tuple[int, str], note: str) -> None:
+        self.ids_at, self.ids = ids
+        self.value_at, self.value = value
+        self.signed = self.value == "ignore_index"
+        self.default = -100 if self.signed else -1
+        self.note = note
+
+    def _skipped(self, args: Sequence[Any], kwargs: Any) -> int:
+        found = args[self.value_at] if self.value_at < len(args) else kwargs.get(self.value)
+        return self.default if found is None else int(found)
+
+    def _ids(self, args: Sequence[Any], kwargs: Any) -> Any:
+        return args[self.ids_at] if self.ids_at < len(args) else kwargs.get(self.ids)
+
+    def kept(self, args: Sequence[Any], kwargs: Any) -> int | None:
+        """How many ids are not the skipped value; None where the ids have no values.
+
+        ``ids`` (any shape) is read with one reduction."""
+        ids = self._ids(args, kwargs)
+        if not isinstance(ids, torch.Tensor) or _without_values(ids):
+            return None
+        return int(torch.count_nonzero(ids != self._skipped(args, kwargs)))
+
+    def unknown(self, args: Sequence[Any], kwargs: Any) -> str | None:
+        """What a count of these arguments takes as given (:attr:`note`) where the ids have
+        no values and the skipped value may be among them; else None."""
+        ids = self._ids(args, kwargs)
+        if not isinstance(ids, torch.Tensor) or not _without_values(ids):
+            return None
+        return self.note if self.signed or self._skipped(args, kwargs) >= 0 else None
+
+
+_TARGETS = "every target counted, as if none equals ignore_index"
+_IDS = "every id counted, as if none equals padding_idx"
+_TARGET, _IGNORE, _BACKWARD_TARGET, _BACKWARD_IGNORE = (
+    (1, "target"),
+    (4, "ignore_index"),
+    (2, "target"),
+    (5, "ignore_index"),
+)
+_INDICES = (1, "indices")
+
+#: The ops that skip entries by value, by overload packet.
+SKIPS: dict[Any, Skip] = {
+    aten.nll_loss_forward: Skip(_TARGET, _IGNORE, f"nll_loss: {_TARGETS}"),
+    aten.nll_loss2d_forward: Skip(_TARGET, _IGNORE, f"nll_loss: {_TARGETS}"),
+    aten.nll_loss_backward: Skip(
+        _BACKWARD_TARGET, _BACKWARD_IGNORE, f"nll_loss backward: {_TARGETS}"
+    ),
+    aten.nll_loss2d_backward: Skip(
+        _BACKWARD_TARGET, _BACKWARD_IGNORE, f"nll_loss backward: {_TARGETS}"
+    ),
+    aten.embedding_dense_backward: Skip(
+        _INDICES, (3, "padding_idx"), f"embedding backward: {_IDS}"
+    ),
+    aten._embedding_bag: Skip(_INDICES, (8, "padding_idx"), f"embedding_bag: {_IDS}"),
+    aten._embedding_bag_forward_only: Skip(_INDICES, (8, "padding_idx"), f"embedding_bag: {_IDS}"),
+    aten._embedding_bag_backward: Skip(
+        _INDICES, (11, "padding_idx"), f"embedding_bag backward: {_IDS}"
+    ),
+    aten._embedding_bag_dense_backward: Skip(
+        _INDICES, (9, "padding_idx"), f"embedding_bag backward: {_IDS}"
+    ),
+    aten._embedding_bag_per_sample_weights_backward: Skip(
+        (2, "indices"), (6, "padding_idx"), f"embedding_bag backward: {_IDS}"
+    ),
+}
+
+#: The notes of backward kernels: a backward that ran replaces what was foreseen of it.
+BACKWARD_NOTES = frozenset(skip.note for skip in SKIPS.values() if " backward: " in skip.note)
+
+
+def kept_entries(skip: Skip, rule: Callable[..., Any]) -> Callable[..., Any]:
+    """The count of a call that ran (``call``, and its real ``args``, ``kwargs``) by
+    ``rule`` given the entries kept; None where the values are not known."""
+
+    def ran(call: Any, args: Sequence[Any], kwargs: Any) -> Any:
+        kept = skip.kept(args, kwargs)
+        return None if kept is None else rule(call, kept)
+
+    return ran
+
+
+def assumed(events: Iterable[Any], backward: Callable[[Any], Sequence[Any]]) -> tuple[str, ...]:
+    """What the counts of ``events`` (and their backward, by ``backward``: an event's
+    foreseen backward events) take as given of values they did not have, each once."""
+    found: list[str] = []
+    for event in events:
+        if event.assumed is not None:
+            found.append(event.assumed)
+        if event.needs_grad:
+            found.extend(step.assumed for step in backward(event) if step.assumed is not None)
+    return tuple(dict.fromkeys(found))
+
+
+def _without_values(tensor: torch.Tensor) -> bool:
+    return tensor.is_meta or isinstance(tensor, FakeTensor)
