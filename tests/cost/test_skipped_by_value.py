@@ -7,6 +7,8 @@ dry run) every entry is counted, and the Cost says so in ``assumed``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
@@ -108,13 +110,14 @@ def test_embedding_bag_counts_the_ids_other_than_padding() -> None:
     ids = torch.tensor([0, 1, 2, 0, 3, 0])
     psw = torch.rand(6, dtype=torch.float64, requires_grad=True)
     grad = torch.ones(4, 4, dtype=torch.float64)
-    bags = [
+    bags: list[dict[str, Any]] = [
         {"offsets": torch.tensor([0, 2, 2, 4])},
         {"offsets": torch.tensor([0, 2, 2, 4, 6]), "include_last_offset": True},
     ]
-    for kept, padding in [(3, {"padding_idx": 0}), (6, {})]:
+    paddings: list[tuple[int, dict[str, Any]]] = [(3, {"padding_idx": 0}), (6, {})]
+    for kept, padding in paddings:
         values = 4 * kept
-        cases = [
+        cases: list[tuple[dict[str, Any], int, int]] = [
             ({"mode": "sum"}, values, values),
             ({"mode": "mean"}, values + 16, 2 * values),
             ({"mode": "max"}, values, 0),
