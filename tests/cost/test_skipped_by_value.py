@@ -226,3 +226,54 @@ def test_a_foreseen_backward_says_what_it_took_as_given_until_it_runs() -> None:
     with record() as rec:
         F.nll_loss(x, torch.tensor(TARGETS)).backward()
     assert (rec.total.flops, rec.total.backward_flops, rec.total.assumed) == (5, 4, ())
+
+
+def _margins_met(x: list[list[float]], targets: list[int], margin: float) -> int:
+    """The (sample, class other than its target) pairs with ``margin - x[y] + x[i] > 0``,
+    by ``LossMultiMargin.cpp``'s loop."""
+    met = 0
+    for row, y in zip(x, targets, strict=True):
+        for i, value in enumerate(row):
+            if i != y and margin - row[y] + value > 0:
+                met += 1
+    return met
+
+
+def test_multi_margin_loss_counts_the_margins_met() -> None:
+    # 3 samples of 4 classes, 9 pairs. Row 0 (target 0, x[y] = 0): z = 3, 1.5, -2, met 2;
+    # row 1 (all 1): z = 1 three times, met 3; row 2 (x[y] = 5): none. Per pair z and a
+    # compare (3); per pair met an add (p=2: the square, 1 more; weight: 1 more). Each
+    # sample divided by C (3), the mean's sum and divide (4). Backward: z per value and each
+    # value times the output's gradient (3 x 12), a compare per pair (9), per pair met the
+    # target's subtract (p=2: 2*g*z, 2 more; weight 1 more).
+    rows = [[0.0, 2.0, 0.5, -3.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 5.0, 0.2]]
+    targets = [0, 1, 2]
+    met = _margins_met(rows, targets, 1.0)
+    assert met == 5
+    x = torch.tensor(rows, dtype=torch.float64, requires_grad=True)
+    weight = torch.rand(4, dtype=torch.float64)
+    for p, weighted in [(1, False), (2, False), (2, True)]:
+        with record() as rec:
+            F.multi_margin_loss(
+                x, torch.tensor(targets), p=p, weight=weight if weighted else None
+            ).backward()
+        forward = 3 * 9 + (1 + (p == 2) + weighted) * met + 3 + 4
+        backward = 3 * 12 + 9 + (1 + 2 * (p == 2) + weighted) * met
+        assert (rec.total.flops, rec.total.backward_flops) == (forward, backward), (p, weighted)
+    # Every margin met (x all 0, margin 1): the count of shapes alone, 9 pairs
+    with record() as rec:
+        F.multi_margin_loss(torch.zeros(3, 4), torch.tensor(targets))
+    assert rec.total.flops == 3 * 9 + 9 + 3 + 4
+
+
+def test_histc_bins_the_elements_in_its_range_alone() -> None:
+    # min 0, max 4: every element's first compare (x >= 0: 6), the second for those at
+    # least 0 (0.5, 2, 9, 4: 4), the bin's subtract, multiply, divide and the add for those
+    # in range (0.5, 2, 4: 3 x 4); -3 and NaN stop at the first. Its own range (min == max):
+    # the extrema and 6 per element, every element inside.
+    x = torch.tensor([0.5, 2.0, 9.0, -3.0, float("nan"), 4.0])
+    with record() as rec:
+        torch.histc(x, bins=4, min=0, max=4)
+        torch.histc(x, bins=4, min=0, max=10)  # (all but -3 and NaN: 6 + 4 + 4 x 4)
+        torch.histc(x[:4], bins=4)
+    assert rec.total.flops == (6 + 4 + 12) + (6 + 4 + 16) + 7 * 4

@@ -31,12 +31,13 @@ Per element of the input, as the kernels compute it:
 The reduction then adds an add per element (``sum``; ``mean`` a divide more, per output).
 
 Multi-class margin loss (``multi_margin_loss``, N samples of C classes, ``LossMultiMargin.cpp``),
-per class other than the target: ``z = margin - x[y] + x[i]`` (2), a compare, and the larger
-branch: ``z`` (``p = 2``: squared, 1), times ``weight[y]`` (1 with ``weight``), added (1); then
-a divide by C per sample, and the reduction over the N samples (a single sample's loss is
-added too). Its backward computes ``z`` for every class (2 per value), and per class other
-than the target a compare, the gradient ``g`` (``p = 2``: ``2·g·z``, 2), ``weight[y]`` (1) and
-its subtraction from the target's gradient (1); then each value times the output's gradient.
+per class other than the target: ``z = margin - x[y] + x[i]`` (2) and a compare; where
+``z > 0`` (how many, the values tell: :mod:`.skipped_work`) ``z`` (``p = 2``: squared, 1),
+times ``weight[y]`` (1 with ``weight``), added (1); then a divide by C per sample, and the
+reduction over the N samples (a single sample's loss is added too). Its backward computes
+``z`` for every class (2 per value), and per class other than the target a compare; where
+``z > 0`` the gradient ``g`` (``p = 2``: ``2·g·z``, 2), ``weight[y]`` (1) and its subtraction
+from the target's gradient (1); then each value times the output's gradient.
 """
 
 from __future__ import annotations
@@ -129,24 +130,28 @@ def _margin_shape(x: Any) -> tuple[Any, Any]:
     return 1, (x.shape[0] if x.shape else 1)
 
 
-def _multi_margin(call: OpCall) -> Any:
+def _multi_margin(call: OpCall, met: Any = None) -> Any:
+    """``met``: the pairs (sample, class other than its target) whose ``z > 0`` (None: all)."""
     x = call.inputs[0]
     if not is_float(x):
         return 0
     samples, classes = _margin_shape(x)
-    per_class = 4 + (call.arg(2, "p", 1) == 2) + (call.arg(4, "weight") is not None)
+    pairs = samples * (classes - 1)
+    per_met = 1 + (call.arg(2, "p", 1) == 2) + (call.arg(4, "weight") is not None)
     reduction = call.arg(5, "reduction", _MEAN)
     reduced = samples + (reduction == _MEAN) if reduction or len(x.shape) < 2 else 0
-    return samples * (classes - 1) * per_class + samples + reduced
+    return 3 * pairs + per_met * (pairs if met is None else met) + samples + reduced
 
 
-def _multi_margin_backward(call: OpCall) -> Any:
+def _multi_margin_backward(call: OpCall, met: Any = None) -> Any:
+    """``met``: the pairs (sample, class other than its target) whose ``z > 0`` (None: all)."""
     x = call.inputs[1]  # (grad_output, input, target, p, margin, weight, reduction)
     if not is_float(x):
         return 0
     samples, classes = _margin_shape(x)
-    per_class = 2 + 2 * (call.arg(3, "p", 1) == 2) + (call.arg(5, "weight") is not None)
-    return 3 * samples * classes + samples * (classes - 1) * per_class
+    pairs = samples * (classes - 1)
+    per_met = 1 + 2 * (call.arg(3, "p", 1) == 2) + (call.arg(5, "weight") is not None)
+    return 3 * samples * classes + pairs + per_met * (pairs if met is None else met)
 
 
 def _multi_margin_backward_on_meta(

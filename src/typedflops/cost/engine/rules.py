@@ -127,7 +127,7 @@ from .pointwise_rules import (
 )
 from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
-from .skipped_work import SKIPS, kept_entries
+from .skipped_work import SKIPS
 from .slice_rules import SLICE_READ_NUMBERS, slice_rules
 from .tensors import TensorMeta, map_meta, numel
 from .value_rules import value_rules
@@ -298,7 +298,7 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         for target, rule in rules.items():
             table[target] = entry(rule)
     for target, skip in SKIPS.items():  # (what ran read from the values, where known)
-        table[target].extra["ran"] = kept_entries(skip, table[target].rule)
+        table[target].extra["ran"] = skip.counter(table[target].rule)
     matmul_parts = (layer_matmul_parts(), sampling_matmul_parts(), rnn_matmul_parts())
     for parts in (*matmul_parts, cudnn_rnn_matmul_parts()):
         for target, part in parts.items():  # (fused kernels, part matrix products)

@@ -7,7 +7,9 @@ ids equal to ``padding_idx``, and so do ``embedding_bag``'s kernels, forward
 (``index_select_add``/``_max``), backward (``_embedding_bag_dense_backward_cpu_sum_mean``)
 and the gradient of ``per_sample_weights`` (``EmbeddingBag.cpp``). Their rules
 (:mod:`.index_rules`) count per target or per id looked up; given how many were not passed
-over (``kept``), they count those alone.
+over (``kept``), they count those alone. Two more work where a value passes a test: a
+multi-class margin loss adds where a class's margin is met (``z > 0``, :class:`Margins`)
+and ``histc`` with a range given bins the elements inside it (:class:`Bins`).
 
 On tensors with values (a record of a real run) the kept entries are counted, one
 reduction on the op's own device (``(ids != skip).sum()``) and one read of the number, on
@@ -27,7 +29,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-__all__ = ["BACKWARD_NOTES", "SKIPS", "Skip", "assumed", "kept_entries"]
+__all__ = ["BACKWARD_NOTES", "SKIPS", "Bins", "Margins", "Skip", "assumed"]
 
 aten = torch.ops.aten
 
@@ -63,6 +65,16 @@ class Skip:
             return None
         return int(torch.count_nonzero(ids != self._skipped(args, kwargs)))
 
+    def counter(self, rule: Callable[..., Any]) -> Callable[..., Any]:
+        """The count of a call that ran (``call``, and its real ``args``, ``kwargs``) by
+        ``rule`` given the entries kept; None where the values are not known."""
+
+        def ran(call: Any, args: Sequence[Any], kwargs: Any) -> Any:
+            kept = self.kept(args, kwargs)
+            return None if kept is None else rule(call, kept)
+
+        return ran
+
     def unknown(self, args: Sequence[Any], kwargs: Any) -> str | None:
         """What a count of these arguments takes as given (:attr:`note`) where the ids have
         no values and the skipped value may be among them; else None."""
@@ -70,6 +82,91 @@ class Skip:
         if not isinstance(ids, torch.Tensor) or not _without_values(ids):
             return None
         return self.note if self.signed or self._skipped(args, kwargs) >= 0 else None
+
+
+class Margins:
+    """A multi-class margin loss (``multi_margin_loss`` and its backward): per sample of
+    (N, C) inputs and per class other than its target, work where ``z = margin - x[y] +
+    x[i] > 0`` alone. ``at``: the input's position (the targets follow it, then ``p`` and
+    ``margin``); ``note``: what a count without values takes as given."""
+
+    __slots__ = ("at", "ids", "ids_at", "note")
+
+    def __init__(self, at: int, note: str) -> None:
+        self.at = self.ids_at = at
+        self.ids = "self"
+        self.note = note
+
+    def met(self, args: Sequence[Any], kwargs: Any) -> int | None:
+        """How many pairs have ``z > 0``; None where the input has no values."""
+        x, target = args[self.at], args[self.at + 1]
+        if _without_values(x) or _without_values(target):
+            return None
+        found = self.at + 3 < len(args)
+        margin = float(args[self.at + 3] if found else kwargs.get("margin", 1))
+        with torch.no_grad():
+            rows = x.detach().reshape(-1, x.shape[-1] if x.dim() else 1)
+            targets = target.reshape(-1, 1)
+            z = margin - rows.gather(1, targets) + rows
+            z.scatter_(1, targets, 0.0)  # (the target's own class is passed over)
+            return int(torch.count_nonzero(z > 0))
+
+    def counter(self, rule: Callable[..., Any]) -> Callable[..., Any]:
+        """The count of a call that ran by ``rule`` given the pairs met; None where the
+        values are not known."""
+
+        def ran(call: Any, args: Sequence[Any], kwargs: Any) -> Any:
+            met = self.met(args, kwargs)
+            return None if met is None else rule(call, met)
+
+        return ran
+
+    def unknown(self, args: Sequence[Any], kwargs: Any) -> str | None:
+        """:attr:`note` where the input has no values; else None."""
+        x = args[self.at]
+        return self.note if isinstance(x, torch.Tensor) and _without_values(x) else None
+
+
+class Bins:
+    """``histc(x, bins, min, max)`` with a range given: an element below ``min`` (or NaN)
+    stops at the first compare, one above ``max`` at the second; the bin and the add are
+    for the elements in range alone. (``min == max``: the input's own range, every
+    element in it.)"""
+
+    ids, ids_at = "self", 0
+    note = "histc: every element counted in range"
+
+    def ranged(self, args: Sequence[Any], kwargs: Any) -> tuple[int, int] | None:
+        """The elements at least ``min`` and those in ``[min, max]``; None without values."""
+        x = args[0]
+        if _without_values(x):
+            return None
+        low = float(args[2] if len(args) > 2 else kwargs.get("min", 0))
+        high = float(args[3] if len(args) > 3 else kwargs.get("max", 0))
+        at_least = x >= low
+        inside = at_least & (x <= high)
+        return int(torch.count_nonzero(at_least)), int(torch.count_nonzero(inside))
+
+    def counter(self, rule: Callable[..., Any]) -> Callable[..., Any]:
+        """The count of a call that ran by ``rule`` given the elements in range; None
+        where the values are not known."""
+
+        def ran(call: Any, args: Sequence[Any], kwargs: Any) -> Any:
+            ranged = self.ranged(args, kwargs)
+            return None if ranged is None else rule(call, ranged)
+
+        return ran
+
+    def unknown(self, args: Sequence[Any], kwargs: Any) -> str | None:
+        """:attr:`note` where a range is given and the input has no values; else None."""
+        low = float(args[2] if len(args) > 2 else kwargs.get("min", 0))
+        high = float(args[3] if len(args) > 3 else kwargs.get("max", 0))
+        x = args[0]
+        given = low != high and isinstance(x, torch.Tensor) and x.is_floating_point()
+        return self.note if given and _without_values(x) else None
+
+
+_MARGINS = "every class's margin counted as met (z > 0)"
 
 
 _TARGETS = "every target counted, as if none equals ignore_index"
@@ -82,8 +179,11 @@ _TARGET, _IGNORE, _BACKWARD_TARGET, _BACKWARD_IGNORE = (
 )
 _INDICES = (1, "indices")
 
-#: The ops that skip entries by value, by overload packet.
-SKIPS: dict[Any, Skip] = {
+#: The ops whose work values decide, by overload packet.
+SKIPS: dict[Any, Skip | Margins | Bins] = {
+    aten.histc: Bins(),
+    aten.multi_margin_loss: Margins(0, f"multi_margin_loss: {_MARGINS}"),
+    aten.multi_margin_loss_backward: Margins(1, f"multi_margin_loss backward: {_MARGINS}"),
     aten.nll_loss_forward: Skip(_TARGET, _IGNORE, f"nll_loss: {_TARGETS}"),
     aten.nll_loss2d_forward: Skip(_TARGET, _IGNORE, f"nll_loss: {_TARGETS}"),
     aten.nll_loss_backward: Skip(
@@ -110,17 +210,6 @@ SKIPS: dict[Any, Skip] = {
 
 #: The notes of backward kernels: a backward that ran replaces what was foreseen of it.
 BACKWARD_NOTES = frozenset(skip.note for skip in SKIPS.values() if " backward: " in skip.note)
-
-
-def kept_entries(skip: Skip, rule: Callable[..., Any]) -> Callable[..., Any]:
-    """The count of a call that ran (``call``, and its real ``args``, ``kwargs``) by
-    ``rule`` given the entries kept; None where the values are not known."""
-
-    def ran(call: Any, args: Sequence[Any], kwargs: Any) -> Any:
-        kept = skip.kept(args, kwargs)
-        return None if kept is None else rule(call, kept)
-
-    return ran
 
 
 def assumed(events: Iterable[Any], backward: Callable[[Any], Sequence[Any]]) -> tuple[str, ...]:

@@ -21,9 +21,10 @@ follow are written in :mod:`.rules`.
   multiply and a divide: the width is the same for every element) and an add into its bin:
   6. Where ``min == max`` (the default) the range is the input's own (``aminmax``, counted
   as that reduction is: 1 per element) and every element lies in it; an element outside a
-  range given skips all but the compares, which only its value tells: the count is then
-  what it is for values in range. The per-thread histograms' sum depends on the thread
-  count, not on the sizes, and is not counted.
+  range given stops at the compares (``!(x >= min && x <= max)``: one where ``x < min`` or
+  NaN, two above ``max``), which only its value tells (see :mod:`.skipped_work`). The
+  per-thread histograms' sum depends on the thread count, not on the sizes, and is not
+  counted.
 """
 
 from __future__ import annotations
@@ -70,14 +71,18 @@ def _fractional_max_pool_backward(call: OpCall) -> Any:
     return numel(grad) if is_float(grad) else 0
 
 
-def _histc(call: OpCall) -> Any:
+def _histc(call: OpCall, ranged: Any = None) -> Any:
     """Two compares, the bin's subtract, multiply and divide, and the count's add per
-    element; the input's extrema (1 per element) where ``min == max``."""
+    element; the input's extrema (1 per element) where ``min == max``. ``ranged``: the
+    elements at least ``min`` and those in range, (None: all in range)."""
     x = call.inputs[0]
     if not is_float(x):
         return 0
     own_range = float(call.arg(2, "min", 0)) == float(call.arg(3, "max", 0))
-    return (6 + own_range) * numel(x)
+    if ranged is None or own_range:
+        return (6 + own_range) * numel(x)
+    at_least, inside = ranged
+    return numel(x) + at_least + 4 * inside
 
 
 def _fractional_max_pool3d_backward_on_meta(
