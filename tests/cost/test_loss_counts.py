@@ -113,12 +113,18 @@ CASES: list[tuple[str, Any, int, int]] = [
     # (2), a compare, the branch's add (1; p = 2 its square, weight its multiply, 1 each);
     # per sample a divide by the classes; the mean's 5 adds and divide. Backward z for every
     # value (2), per other class a compare and the subtraction (2; p = 2 2·g·z, 2; weight 1),
-    # each value times the output's gradient (1)
-    ("multi-margin", lambda x: F.multi_margin_loss(x, _first(x)), 10 * 4 + 5 + 6, 45 + 10 * 2),
+    # each value times the output's gradient (1). The branch runs where z > 0: a margin of
+    # 1e6 meets every one, as a dry run takes them (tests/cost/test_skipped_by_value.py)
+    (
+        "multi-margin",
+        lambda x: F.multi_margin_loss(x, _first(x), margin=1e6),
+        10 * 4 + 5 + 6,
+        45 + 10 * 2,
+    ),
     (
         "multi-margin-p2-weight",
         lambda x: F.multi_margin_loss(
-            x, _first(x), p=2, weight=torch.ones_like(x[0]), reduction="sum"
+            x, _first(x), p=2, margin=1e6, weight=torch.ones_like(x[0]), reduction="sum"
         ),
         10 * 6 + 5 + 5,
         45 + 10 * 5,
@@ -164,9 +170,10 @@ def test_a_loss_is_counted_alike_on_a_cpu_and_on_meta(
 
 def test_a_margin_loss_backward_that_ran_is_the_one_predicted() -> None:
     # the CPU's backward kernel run inside the record counts what the prediction counts
+    # (every margin met, as the prediction takes them)
     x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     with record() as rec:
-        F.multi_margin_loss(x, _first(x)).backward()
+        F.multi_margin_loss(x, _first(x), margin=1e6).backward()
     assert (rec.total.flops, rec.total.backward_flops, rec.total.uncounted) == (51, 65, ())
 
 
