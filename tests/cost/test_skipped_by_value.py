@@ -145,6 +145,16 @@ def test_calls_alike_in_shape_are_each_counted_by_their_values() -> None:
             _loss(x, torch.tensor(targets)).backward()
     assert (rec.total.flops, rec.total.backward_flops) == (16, 13)
     assert rec.total.assumed == ()
+    # calls that keep as many targets share a row; those that keep others have their own.
+    # A row's backward is foreseen from shapes (every target: 6) and says so; the total's
+    # is what ran (4 + 4 + 6 + 6)
+    with record() as rec:
+        for targets in (TARGETS, [IGNORE, 1, 2, IGNORE, 0, 1], NONE_IGNORED, NONE_IGNORED):
+            _loss(x, torch.tensor(targets)).backward()
+    note = ["nll_loss backward: every target counted, as if none equals ignore_index"]
+    rows = [(r["calls"], r["flops"], r["backward_flops"], r["assumed"]) for r in rec.rows()]
+    assert rows == [(2, 5, 6, note), (2, 7, 6, note)]
+    assert (rec.total.flops, rec.total.backward_flops, rec.total.assumed) == (24, 20, ())
     embedding = nn.Embedding(5, 4, padding_idx=0)
     with record() as rec:
         for ids in ([[0, 1, 2], [3, 0, 0]], [[1, 1, 2], [3, 4, 0]], [[0, 0, 0], [0, 0, 0]]):

@@ -13,9 +13,9 @@ integers, ``x * 2.0`` floats). An op whose output shape depends on values
 outputs too. A tensor that is not strided (sparse: its count depends on its values) gives
 no key: its op is counted afresh every time, and so does a jagged batch's attention kernel
 given its sequences' offsets (FlopCounterMode's rule reads their lengths: batches of one
-shape and one longest sequence may differ), and a kernel given the ids of which it skips
-some by value (``nll_loss``'s targets, ``embedding``'s backward's ids: see
-:mod:`.skipped_work`).
+shape and one longest sequence may differ). A kernel whose work its values decide
+(``nll_loss`` skips the targets equal to ``ignore_index``: see :mod:`.skipped_work`) is
+keyed by what they make it run too (how many targets it keeps), read on every call.
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ class Plan:
         "quick",
         "run",
         "tensors",
+        "valued",
         "view",
         "writes",
     )
@@ -149,9 +150,8 @@ class Plan:
             for index, argument in enumerate(arguments)
             if raw and argument.name in _OFFSETS
         )
-        skip = SKIPS.get(getattr(func, "_overloadpacket", None)) if overload else None
-        if skip is not None:  # (its ids' values decide what ran: see .skipped_work)
-            self.offsets = ((skip.ids_at, skip.ids),)
+        # (a kernel whose work its values decide: keyed by what they make it run too)
+        self.valued = SKIPS.get(getattr(func, "_overloadpacket", None)) if overload else None
         namespace = getattr(func, "namespace", "aten")
         # A custom op runs with grad mode off inside its own autograd forward, where its
         # backward is still to come, and under torch.no_grad, where none is: grad mode does
@@ -362,6 +362,8 @@ def op_key(
             key += (tuple(ids.index(i) for i in ids),)
         if grad and _saved_hooks(False) is not None and in_checkpoint():
             key += ("checkpoint",)
+        if plan.valued is not None:
+            key += (plan.valued.key(args, kwargs or {}),)
     except RuntimeError:  # a strided nested tensor has no shape
         return None
     return key

@@ -13,7 +13,9 @@ and ``histc`` with a range given bins the elements inside it (:class:`Bins`).
 
 On tensors with values (a record of a real run) the kept entries are counted, one
 reduction on the op's own device (``(ids != skip).sum()``) and one read of the number, on
-every call: such an op is never found again by its shapes (see :mod:`.opkeys`). On tensors
+every call: such an op is keyed by that number with its shapes (see :mod:`.opkeys`), so
+calls alike in shape that kept other entries are counted apart, and those that kept as
+many share one count. On tensors
 without values (meta or fake: ``estimate()``, a record on meta, a backward foreseen by a
 replay) every entry is counted, as if none equals the skipped value: the count of the usual
 input (no padding, no ignored target) and an upper bound otherwise; the Cost names the op in
@@ -65,6 +67,10 @@ class Skip:
             return None
         return int(torch.count_nonzero(ids != self._skipped(args, kwargs)))
 
+    def key(self, args: Sequence[Any], kwargs: Any) -> int | None:
+        """What the values make the op run, as part of its key (see :mod:`.opkeys`)."""
+        return self.kept(args, kwargs)
+
     def counter(self, rule: Callable[..., Any]) -> Callable[..., Any]:
         """The count of a call that ran (``call``, and its real ``args``, ``kwargs``) by
         ``rule`` given the entries kept; None where the values are not known."""
@@ -90,11 +96,10 @@ class Margins:
     x[i] > 0`` alone. ``at``: the input's position (the targets follow it, then ``p`` and
     ``margin``); ``note``: what a count without values takes as given."""
 
-    __slots__ = ("at", "ids", "ids_at", "note")
+    __slots__ = ("at", "note")
 
     def __init__(self, at: int, note: str) -> None:
-        self.at = self.ids_at = at
-        self.ids = "self"
+        self.at = at
         self.note = note
 
     def met(self, args: Sequence[Any], kwargs: Any) -> int | None:
@@ -110,6 +115,10 @@ class Margins:
             z = margin - rows.gather(1, targets) + rows
             z.scatter_(1, targets, 0.0)  # (the target's own class is passed over)
             return int(torch.count_nonzero(z > 0))
+
+    def key(self, args: Sequence[Any], kwargs: Any) -> int | None:
+        """What the values make the op run, as part of its key (see :mod:`.opkeys`)."""
+        return self.met(args, kwargs)
 
     def counter(self, rule: Callable[..., Any]) -> Callable[..., Any]:
         """The count of a call that ran by ``rule`` given the pairs met; None where the
@@ -133,7 +142,6 @@ class Bins:
     for the elements in range alone. (``min == max``: the input's own range, every
     element in it.)"""
 
-    ids, ids_at = "self", 0
     note = "histc: every element counted in range"
 
     def ranged(self, args: Sequence[Any], kwargs: Any) -> tuple[int, int] | None:
@@ -146,6 +154,10 @@ class Bins:
         at_least = x >= low
         inside = at_least & (x <= high)
         return int(torch.count_nonzero(at_least)), int(torch.count_nonzero(inside))
+
+    def key(self, args: Sequence[Any], kwargs: Any) -> tuple[int, int] | None:
+        """What the values make the op run, as part of its key (see :mod:`.opkeys`)."""
+        return self.ranged(args, kwargs)
 
     def counter(self, rule: Callable[..., Any]) -> Callable[..., Any]:
         """The count of a call that ran by ``rule`` given the elements in range; None
