@@ -65,7 +65,10 @@ class Skip:
         ids = self._ids(args, kwargs)
         if not isinstance(ids, torch.Tensor) or _without_values(ids):
             return None
-        return int(torch.count_nonzero(ids != self._skipped(args, kwargs)))
+        skipped = self._skipped(args, kwargs)
+        if skipped < 0 and not self.signed:
+            return ids.numel()  # (no padding_idx: no id equals it, nothing to read)
+        return int(torch.count_nonzero(ids != skipped))
 
     def key(self, args: Sequence[Any], kwargs: Any) -> int | None:
         """What the values make the op run, as part of its key (see :mod:`.opkeys`)."""
