@@ -11,7 +11,9 @@ lost with it. Where none of those runs (a size bounded by a table the body index
 ``seq`` of a model with 1,024 learned positions, taken to 32,769), the checks are made at
 values below the far one that run, found by halving the distance from the call's size up
 to near the bound (a few runs; those past the bound stop at the lookup), so that a branch
-inside the bound (``if seq > 256`` under 1,024 positions) is seen.
+inside the bound (``if seq > 256`` under 1,024 positions) is seen. Where all far above
+ran, each dim is also taken far above alone: a branch on how two dims compare past a
+factor (``if x.shape[0] > 8 * x.shape[1]``) keeps its side with both far, not with one.
 """
 
 from __future__ import annotations
@@ -83,7 +85,34 @@ def far_checked(
         if run is None:
             for axis in moved:
                 _alone(runner, at, axis, up, terms, values, mark)
+        elif up and len(moved) > 1:
+            # (a branch on how two dims compare past a factor, ``if n > 8 * d``, holds
+            # the same way with both far: each is taken far alone too)
+            for axis in moved:
+                if any(term.exact for term in terms.values()):
+                    _alone_above(runner, at, axis, terms, values, mark)
     return terms
+
+
+def _alone_above(
+    runner: Runner,
+    at: Mapping[str, Size],
+    axis: Axis,
+    terms: dict[str, Term],
+    values: Mapping[str, int],
+    mark: Mark,
+) -> None:
+    """The check of ``axis`` moved alone to its far value above, or the first of a few
+    more that the body runs at (none: nothing is checked, as the dims all far ran)."""
+    size = at[axis.keys[0]]
+    target = far_value(size, True)
+    start = target[0] if isinstance(target, tuple) else target
+    for option in (start + added for added in _NEAR_FAR):
+        value: Size = (option, *size[1:]) if isinstance(size, tuple) else option
+        run = runner.counted({**at, **axis.assign(value)})
+        if run is not None:
+            mark(run, terms, {**values, axis.name: size_value(value)})
+            return
 
 
 def _alone(
