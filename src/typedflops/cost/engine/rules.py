@@ -86,7 +86,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import sympy
 import torch
@@ -97,6 +97,7 @@ from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
 from .attention_rules import attention_rules, flash_attention_into
 from .cuda_cells import cuda_cell_rules
 from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
+from .free_ops import FREE, FREE_OPS, Free
 from .grouped_rules import grouped_mm_flops
 from .index_rules import index_rules
 from .layer_rules import (
@@ -123,7 +124,6 @@ from .pointwise_rules import (
     per_element,
     pointwise,
     reduction,
-    words,
 )
 from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
@@ -331,50 +331,6 @@ def _saved_bytes(call: OpCall) -> Any:
 #: The bytes of a tensor autograd saves for backward (activation memory), fitted like FLOPs.
 saved_bytes_rule = RuleEntry(_saved_bytes, symbolic=True, source="typedflops")
 
-# Ops that cost 0 FLOPs whatever their inputs: creation, copies, movement, indexing.
-_FREE_OPS = words(
-    """
-    select_backward slice_backward diagonal_backward as_strided_backward expand_copy
-    permute_copy view_copy transpose_copy unsqueeze_copy squeeze_copy t_copy empty empty_like
-    empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like full full_like
-    new_zeros new_ones new_full scalar_tensor arange linspace logspace eye rand rand_like randn
-    randn_like randint randint_like randperm bernoulli uniform normal tril triu clone copy
-    _to_copy to contiguous _copy_from _copy_from_and_resize cat stack split split_with_sizes
-    unsafe_split unsafe_split_with_sizes unsafe_chunk unbind chunk channel_shuffle
-    native_channel_shuffle narrow_copy slice_scatter select_scatter diagonal_scatter
-    as_strided_scatter index index_select gather masked_fill where masked_scatter masked_select
-    take embedding flip roll repeat constant_pad_nd reflection_pad1d reflection_pad2d
-    replication_pad1d replication_pad2d tril_indices triu_indices nonzero sort argsort topk
-    msort kthvalue median nanmedian mode unique _unique2 one_hot fill zero detach alias
-    lift_fresh lift_fresh_copy _local_scalar_dense item set_ resize_ record_stream
-    native_dropout_backward_mask _assert_async _assert_tensor_metadata sym_constrain_range
-    _fused_sdp_choice _has_compatible_shallow_copy_type is_same_size _pin_memory _make_dep_token
-    bucketize searchsorted _unsafe_index index_fill masked_fill_ upsample_nearest1d
-    upsample_nearest2d pixel_shuffle pixel_unshuffle im2col lu_unpack diag_embed _unsafe_view
-    _nested_tensor_from_tensor_list to_padded_tensor _nested_from_padded _efficientzerotensor
-    _has_same_storage_numel _nested_tensor_from_mask_left_aligned max_unpool2d max_unpool3d
-    _sparse_coo_tensor_with_dims_and_tensors hann_window hamming_window blackman_window
-    bartlett_window kaiser_window reflection_pad3d replication_pad3d upsample_nearest3d
-    _upsample_nearest_exact1d _upsample_nearest_exact2d _upsample_nearest_exact3d _foreach_copy
-    _foreach_zero _foreach_clone _foreach_copy_ _foreach_zero_ _to_dense to_dense _to_sparse
-    _to_sparse_csr _to_sparse_csc _to_sparse_bsr _to_sparse_bsc sparse_mask rot90
-    _pack_padded_sequence block_diag
-    """
-)
-
-
-class Free:
-    """The rule of an op that costs 0 FLOPs whatever its inputs: a view, a copy, creation,
-    movement, indexing (:data:`FREE`, the one instance)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "FREE"
-
-
-#: What :func:`find_rule` gives for an op that costs 0 FLOPs.
-FREE: Final = Free()
 
 # FlopCounterMode's formulas, then the built-in rules (which replace the few of its formulas
 # that count other work than the kernel does: see _convolution_backward), by op packet.
@@ -419,7 +375,7 @@ def find_rule(func: torch._ops.OpOverload) -> RuleEntry | Free | None:
             return entry
     if packet in _SEEDED_KERNELS:
         return None  # (a kernel with random numbers inside, no rule: named, not 0)
-    if base in _FREE_OPS or name in _FREE_OPS or is_view(func) or tags & _FREE_TAGS:
+    if base in FREE_OPS or name in FREE_OPS or is_view(func) or tags & _FREE_TAGS:
         return FREE
     if outplace is not None:
         tags |= {tag for overload in _overloads(outplace) for tag in overload.tags}
