@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import types
 from typing import Any
 
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from typedflops import estimate
+from typedflops import estimate, record
 from typedflops.cost.engine.module_sizes import module_names
 
 
@@ -123,3 +124,39 @@ def test_a_field_a_config_sets_after_init_names_a_size_and_is_never_passed() -> 
     cost = estimate(model, Float[Tensor, "b d"], b=2, d=64)
     b, d, n_head = sympy.symbols("b d n_head")
     assert cost.exact and sympy.simplify(cost.formula - 2 * b * d**2 * (n_head + 1) / n_head) == 0
+
+
+class PartialActMlp(nn.Module):
+    """``x: (b, s, d) -> (b, s, d)``; its activation a ``functools.partial`` made anew by
+    each construction, as transformers' Gemma makes its ``act_fn``."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.up = nn.Linear(config.d, config.hidden)
+        self.act = functools.partial(F.gelu, approximate="tanh")
+        self.down = nn.Linear(config.hidden, config.d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.down(self.act(self.up(x)))
+        return out
+
+
+def test_a_module_holding_a_partial_is_rebuilt_at_other_sizes() -> None:
+    with torch.device("meta"):
+        model = PartialActMlp(types.SimpleNamespace(d=16, hidden=48))
+    cost = estimate(model, Float[Tensor, "b s d"], b=2, s=8, d=16)
+    assert cost.fixed == {}
+    assert {str(s) for s in cost.formula.free_symbols} == {"b", "s", "d", "hidden"}
+    assert cost.exact
+    # the formula against real runs at other sizes: a width of 1, widths that coincide
+    for b, s, d, hidden in [(1, 1, 1, 1), (3, 5, 8, 8), (2, 3, 4, 1), (1, 7, 24, 40)]:
+        real = PartialActMlp(types.SimpleNamespace(d=d, hidden=hidden))
+        with record() as rec:
+            real(torch.randn(b, s, d)).sum().backward()
+        sizes = {"b": b, "s": s, "d": d, "hidden": hidden}
+        ran = rec.total
+        # the record also holds the final sum: b*s*d adds (accumulators start at zero)
+        assert cost.forward.at(sizes) == ran.flops - b * s * d
+        assert cost.matmul.at(sizes) == ran.matmul_flops == 4 * b * s * d * hidden
+        assert cost.backward.at(sizes) == ran.backward_flops  # the sum's backward: an expand, 0

@@ -22,7 +22,8 @@ A plain module whose constructor cannot be called again, over typed submodules (
 
 A constructor is trusted only where the module it builds at the original sizes is the
 original's twin: the same submodules (names and classes), parameters and buffers (names
-and shapes), and the same plain attributes. Building happens with the output muted and
+and shapes), and the same plain attributes (a ``functools.partial`` by its function and
+arguments). Building happens with the output muted and
 the random state restored, on the dry run's device (``meta``: nothing is allocated).
 """
 
@@ -476,12 +477,28 @@ def _same_attributes(module: torch.nn.Module, other: torch.nn.Module) -> bool:
             if not isinstance(twin, torch.Tensor) or value.shape != twin.shape:
                 return False
             continue
-        try:
-            if not (value is twin or bool(value == twin)):
-                return False
-        except Exception:
+        if not _same_value(value, twin):
             return False
     return True
+
+
+def _same_value(value: Any, twin: Any) -> bool:
+    """Whether two plain attribute values are equal; a ``functools.partial``, which a
+    constructor makes anew on each call (``partial(F.gelu, approximate="tanh")``) and which
+    compares by identity, by its function, arguments and keywords."""
+    if isinstance(value, functools.partial):
+        return (
+            type(twin) is type(value)
+            and value.func is twin.func
+            and len(value.args) == len(twin.args)
+            and all(_same_value(a, b) for a, b in zip(value.args, twin.args, strict=True))
+            and value.keywords.keys() == twin.keywords.keys()
+            and all(_same_value(v, twin.keywords[k]) for k, v in value.keywords.items())
+        )
+    try:
+        return value is twin or bool(value == twin)
+    except Exception:
+        return False
 
 
 def _match(rebuilt: torch.nn.Module, original: torch.nn.Module, dtype: torch.dtype | None) -> None:
