@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jaxtyping import Float
-from torch import Tensor
+from torch import Tensor, nn
 
 from typedflops import record, typed_flops
 from typedflops.cost.engine.recording import ROOT_LIMIT
@@ -50,10 +50,23 @@ def test_reading_an_open_records_total_changes_nothing_it_counts() -> None:
     with record() as rec:
         y = torch.exp(leaf)
         _ = y > 1
-        assert rec.total.flops == 4  # (the exp, folded: the last call may not have ended)
+        assert rec.total.flops == 8  # (read between torch calls: the last one has ended)
         del y
     assert (rec.total.flops, rec.total.backward_flops) == (8, 0)
     assert [op.op for op in rec.total.ops] == ["exp", "gt"]
+
+
+def test_a_total_read_in_the_block_counts_every_torch_call_run_so_far() -> None:
+    # mm 2·4·16·16 = 2,048 and relu 4·16 = 64; a Linear's addmm 2,048 (its bias added in
+    # the product, as FlopCounterMode counts it) and its ReLU 64
+    x, w = torch.ones(4, 16), torch.ones(16, 16)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+    with record() as rec:
+        y = torch.relu(x @ w)
+        assert (rec.total.flops, len(rec.total.ops)) == (2048 + 64, 2)
+        model(y)
+        assert (rec.total.flops, len(rec.total.ops)) == (2 * (2048 + 64), 4)
+    assert (rec.total.flops, rec.total.exact) == (2 * (2048 + 64), True)
 
 
 @typed_flops

@@ -28,7 +28,7 @@ from ...contract.function import CheckedFunction
 from ..types import Cost
 from .backward_ran import BackwardRan
 from .dryrun import Probe
-from .events import Event
+from .events import Event, _group
 from .fit import Size, size_value
 from .live_records import forget_full
 from .probes import WorkProbe, call_dims
@@ -419,11 +419,20 @@ class RecordSession:
 
     def loose_groups(self) -> dict[tuple[str, str | None, tuple[Event, ...]], int]:
         """The op groups run outside any decorated call, with their counts (the held ones
-        as they stand)."""
-        if not self.held:
+        as they stand; read in the record's thread between torch calls, the last call's
+        too, which a fold leaves out while it may not have ended)."""
+        pending = self.held
+        if (
+            not self.closed
+            and _group.get() is None
+            and threading.get_ident() == self.thread
+            and self.root.items
+        ):
+            pending = [*self.held, *self.root.items]
+        if not pending:
             return self.loose
         found = dict(self.loose)
-        for group in _grouped(self.held):
+        for group in _grouped(pending):
             if type(group) is tuple:
                 found[group] = found.get(group, 0) + 1
         return found
