@@ -17,6 +17,8 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from typedflops import record, typed_flops
+from typedflops.cost.engine.opkeys import plan_of
+from typedflops.cost.engine.skipped_work import SKIPS
 
 IGNORE = -100
 # 6 targets of 4 classes, two of them ignored: 4 kept
@@ -287,3 +289,13 @@ def test_histc_bins_the_elements_in_its_range_alone() -> None:
         torch.histc(x, bins=4, min=0, max=10)  # (all but -3 and NaN: 6 + 4 + 4 x 4)
         torch.histc(x[:4], bins=4)
     assert rec.total.flops == (6 + 4 + 12) + (6 + 4 + 16) + 7 * 4
+
+
+def test_a_kernel_its_values_decide_is_never_found_by_its_shapes_alone() -> None:
+    # Every overload of every such op is keyed with what its values make it run: none takes
+    # the paths keyed by tensors' shapes (tensor_key, the tensors' guards).
+    for packet in SKIPS:
+        for name in packet.overloads():
+            plan = plan_of(getattr(packet, name))
+            assert plan.valued is not None, (packet, name)
+            assert (plan.tensors, plan.quick) == (False, -1), (packet, name)

@@ -165,9 +165,15 @@ class Plan:
             or (func in RUNS and func not in REFUSED_ONLY)
         )
         # Every positional argument a tensor (``mm``, ``relu``, ``add.Tensor``): called
-        # without keywords, keyed by tensor_key.
+        # without keywords, keyed by tensor_key (never a kernel its values decide, keyed by
+        # op_key with what they make it run, and so never found by its tensors' guards).
         positional = [str(a.type) for a in arguments if not a.kwarg_only]
-        self.tensors = bool(positional) and not self.outputs and set(positional) == {"Tensor"}
+        self.tensors = (
+            bool(positional)
+            and not self.outputs
+            and self.valued is None
+            and set(positional) == {"Tensor"}
+        )
         # A view that needs no backward costs nothing, whatever its shapes: keyed by view_key
         self.view = found is FREE and is_view(func) and not self.outputs
         # An op that writes an argument in place (``add_``, ``out=``)
