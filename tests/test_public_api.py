@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 import types
 
 import pytest
@@ -41,6 +43,25 @@ def test_error_classes_are_exported_from_one_place() -> None:
 def test_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         _ = typedflops.nope  # type: ignore[attr-defined]
+
+
+def test_a_lazy_name_whose_import_breaks_says_what_broke() -> None:
+    # An AttributeError raised while a lazily imported module loads (a torch without an op
+    # the module names) would otherwise read as "cannot import name 'record'".
+    script = (
+        "import sys, types\n"
+        "broken = types.ModuleType('typedflops.cost.engine.report')\n"
+        "sys.modules['typedflops.cost.engine.report'] = broken\n"
+        "from typedflops import record\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "ImportError: typedflops.record: importing typedflops.cost.engine.report failed: "
+        "module 'typedflops.cost.engine.report' has no attribute 'record'"
+    )
 
 
 def test_public_callables_have_docstrings() -> None:

@@ -84,10 +84,14 @@ if not TYPE_CHECKING:  # to a type checker, the package has only the names impor
         where = _EXPORTS.get(name)
         if where is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        if where:
-            value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
-        else:
-            value = importlib.import_module(f"{__name__}.{name}")
+        module = f"{__name__}.{where or name}"
+        try:
+            value = importlib.import_module(module)
+            if where:
+                value = getattr(value, name)
+        except AttributeError as exc:
+            # (an AttributeError here would read as "cannot import name": say what failed)
+            raise ImportError(f"typedflops.{name}: importing {module} failed: {exc}") from exc
         globals()[name] = value
         return value
 

@@ -305,9 +305,11 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
             table[target] = dataclasses.replace(table[target], matmul_part=part)
     for target, names in {**READ_NUMBERS, **SLICE_READ_NUMBERS}.items():  # (keyed by values)
         table[target].extra["values"] = names
-    table[aten._flash_attention_forward_no_dropout_inplace] = RuleEntry(
-        flash_attention_into, symbolic=False, source="torch", raw=True, matmul=True
-    )
+    into = getattr(aten, "_flash_attention_forward_no_dropout_inplace", None)
+    if into is not None:  # (torch 2.13 and later)
+        table[into] = RuleEntry(
+            flash_attention_into, symbolic=False, source="torch", raw=True, matmul=True
+        )
     table[aten._grouped_mm] = RuleEntry(
         grouped_mm_flops, symbolic=False, source="typedflops", raw=True, matmul=True
     )
