@@ -47,7 +47,13 @@ class Recorder:
         """The top-level rows, in the order of their first call (each with its children)."""
         session = self.session
         session.fold(final=session.closed)
-        return [Row(work, calls) for work, calls in session.top.items()]
+        inside = session.open_works()  # (read inside calls that have not returned)
+        if not inside:
+            return [Row(work, calls) for work, calls in session.top.items()]
+        found = dict(session.top)
+        for work, calls in inside.items():
+            found[work] = found.get(work, 0) + calls
+        return [Row(work, calls) for work, calls in found.items()]
 
     @property
     def total(self) -> Cost:

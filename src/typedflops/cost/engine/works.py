@@ -30,7 +30,7 @@ from .backward_ran import BackwardRan
 from .dryrun import Probe
 from .events import Event, _group
 from .fit import Size, size_value
-from .live_records import forget_full
+from .live_records import calls_here, forget_full
 from .probes import WorkProbe, call_dims
 from .ragged import whole_sizes, without_ragged
 from .recording import ROOT_LIMIT, START, RecordingMode
@@ -420,21 +420,50 @@ class RecordSession:
     def loose_groups(self) -> dict[tuple[str, str | None, tuple[Event, ...]], int]:
         """The op groups run outside any decorated call, with their counts (the held ones
         as they stand; read in the record's thread between torch calls, the last call's
-        too, which a fold leaves out while it may not have ended)."""
+        too, which a fold leaves out while it may not have ended). Read inside decorated
+        calls that have not returned, their ops so far count as ops of the record's own,
+        as they would if the block ended there (see :meth:`close`)."""
         pending = self.held
-        if (
-            not self.closed
-            and _group.get() is None
-            and threading.get_ident() == self.thread
-            and self.root.items
-        ):
-            pending = [*self.held, *self.root.items]
+        if not self.closed and threading.get_ident() == self.thread:
+            inside = self.open_items()
+            if _group.get() is None and self.root.items:
+                pending = [*self.held, *self.root.items, *inside]
+            elif inside:
+                pending = [*self.held, *inside]
         if not pending:
             return self.loose
         found = dict(self.loose)
         for group in _grouped(pending):
             if type(group) is tuple:
                 found[group] = found.get(group, 0) + 1
+        return found
+
+    def open_items(self) -> list[Any]:
+        """The items of this record's decorated calls that have not returned, in this
+        thread (outermost first), read as they stand: nothing is moved."""
+        calls = calls_here()
+        if type(calls) is not tuple:
+            return []
+        for call in calls:
+            if call.session is self:
+                break
+        else:
+            return []
+        chain: list[Call] = []
+        while call.parent is not None:
+            chain.append(call)
+            call = call.parent
+        return [item for inside in reversed(chain) for item in inside.items]
+
+    def open_works(self) -> dict[Work, int]:
+        """The works of calls that returned inside this record's calls that have not (read
+        in the record's thread), with their counts: rows of the record's own until then."""
+        if self.closed or threading.get_ident() != self.thread:
+            return {}
+        found: dict[Work, int] = {}
+        for item in self.open_items():
+            if type(item) is Work:
+                found[item] = found.get(item, 0) + 1
         return found
 
     def close(self, frame: Any = None) -> None:
