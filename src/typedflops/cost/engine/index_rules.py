@@ -23,6 +23,7 @@ __all__ = [
     "nll_loss",
     "nll_loss_backward",
     "scatter",
+    "scatter_reduced",
     "scattered",
 ]
 
@@ -119,9 +120,23 @@ def embedding_bag_weights_backward(call: OpCall, kept: Any = None) -> Any:
 
 
 def scattered(call: OpCall) -> Any:
-    """``scatter_add``/``scatter_reduce``: an op per index (``src`` may be larger than
-    ``index``: only the part ``index`` covers is read)."""
+    """``scatter_add``: an op per index (``src`` may be larger than ``index``: only the
+    part ``index`` covers is read)."""
     return numel(call.inputs[1]) if is_float(call.inputs[0]) else 0
+
+
+def scatter_reduced(call: OpCall) -> Any:
+    """``scatter_reduce``: an op per index (sum, prod, amax, amin, mean's sum); a mean then
+    counts its entries as the kernel does (``TensorAdvancedIndexing.cpp``): a count per
+    output element scattered up by one per index, compared with 0, and each output element
+    divided by it. (A CPU's path for an index expanded along dim 0, PyG's case, divides the
+    rows the index touches alone: counted here as this path, an upper bound.)"""
+    if not is_float(call.inputs[0]):
+        return 0
+    index = numel(call.inputs[1])
+    if call.arg(4, "reduce") != "mean":
+        return index
+    return 2 * index + 2 * numel(call.inputs[0])
 
 
 def scatter(call: OpCall) -> Any:
@@ -149,7 +164,7 @@ def index_rules() -> dict[Any, Rule]:
     rules[aten.col2im] = accumulate(0)  # F.fold: overlapping patches summed
     rules[aten.index_add] = accumulate(2)
     rules[aten.scatter_add] = scattered
-    rules[aten.scatter_reduce] = scattered
+    rules[aten.scatter_reduce] = scatter_reduced
     rules[aten.scatter] = scatter
     rules[aten.index_put] = index_put
     rules[aten._index_put_impl_] = index_put
