@@ -321,3 +321,30 @@ def test_gpt3_175b_runs_on_meta_from_the_console() -> None:
     assert report["model_flops"] == 3 * report["matmul_forward_flops"]
     assert report["total_bytes"] - report["activation_bytes"] == 16 * n
     assert report["fits"] is False and report["bound"] == "compute"
+
+
+_TARGETS_TAKEN = [
+    "nll_loss: every target counted, as if none equals ignore_index",
+    "nll_loss backward: every target counted, as if none equals ignore_index",
+]
+
+
+def test_a_plan_says_what_its_flops_take_as_given_as_its_estimate_does() -> None:
+    # The step's loss (cross-entropy, nll_loss) skips targets equal to ignore_index; a plan
+    # has no targets' values, so it counts every one, and says so as its estimate does.
+    from typedflops.planning import plan_parallel
+    from typedflops.planning.layout import ParallelLayout
+
+    config = TransformerConfig.gpt2(vocab=512, context=64, d_model=64, n_layers=2, n_heads=4)
+    step = plan(config, batch=2, seq=16, device="H100 SXM")
+    assert list(step.memory.cost.assumed) == _TARGETS_TAKEN
+    report = step.to_dict()
+    assert (report["assumed"], report["uncounted"]) == (_TARGETS_TAKEN, [])
+    lines = step.text().splitlines()
+    after = lines.index(next(line for line in lines if line.startswith("model FLOPs")))
+    assert lines[after + 1 : after + 3] == [f"  values not known: {n}" for n in _TARGETS_TAKEN]
+    ranks = plan_parallel(config, 4, 16, "H100 SXM", ParallelLayout(dp=2), formulas=False)
+    assert (ranks.to_dict()["assumed"], list(ranks.uncounted)) == (_TARGETS_TAKEN, [])
+    assert [f"  values not known: {n}" for n in _TARGETS_TAKEN] == [
+        line for line in ranks.text().splitlines() if line.startswith("  values not known")
+    ]

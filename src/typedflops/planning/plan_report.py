@@ -4,6 +4,7 @@ its JSON (``--json``). The plan itself is made by :func:`typedflops.planning.pla
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from ..text import dtype_name, format_count, text_table, wrap_lines
 from .steptime import StepTime
 from .training import TrainingMemory
 
-__all__ = ["TrainingPlan"]
+__all__ = ["TrainingPlan", "caveats"]
 
 #: The JSON keys of the memory terms (figures and formulas alike).
 _BYTE_KEYS = {
@@ -86,6 +87,8 @@ class TrainingPlan:
                 **{name: str(self.memory.formulas[key]) for key, name in _BYTE_KEYS.items()},
             },
             "dims": {name: int(size) for name, size in self.memory.dims.items()},
+            "uncounted": list(cost.uncounted),
+            "assumed": list(cost.assumed),
         }
 
     def text(self) -> str:
@@ -115,6 +118,7 @@ class TrainingPlan:
             ["model FLOPs", format_count(timing.model_flops), "PaLM: 3x matmuls, for MFU"],
         ]
         lines.append(text_table(["FLOPs", "count", ""], flops, right={1}))
+        lines += caveats(cost.uncounted, cost.assumed)
         lines.append("")
         lines.append(text_table(["memory", "GB", ""], memory.rows(_gb), right={1}))
         lines += memory.notes()
@@ -158,6 +162,15 @@ class TrainingPlan:
         ]
         wrapped = [wrap_lines(f"  {label}: {formula}", 100) for label, formula in formulas]
         return "\n".join([prose, *wrapped])
+
+
+def caveats(uncounted: Sequence[str], assumed: Sequence[str]) -> list[str]:
+    """The lines saying what a plan's FLOPs leave out: ops without a rule, counted 0, and
+    what was taken as given where values decide the work."""
+    lines = [f"  values not known: {note}" for note in assumed]
+    if uncounted:
+        lines.insert(0, f"  uncounted ops (0 FLOPs in these figures): {', '.join(uncounted)}")
+    return lines
 
 
 def _gb(value: float) -> str:

@@ -72,6 +72,7 @@ class StageRuns:
     steady: float
     step: float
     uncounted: frozenset[str]
+    assumed: tuple[str, ...] = ()
 
 
 def stage_runs(
@@ -117,6 +118,7 @@ def stage_runs(
         steady=_extrapolate([r.steady for r in runs], blocks, per_stage),
         step=_extrapolate([r.step for r in runs], blocks, per_stage),
         uncounted=frozenset().union(*(r.uncounted for r in runs)),
+        assumed=tuple(dict.fromkeys(note for r in runs for note in r.assumed)),
     )
 
 

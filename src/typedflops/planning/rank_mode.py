@@ -71,6 +71,8 @@ class RankMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.forced: list[str] = []
         self.counts: list[Count] = []
         self.uncounted: set[str] = set()
+        #: What was taken as given where values decide the work (see .skipped_work).
+        self.assumed: dict[str, None] = {}
         self.peak = 0
         self._storages: dict[int, tuple[Any, int]] = {}
         self._bound = 0  # live bytes, never below the truth (freed storages not yet dropped)
@@ -123,6 +125,8 @@ class RankMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         event = make_event(func, found, args, kwargs, out)
         if not event.counted:
             self.uncounted.add(event.op)
+        if event.assumed is not None:
+            self.assumed[event.assumed] = None
         if not event.flops:
             return
         again = recomputing()

@@ -66,6 +66,7 @@ class RankRun:
     steady: int
     step: int
     uncounted: frozenset[str]
+    assumed: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -259,6 +260,7 @@ def rank_run(
         steady=steady_peak,
         step=step_peak,
         uncounted=frozenset(mode.uncounted),
+        assumed=tuple(mode.assumed),
     )
 
 

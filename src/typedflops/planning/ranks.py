@@ -32,6 +32,7 @@ from . import rank_compose as compose
 from .collectives import bus_fraction
 from .figure import Figure
 from .layout import ParallelLayout
+from .plan_report import caveats
 from .rank_fit import fit_rank
 from .rank_run import StageKind
 from .rank_time import RankTime, rank_time
@@ -63,6 +64,10 @@ class ParallelPlan:
     dims: Mapping[str, int]
     capacity: int | None
     last_stage: Mapping[str, float] = field(default_factory=dict)
+    #: Ops without a rule (counted 0) and what was taken as given where values decide the
+    #: work, over every stage's runs.
+    uncounted: tuple[str, ...] = ()
+    assumed: tuple[str, ...] = ()
 
     @property
     def peak(self) -> float:
@@ -102,6 +107,8 @@ class ParallelPlan:
             "device_memory_bytes": self.capacity,
             "fits": self.fits,
             "dims": dict(self.dims),
+            "uncounted": list(self.uncounted),
+            "assumed": list(self.assumed),
         }
 
     def text(self) -> str:
@@ -147,7 +154,7 @@ class ParallelPlan:
             for key in ("forward_flops", "backward_flops", "recompute_flops", "model_flops")
             if per_rank[key].value
         )
-        lines += ["", f"FLOPs a step on rank 0: {flops}"]
+        lines += ["", f"FLOPs a step on rank 0: {flops}", *caveats(self.uncounted, self.assumed)]
         if self.communication:
             lines += ["", self._communication_table()]
         if self.time is not None:
@@ -292,11 +299,14 @@ def plan_parallel(
     most = compose.whole(compose.peak(runs, layout, held, layout.in_flight))
     per_rank["peak_bytes"] = Figure(most, None, held.peak_source)
     last: dict[str, float] = {}
+    uncounted, assumed = set(runs.uncounted), dict.fromkeys(runs.assumed)
     if layout.pp > 1:
         tail = compose.stage_runs(config, layout, micro, seq, dtype, "last", key, target, gpu)
         tail_held = compose.held_states(
             compose.Composer({}, tail, layout, dims), layout, dtype, key
         )
+        uncounted |= tail.uncounted
+        assumed.update(dict.fromkeys(tail.assumed))
         count = layout.microbatches
         last = {
             "forward_flops": count * tail.totals.get("forward_flops", 0),
@@ -336,6 +346,8 @@ def plan_parallel(
         dims=dims,
         capacity=None if memory is None else int(memory),
         last_stage=last,
+        uncounted=tuple(sorted(uncounted)),
+        assumed=tuple(assumed),
     )
 
 
