@@ -194,6 +194,7 @@ def _record(calls: int, as_run: list[list[int]], uncounted: tuple[str, ...] = ()
         flops=0,
         exact=True,
         uncounted=list(uncounted),
+        assumed=[],
         why="the body reads tensor values",
         as_run=as_run,
     )
@@ -243,3 +244,47 @@ def test_a_dry_run_meeting_real_tensors_held_in_self_says_so() -> None:
         "(held in self or outside the arguments): _mm(): argument 'b' is on meta but "
         "argument 'a' is on cpu; all tensors of one call must be on one device"
     )
+
+
+LOSS_PKG = """
+from __future__ import annotations
+
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+
+def loss(logits: Float[Tensor, "n c"], targets: Int[Tensor, "n"]) -> Float[Tensor, ""]:
+    return F.cross_entropy(logits, targets)
+"""
+
+LOSS_TESTS = """
+import torch
+import loss_pkg
+
+
+def test_loss():
+    loss_pkg.loss(torch.randn(4, 3), torch.tensor([0, 2, -100, 1]))
+"""
+
+
+def test_the_report_says_what_a_dry_run_took_as_given(pytester: pytest.Pytester) -> None:
+    # A dry run has no targets' values: it counts every target, as if none were ignored,
+    # and the report says so under the table, as the Cost does.
+    pytester.mkpydir("loss_pkg").joinpath("__init__.py").write_text(LOSS_PKG)
+    pytester.makepyfile(test_loss=LOSS_TESTS)
+    pytester.makeini("[pytest]\npythonpath = .\n")
+    result = pytester.runpytest(
+        *ARGS, *PLUGIN_ARGS, "-p", "no:xdist", "--typedflops=loss_pkg", "--typedflops-report"
+    )
+    result.assert_outcomes(passed=1)
+    assert _report(result.outlines)[-1:] == [
+        "values not known: nll_loss: every target counted, as if none equals ignore_index"
+    ]
+
+
+def test_workers_records_keep_what_each_took_as_given() -> None:
+    first, second = _record(1, []), _record(2, [])
+    first["assumed"], second["assumed"] = ["a"], ["b", "a"]
+    (merged,) = merge([[first], [second]])
+    assert merged["assumed"] == ["a", "b"]

@@ -48,6 +48,8 @@ class Record(TypedDict):
     flops: int
     exact: bool
     uncounted: list[str]
+    # What a dry run took as given where values decide the work (Cost.assumed).
+    assumed: list[str]
     why: str
     # Calls counted as they ran where no formula could be had: [FLOPs, bytes] of each.
     as_run: list[list[int]]
@@ -313,6 +315,7 @@ class CallTally:
                     flops=0,
                     exact=True,
                     uncounted=[],
+                    assumed=[],
                     why="",
                     as_run=[],
                 )
@@ -325,6 +328,7 @@ class CallTally:
                     record["flops"] = cost.flops
                     record["exact"] = cost.exact
                     record["uncounted"] = list(cost.uncounted)
+                    record["assumed"] = list(cost.assumed)
                 found.append(record)
         return found
 
@@ -355,9 +359,8 @@ def merge(batches: Iterable[Iterable[Record]]) -> list[Record]:
             else:
                 known["calls"] += record["calls"]
                 known["as_run"] += record["as_run"]
-                known["uncounted"] = list(
-                    dict.fromkeys([*known["uncounted"], *record["uncounted"]])
-                )
+                for field in ("uncounted", "assumed"):
+                    known[field] = list(dict.fromkeys([*known[field], *record[field]]))
                 if known["formula"] is None and record["formula"] is not None:
                     calls = known["calls"]
                     known.update(record)
@@ -398,6 +401,7 @@ def rows(records: list[Record]) -> tuple[list[list[str]], list[str]]:
     table_rows: list[list[str]] = []
     notes: list[str] = []
     uncounted: list[str] = []
+    assumed: list[str] = []
     inexact = partial = False
     for key in order:
         module, name, line = key
@@ -420,6 +424,7 @@ def rows(records: list[Record]) -> tuple[list[list[str]], list[str]]:
                 continue
             inexact |= not record["exact"]
             uncounted.extend(record["uncounted"])
+            assumed.extend(record["assumed"])
             mark = "" if record["exact"] else "~ "
             table_rows.append(
                 [
@@ -438,6 +443,7 @@ def rows(records: list[Record]) -> tuple[list[list[str]], list[str]]:
     if uncounted:
         ops = ", ".join(dict.fromkeys(uncounted))
         notes.append(f"uncounted ops (ran, no FLOP rule): {ops}")
+    notes += [f"values not known: {note}" for note in dict.fromkeys(assumed)]
     if inexact:
         notes.append(INEXACT_NOTE)
     if partial:
