@@ -19,6 +19,7 @@ __all__ = [
     "embedding_bag_backward",
     "embedding_bag_weights_backward",
     "index_put",
+    "index_reduced",
     "index_rules",
     "nll_loss",
     "nll_loss_backward",
@@ -54,11 +55,17 @@ def nll_loss_backward(call: OpCall, kept: Any = None) -> Any:
 def embedding_backward(call: OpCall, kept: Any = None) -> Any:
     """``embedding_dense_backward`` (gradient (*ids, D), ids): each id's gradient row added
     into its row, an add per value; ``kept``: the ids not equal to ``padding_idx``, whose
-    rows alone are added (None: all)."""
+    rows alone are added (None: all). With ``scale_grad_by_freq`` the kernel counts each
+    id's frequency (integer work), divides 1 by it once per id and multiplies each row by
+    that scale: a divide per id and a multiply per value more."""
     grad = call.inputs[0]
     if not is_float(grad):
         return 0
-    return numel(grad) if kept is None else kept * grad.shape[-1]
+    ids = numel(grad) // grad.shape[-1] if kept is None else kept
+    values = ids * grad.shape[-1]
+    if not call.arg(4, "scale_grad_by_freq", False):
+        return values
+    return 2 * values + ids
 
 
 def accumulate(position: int) -> Rule:
@@ -139,6 +146,20 @@ def scatter_reduced(call: OpCall) -> Any:
     return 2 * index + 2 * numel(call.inputs[0])
 
 
+def index_reduced(call: OpCall) -> Any:
+    """``index_reduce`` (self (.., n, ..), index (m,), source (.., m, ..)): an op per
+    source value (prod's multiply, amax's or amin's compare, mean's add; without
+    ``include_self`` the rows are first filled, a copy); a mean then adds ones into a count
+    per output element (an add per source value), compares each count with 0 and divides
+    each output element by its count (``TensorAdvancedIndexing.cpp``)."""
+    if not is_float(call.inputs[0]):
+        return 0
+    source = numel(call.inputs[2])
+    if call.arg(4, "reduce") != "mean":
+        return source
+    return 2 * source + 2 * numel(call.inputs[0])
+
+
 def scatter(call: OpCall) -> Any:
     """A scatter that reduces (``reduce="add"``/``"multiply"``): an op per index; else a copy."""
     if call.arg(4, "reduce") is None or not is_float(call.inputs[0]):
@@ -166,6 +187,7 @@ def index_rules() -> dict[Any, Rule]:
     rules[aten.scatter_add] = scattered
     rules[aten.scatter_reduce] = scatter_reduced
     rules[aten.scatter] = scatter
+    rules[aten.index_reduce] = index_reduced
     rules[aten.index_put] = index_put
     rules[aten._index_put_impl_] = index_put
     rules[aten._embedding_bag] = embedding_bag
