@@ -49,7 +49,7 @@ def estimate(
             raise error from None
     hooks = backward_hooks(args)  # (code that runs in backward, which no dry run sees)
     if hooks:
-        cost = dataclasses.replace(cost, uncounted=(*cost.uncounted, *hooks))
+        cost = dataclasses.replace(cost, uncounted=tuple(dict.fromkeys((*cost.uncounted, *hooks))))
     return cost
 
 

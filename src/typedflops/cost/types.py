@@ -277,6 +277,16 @@ class Cost:
             **changes,
         )
 
+    def with_notes_of(self, *others: Cost) -> Cost:
+        """This cost with the ``uncounted`` ops and ``assumed`` lines of ``others`` added
+        after its own (each once, in the order first met): a cost built from others says
+        all they said."""
+        uncounted = tuple(
+            dict.fromkeys((*self.uncounted, *(n for o in others for n in o.uncounted)))
+        )
+        assumed = tuple(dict.fromkeys((*self.assumed, *(n for o in others for n in o.assumed))))
+        return dataclasses.replace(self, uncounted=uncounted, assumed=assumed)
+
     @property
     def exact(self) -> bool:
         """Whether every formula holds at any sizes (see the class docstring)."""

@@ -580,4 +580,5 @@ def _fitted_above_one(probe: Probe, cost: Cost, stuck: Sequence[Axis], moving: b
     used = {str(symbol) for term in terms.values() for symbol in term.formula.free_symbols}
     shown = {**cost.dims, **{name: values[name] for name in sorted(used - cost.dims.keys())}}
     fixed = {name: size for name, size in cost.fixed.items() if name not in used}
-    return _with_terms(cost, terms, shown, fixed)
+    fitted = _with_terms(cost, terms, shown, fixed)
+    return fitted if above is None else fitted.with_notes_of(above)
