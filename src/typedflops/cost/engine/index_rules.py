@@ -4,6 +4,7 @@ written in :mod:`.rules`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -61,7 +62,7 @@ def embedding_backward(call: OpCall, kept: Any = None) -> Any:
     grad = call.inputs[0]
     if not is_float(grad):
         return 0
-    ids = numel(grad) // grad.shape[-1] if kept is None else kept
+    ids = math.prod(grad.shape[:-1]) if kept is None else kept  # (sizes may be symbols)
     values = ids * grad.shape[-1]
     if not call.arg(4, "scale_grad_by_freq", False):
         return values
