@@ -448,11 +448,27 @@ def _twins(original: torch.nn.Module, twin: torch.nn.Module) -> bool:
         return False
     for name, module in modules.items():
         other = twins[name]
-        if type(module) is not type(other):
+        if not _same_class(module, other):
             return False
         if not _same_tensors(module, other) or not _same_attributes(module, other):
             return False
     return True
+
+
+def _same_class(module: torch.nn.Module, other: torch.nn.Module) -> bool:
+    """Whether two modules are of one class; a module with parametrized tensors
+    (``parametrize.register_parametrization``, ``parametrizations.weight_norm``,
+    ``spectral_norm``, ``orthogonal``) is of a class made for it when it is registered, so
+    two such are of one class where the classes they were made from are."""
+    if type(module) is type(other):
+        return True
+    parametrized = torch.nn.utils.parametrize.is_parametrized
+    return (
+        parametrized(module)
+        and parametrized(other)
+        and type(module).__name__ == type(other).__name__
+        and type(module).__bases__ == type(other).__bases__
+    )
 
 
 def _same_tensors(module: torch.nn.Module, other: torch.nn.Module) -> bool:
