@@ -35,24 +35,34 @@ UNTRACED = "(backward not traced to a row)"
 RowOps = tuple[OpCost, tuple[Event, ...], int]
 
 
+class _Held:
+    """A backward op that ran and how many of its runs no row has taken yet."""
+
+    __slots__ = ("event", "times")
+
+    def __init__(self, event: Event, times: int) -> None:
+        self.event = event
+        self.times = times
+
+
 def rows_as_ran(rows: Iterable[RowOps], ran: BackwardRan) -> tuple[OpCost, ...]:
     """``rows`` with each one's backward the ops of ``ran`` traced to it (see the module),
     and a row :data:`UNTRACED` for the ran ops traced to none."""
-    held = [[event, times] for event, times in ran.backward.items()]
+    held = [_Held(event, times) for event, times in ran.backward.items()]
     listed = list(rows)
     foreseen = [
         [step for event in events if event.needs_grad for step in backward_of(event).events]
         for _, events, _ in listed
     ]
     backward = [0] * len(listed)
-    wanted = [[times] * len(steps) for (_, _, times), steps in zip(listed, foreseen)]
+    wanted = [[times] * len(steps) for (_, _, times), steps in zip(listed, foreseen, strict=True)]
     # by the op's name and arguments, then by its name alone (an output whose size the
     # values set, such as embedding_bag's, is another size on meta), as often as foreseen
     for key in (_trace_key, _name):
-        pool: dict[Any, list[list[Any]]] = {}
+        pool: dict[Any, list[_Held]] = {}
         for entry in held:
-            if entry[1]:
-                pool.setdefault(key(entry[0]), []).append(entry)
+            if entry.times:
+                pool.setdefault(key(entry.event), []).append(entry)
         for at, steps in enumerate(foreseen):
             for i, step in enumerate(steps):
                 flops, taken = _take(pool.get(key(step)), wanted[at][i])
@@ -65,12 +75,14 @@ def rows_as_ran(rows: Iterable[RowOps], ran: BackwardRan) -> tuple[OpCost, ...]:
         for step in steps:
             first.setdefault(_trace_key(step), at)
     for entry in held:
-        at = first.get(_trace_key(entry[0]), -1)
-        if entry[1] and at >= 0:
-            backward[at] += entry[0].flops * entry[1]
-            entry[1] = 0
-    found = [_with_backward(cost, flops) for (cost, _, _), flops in zip(listed, backward)]
-    left = [(event, times) for event, times in held if times]
+        at = first.get(_trace_key(entry.event), -1)
+        if entry.times and at >= 0:
+            backward[at] += entry.event.flops * entry.times
+            entry.times = 0
+    found = [
+        _with_backward(cost, flops) for (cost, _, _), flops in zip(listed, backward, strict=True)
+    ]
+    left = [entry for entry in held if entry.times]
     if left:
         zero = Term.of_count(0)
         found.append(
@@ -78,7 +90,7 @@ def rows_as_ran(rows: Iterable[RowOps], ran: BackwardRan) -> tuple[OpCost, ...]:
                 op=UNTRACED,
                 pattern=None,
                 forward=zero,
-                backward=Term.of_count(sum(event.flops * times for event, times in left)),
+                backward=Term.of_count(sum(entry.event.flops * entry.times for entry in left)),
                 bytes_read=0,
                 bytes_written=0,
             )
@@ -86,17 +98,17 @@ def rows_as_ran(rows: Iterable[RowOps], ran: BackwardRan) -> tuple[OpCost, ...]:
     return tuple(found)
 
 
-def _take(held: list[list[Any]] | None, times: int) -> tuple[int, int]:
+def _take(held: list[_Held] | None, times: int) -> tuple[int, int]:
     """FLOPs of up to ``times`` runs of the ran ops ``held`` (one key's), taken from them,
     and how many were taken."""
     flops = taken = 0
     for entry in held or ():
         if taken == times:
             break
-        now = min(entry[1], times - taken)
-        flops += entry[0].flops * now
+        now = min(entry.times, times - taken)
+        flops += entry.event.flops * now
         taken += now
-        entry[1] -= now
+        entry.times -= now
     return flops, taken
 
 
