@@ -134,7 +134,9 @@ def _trace_key(event: Event) -> Any:
 
 
 def _name(event: Event) -> Any:
-    return event.op
+    """An op's name, what it stands for aside (a foreseen ``add (gradient sum)`` runs as
+    ``add``)."""
+    return event.op.split(" (", 1)[0]
 
 
 def _plain(value: Any) -> Any:
