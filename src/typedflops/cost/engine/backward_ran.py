@@ -18,7 +18,8 @@ differentiates while the node runs, are its backward.
 Then a record's total ``backward_flops`` and ``recompute_flops`` are these counts, as
 FlopCounterMode around the same block counts them; a row keeps its call's predicted backward
 (the cost of the call), and a total term whose count is not the prediction is that count,
-marked not exact.
+marked not exact. The total's per-op breakdown takes what ran, op by op (see
+:mod:`.ran_rows`).
 
 Counted, as predicted (see :mod:`.fan_in`): the engine's sums of a tensor's gradients from
 several ops. Not counted: the adds of gradient accumulation into ``.grad``

@@ -27,6 +27,7 @@ from .dryrun import measure
 from .events import Event
 from .fit import evaluate, size_value, total
 from .probes import WorkProbe
+from .ran_rows import rows_as_ran
 from .runs import Probe, Runner
 from .state_read import as_called
 from .works import RecordSession, Work
@@ -91,6 +92,17 @@ def _op_costs(work: Work, path: tuple[str, ...], times: int = 1) -> Iterator[OpC
             yield _op_cost(item, path, times)
     for child, count in work.children():
         yield from _op_costs(child, (*path, child.function), times * count)
+
+
+def _placed_ops(
+    work: Work, path: tuple[str, ...], times: int
+) -> Iterator[tuple[OpCost, tuple[Event, ...], int]]:
+    """:func:`_op_costs`, each with its events and how many times they ran."""
+    for item in work.items:
+        if type(item) is tuple:
+            yield _op_cost(item, path, times), item[2], times
+    for child, count in work.children():
+        yield from _placed_ops(child, (*path, child.function), times * count)
 
 
 def _op_cost(
@@ -432,14 +444,17 @@ def merged_total(rows: list[Row], session: RecordSession) -> Cost:
     """The cost of a record: every top-level row times its calls, and the ops run outside
     any decorated call; dims that mean different sizes in different rows are renamed apart
     (``d_in``, ``d_in_2``) in every term alike. With many distinct rows the formulas are the
-    counts."""
+    counts. Where autograd's engine ran inside the record, each op's backward in the
+    breakdown is what ran for it (see :mod:`.ran_rows`)."""
     counts = Counts()
-    ops: list[OpCost] = []
+    placed: list[tuple[OpCost, tuple[Event, ...], int]] = []
     for row in rows:
         counts.add(counts_of(row.work), row.calls)
-        ops.extend(_op_costs(row.work, (row.function,), row.calls))
+        placed.extend(_placed_ops(row.work, (row.function,), row.calls))
     for group, times in session.loose_groups().items():
-        ops.append(_op_cost(group, (), times))
+        placed.append((_op_cost(group, (), times), group[2], times))
+    ran = session.backward_ran
+    ops = list(rows_as_ran(placed, ran) if ran.ran else (op for op, _, _ in placed))
     counts.add(loose_counts(session))
     distinct: set[tuple[Any, ...]] = set()
     costs = [(row, work_cost(row.work)) for row in rows]
