@@ -241,6 +241,9 @@ def record() -> RecordBlock:
     copied before it opened (``ctx.run``), or inside a decorated call that has returned.
     A worker of a ``ThreadPoolExecutor`` or of ``asyncio.to_thread`` is another thread:
     what it runs counts in the records it opens, not in this one (as FlopCounterMode).
+    Read in this thread while decorated calls have not returned (their body, a hook), the
+    record counts what they ran so far; read from another thread, only the calls that have
+    returned to the block.
 
     >>> import torch
     >>> from typedflops import einsum
