@@ -133,32 +133,32 @@ def scattered(call: OpCall) -> Any:
     return numel(call.inputs[1]) if is_float(call.inputs[0]) else 0
 
 
-def scatter_reduced(call: OpCall) -> Any:
-    """``scatter_reduce``: an op per index (sum, prod, amax, amin, mean's sum); a mean then
-    counts its entries as the kernel does (``TensorAdvancedIndexing.cpp``): a count per
-    output element scattered up by one per index, compared with 0, and each output element
-    divided by it. (A CPU's path for an index expanded along dim 0, PyG's case, divides the
-    rows the index touches alone: counted here as this path, an upper bound.)"""
-    if not is_float(call.inputs[0]):
-        return 0
-    index = numel(call.inputs[1])
-    if call.arg(4, "reduce") != "mean":
-        return index
-    return 2 * index + 2 * numel(call.inputs[0])
+def _reduced_by(values_at: int) -> Rule:
+    """A reduction into an output by index: an op per value reduced (the tensor input at
+    ``values_at``: a sum's add, a product's multiply, a maximum's or minimum's compare); a
+    mean then counts its entries as the kernel does (``TensorAdvancedIndexing.cpp``): ones
+    added into a count per output element (an add per value), each count compared with 0,
+    and each output element divided by its count. Without ``include_self`` the rows are
+    first filled (a copy)."""
+
+    def rule(call: OpCall) -> Any:
+        if not is_float(call.inputs[0]):
+            return 0
+        values = numel(call.inputs[values_at])
+        if call.arg(4, "reduce") != "mean":
+            return values
+        return 2 * values + 2 * numel(call.inputs[0])
+
+    return rule
 
 
-def index_reduced(call: OpCall) -> Any:
-    """``index_reduce`` (self (.., n, ..), index (m,), source (.., m, ..)): an op per
-    source value (prod's multiply, amax's or amin's compare, mean's add; without
-    ``include_self`` the rows are first filled, a copy); a mean then adds ones into a count
-    per output element (an add per source value), compares each count with 0 and divides
-    each output element by its count (``TensorAdvancedIndexing.cpp``)."""
-    if not is_float(call.inputs[0]):
-        return 0
-    source = numel(call.inputs[2])
-    if call.arg(4, "reduce") != "mean":
-        return source
-    return 2 * source + 2 * numel(call.inputs[0])
+#: ``scatter_reduce``: a value per index entry (a CPU's path for an index expanded along
+#: dim 0, PyG's case, divides the rows the index touches alone: counted as the general
+#: path, an upper bound).
+scatter_reduced = _reduced_by(1)
+#: ``index_reduce`` (self (.., n, ..), index (m,), source (.., m, ..)): a value per source
+#: value.
+index_reduced = _reduced_by(2)
 
 
 def scatter(call: OpCall) -> Any:
