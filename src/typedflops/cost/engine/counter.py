@@ -311,6 +311,15 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             key: map_tensors(value, copy) for key, value in kwargs.items()
         }
 
+    def on_meta(self, tree: Any, scalars: bool = False) -> Any:
+        """A decorated call's arguments or value in a dry run on meta tensors (``tree``:
+        tensors, in lists, tuples and dicts): each real tensor as the meta copy its ops
+        take, so that the call's checks see the one device its ops run on; a CPU scalar,
+        which ops keep (its value may be read), only with ``scalars`` (for the checks)."""
+        if not self.to_meta or not any(is_real(t, scalars) for t in tensors_in(tree)):
+            return tree
+        return map_tensors(tree, lambda t: self._meta_copy(t) if is_real(t, scalars) else t)
+
     def _meta_copy(self, tensor: torch.Tensor) -> torch.Tensor:
         known = self.meta_copies.get(id(tensor))
         if known is not None and known[0] is tensor:

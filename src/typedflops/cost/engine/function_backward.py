@@ -54,11 +54,16 @@ def is_real(tensor: torch.Tensor, scalars: bool = False) -> bool:
 
 
 def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """``tree`` (a tensor, or lists and tuples of them) with ``fn`` applied to each tensor."""
+    """``tree`` (a tensor, or lists, tuples and dicts of them) with ``fn`` applied to each
+    tensor."""
     if isinstance(tree, torch.Tensor):
         return fn(tree)
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # a named tuple: by fields
+        return type(tree)(*(map_tensors(item, fn) for item in tree))
     if isinstance(tree, list | tuple):
         return type(tree)(map_tensors(item, fn) for item in tree)
+    if isinstance(tree, dict):
+        return type(tree)((key, map_tensors(value, fn)) for key, value in tree.items())
     return tree
 
 

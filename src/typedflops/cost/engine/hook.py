@@ -43,8 +43,15 @@ class Counter:
         if type(frame) is tuple:
             return count_recorded_call(frame, function, args, kwargs)
         assert isinstance(frame, Frame)
+        mode = frame.session.mode
+        checked = args, kwargs
+        if mode is not None and mode.to_meta:
+            # (a real tensor passed in a dry run, a global weight: its meta copy, as its
+            # ops take it; the checks see a CPU scalar's too, so one device, as in a run)
+            args, kwargs = mode.on_meta(args), mode.on_meta(kwargs)
+            checked = mode.on_meta(args, True), mode.on_meta(kwargs, True)
         with torch._C.DisableTorchFunction():
-            state = function.check_arguments(args, kwargs)
+            state = function.check_arguments(*checked)
             if function.deferred:
                 return function.call_deferred(args, kwargs, state)
             handle = begin_call(frame, function, args, kwargs)
@@ -53,13 +60,14 @@ class Counter:
             with handle.scope():
                 if handle.shortcut is None:
                     result = count_custom_backwards(function.body(*args, **kwargs))
-                    mode = frame.session.mode
                     if mode is not None and mode.again.regions:
                         mode.again.settle()  # (its checkpointed regions' ops run again)
                 else:
                     result = handle.stand_in(args, kwargs)
+            # (a real tensor it returns is checked as its meta copy, likewise)
+            returned = mode.on_meta(result, True) if mode is not None else result
             with torch._C.DisableTorchFunction():
-                function.check_return(result, state)
+                function.check_return(returned, state)
                 handle.finish(state.sizes, result)
         finally:
             try:  # noqa: SIM105 (a context manager costs more, here on each call)
