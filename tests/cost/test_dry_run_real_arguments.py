@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import sympy
 import torch
 from jaxtyping import Float
-from torch import Tensor
+from torch import Tensor, nn
 
+import typedflops.nn as tnn
 from typedflops import estimate, record, typed_flops
 
 B, D, K = 4, 8, 3
@@ -126,3 +128,35 @@ def test_a_dry_run_writes_nothing_into_a_real_argument() -> None:
     cost = estimate(_writes, x, w)
     assert torch.equal(w, before)
     assert cost.flops == 2 * B * D * K + D * K  # the product and the add_
+
+
+class _Projected(nn.Module):
+    """A plain module over a typed one, its buffer passed to a decorated function."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = tnn.Linear(D, 5)
+        self.register_buffer("table", torch.randn(5, K))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _proj(self.lin(x), self.table)
+
+
+def _projected_at(d_in: int) -> nn.Module:
+    module = _Projected()
+    module.lin = tnn.Linear(d_in, 5)
+    return module
+
+
+def test_a_module_rebuilt_with_a_buffer_for_a_decorated_call_is_fitted_in_its_size() -> None:
+    # before: its rebuilt runs stopped at the decorated call (a real buffer beside meta
+    # inputs), so `d` was held: 110*b; its ops now name `d`, and hold at other sizes
+    cost = estimate(_Projected(), Float[Tensor, "b d"], b=B, d=D)
+    b, d = sympy.symbols("b d")
+    assert sympy.expand(cost.formula - 10 * b * (d + K)) == 0 and cost.exact
+    for d_in in (2, 3, 16):
+        with record() as rec:
+            _projected_at(d_in)(torch.randn(B, d_in))
+        assert cost.formula.subs({b: B, d: d_in}) == rec.total.flops
+        ops = {op.op: op.forward.formula.subs({b: B, d: d_in}) for op in cost.ops}
+        assert ops == {op.op: op.flops for op in rec.total.ops if op.flops}

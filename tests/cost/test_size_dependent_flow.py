@@ -334,3 +334,21 @@ def test_a_loop_too_long_to_check_far_is_not_exact() -> None:
     formula is not shown far off, and not marked exact (it holds at its own sizes)."""
     cost = doubled_n_times.estimate(n=520, d=2)
     assert (cost.flops, cost.exact) == (520 * 520 * 2, False)
+
+
+@typed_flops
+def powers(x: Float[Tensor, "n n"], v: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    for _ in range(x.shape[0]):
+        v = x @ v
+    return v
+
+
+def test_ops_of_a_loop_over_a_size_they_depend_on_are_not_exact() -> None:
+    # each product costs 2*n**2*d; its formula, fitted from runs of the same ops (n held),
+    # reads 32*d at n=4: true there, and before marked exact though at n=6 each costs 72*d
+    cost = powers.estimate(n=4, d=3)
+    assert sympy.expand(cost.formula - 2 * d * n**3) == 0 and cost.exact
+    assert [op.flops for op in cost.ops] == [96] * 4
+    assert all(not op.forward.exact for op in cost.ops)
+    assert all(op.forward.holds_at(cost.dims) for op in cost.ops)
+    assert all(op.flops == 72 * 3 for op in powers.estimate(n=6, d=3).ops)

@@ -318,7 +318,8 @@ class CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         which ops keep (its value may be read), only with ``scalars`` (for the checks)."""
         if not self.to_meta or not any(is_real(t, scalars) for t in tensors_in(tree)):
             return tree
-        return map_tensors(tree, lambda t: self._meta_copy(t) if is_real(t, scalars) else t)
+        with _disable_current_modes():  # (making a copy is no op of the body's)
+            return map_tensors(tree, lambda t: self._meta_copy(t) if is_real(t, scalars) else t)
 
     def _meta_copy(self, tensor: torch.Tensor) -> torch.Tensor:
         known = self.meta_copies.get(id(tensor))
