@@ -139,7 +139,8 @@ class _Projected(nn.Module):
         self.register_buffer("table", torch.randn(5, K))
 
     def forward(self, x: Tensor) -> Tensor:
-        return _proj(self.lin(x), self.table)
+        table = self.get_buffer("table")
+        return _proj(self.lin(x), table)
 
 
 def _projected_at(d_in: int) -> nn.Module:

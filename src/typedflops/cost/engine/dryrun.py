@@ -159,7 +159,7 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     moved = {key for s in studies if not s.stuck for key in s.axis.keys}
     moved |= {OWN + str(symbol) for symbol in repeat.values()}
     held = (*own_held(probe.rebuild, moved), *probe.held)
-    cost = _cost(probe, base, fitting, terms, bound, values, changed, held, not sequence)
+    cost = _cost(probe, base, fitting, terms, bound, values, changed, held)
     moving = any(
         s.other_ops or _moves_from_zero(runner, start, base, s.axis)
         for s in studies
@@ -517,11 +517,9 @@ def _cost(
     values: Mapping[str, int],
     changed: set[str],
     held: Sequence[Held],
-    exact_ops: bool,
 ) -> Cost:
     """The Cost: the base run's ops and counts, the terms, the call's dims and the sizes of
-    its formulas, and the sizes that no run changed (``held``: the module's own; without
-    ``exact_ops``, a size changed with other ops, no op's formula exact)."""
+    its formulas, and the sizes that no run changed (``held``: the module's own)."""
     dims = {name: size_value(size) for name, size in bound.items()}
     used = {str(symbol) for term in terms.values() for symbol in term.formula.free_symbols}
     dims.update({name: values[name] for name in sorted(used - dims.keys()) if name in values})
@@ -536,7 +534,7 @@ def _cost(
         dims=dims,
         bytes_read=sum(event.bytes_read for event in events),
         bytes_written=sum(event.bytes_written for event in events),
-        ops=op_costs(events, fitting.fitted, exact_ops),
+        ops=op_costs(events, fitting.fitted),
         uncounted=uncounted(events),
         function=probe.function,
         matmul=terms["matmul"],

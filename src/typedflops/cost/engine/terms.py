@@ -116,11 +116,8 @@ def with_repeats(
     return sympy.factor(summed) if summed.free_symbols else summed
 
 
-def op_costs(events: Sequence[Event], fitted: Fitted, exact: bool = True) -> tuple[OpCost, ...]:
-    """The base run's ops, grouped by the call the user wrote, with their formulas (none
-    exact without ``exact``: a size whose runs ran other ops, a loop over it, was not
-    changed in the runs they were fitted from, so each product of ``for _ in range(n):
-    v = x @ v`` has a formula in ``d`` alone, ``32*d`` at ``n=4``, true there only)."""
+def op_costs(events: Sequence[Event], fitted: Fitted) -> tuple[OpCost, ...]:
+    """The base run's ops, grouped by the call the user wrote, with their formulas."""
     ops: list[OpCost] = []
     start = 0
     while start < len(events):
@@ -133,12 +130,12 @@ def op_costs(events: Sequence[Event], fitted: Fitted, exact: bool = True) -> tup
         forward = Term(
             sum(event.flops for event in chunk),
             total(fitted.forward[start:end]),
-            exact and all(fitted.forward_exact[start:end]),
+            all(fitted.forward_exact[start:end]),
         )
         backward = Term(
             sum(sum(b.flops for b in event.backward) for event in chunk),
             total(fitted.backward[start:end]),
-            exact and all(fitted.backward_exact[start:end]),
+            all(fitted.backward_exact[start:end]),
         )
         ops.append(
             OpCost(
