@@ -158,3 +158,25 @@ def test_rows_of_a_sliced_mask_body_name_the_length_or_are_not_exact() -> None:
         assert_rows_hold(cost, _attention_cost(sizes), changed)
         model = MaskedAttention(sizes["d"], sizes["n_heads"], sizes["max_len"])
         assert_totals_hold(cost, ran(model, (sizes["b"], sizes["s"], sizes["d"])), changed)
+
+
+@typed_flops
+def centred(x: Float[Tensor, "n d"], w: Float[Tensor, "d k"]) -> Float[Tensor, "n k"]:
+    y = x @ w
+    if x.shape[0] > 1:
+        y = y - y.mean(0)
+    return y * 2
+
+
+def test_rows_at_a_dim_of_one_fitted_from_two_up_are_not_exact_at_one() -> None:
+    # At n=1 (no centring) the product's row read 2*d*k, exact: 240 ran at n=6, not 40.
+    cost = centred.estimate(n=1, d=4, k=5, grad=("x", "w"))
+    assert_true_at_own_sizes(cost)
+    assert [(row.op, row.flops) for row in cost.ops] == [("matmul", 40), ("mul", 5)]
+    for n in (2, 3, 6):
+        assert_rows_hold(cost, centred.estimate(n=n, d=4, k=5, grad=("x", "w")), {"n": n})
+        x, w = torch.randn(n, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+        with record() as rec:
+            out = centred(x, w)
+            out.backward(torch.ones_like(out))
+        assert_totals_hold(cost, rec.total, {"n": n})
