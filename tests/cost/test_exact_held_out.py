@@ -106,7 +106,7 @@ def test_a_loop_over_a_size_holds_where_marked_exact(n: int, d: int, others: lis
     assert_true_at_own_sizes(cost)
     for other in others:
         for changed in ({"n": other}, {"d": other}, {"n": other, "d": other + 1}):
-            sizes = {**cost.dims, **changed}
+            sizes: dict[str, Any] = {**cost.dims, **changed}
             again = doubled_then_scaled.estimate(**sizes, grad=("x",))
             assert_rows_hold(cost, again, changed)
             assert_totals_hold(cost, ran(doubled_then_scaled, (sizes["n"], sizes["d"])), changed)
@@ -130,7 +130,7 @@ class MaskedAttention(nn.Module):
             part.view(b, s, self.n_heads, -1).transpose(1, 2) for part in self.qkv(x).split(d, -1)
         )
         att = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        mask: Tensor = self.mask
+        mask = self.get_buffer("mask")
         att = att.masked_fill(~mask[:s, :s], float("-inf")).softmax(-1)
         y: Tensor = self.out((att @ v).transpose(1, 2).reshape(b, s, d))
         return y
