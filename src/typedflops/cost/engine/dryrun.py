@@ -49,7 +49,7 @@ from .rules import declared_flops
 from .runs import TERMS, Counted, Probe, Run, Runner, Thunk, run_once
 from .sequence import MAX_DEGREE, interpolated, points_from
 from .skipped_work import assumed
-from .terms import fitted_terms, op_costs, uncounted
+from .terms import fitted_terms, held_rows, op_costs, uncounted
 
 __all__ = ["Probe", "Run", "Thunk", "measure", "run_once"]
 
@@ -160,6 +160,8 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
     moved |= {OWN + str(symbol) for symbol in repeat.values()}
     held = (*own_held(probe.rebuild, moved), *probe.held)
     cost = _cost(probe, base, fitting, terms, bound, values, changed, held)
+    if sequence or at_one:  # (the rows' fit held these sizes at their values)
+        cost = dataclasses.replace(cost, ops=held_rows(cost.ops))
     moving = any(
         s.other_ops or _moves_from_zero(runner, start, base, s.axis)
         for s in studies

@@ -14,7 +14,7 @@ from .backward import backward_of
 from .events import Event
 from .fit import Fitted, Plan, fit, fit_events, total
 
-__all__ = ["fitted_terms", "op_costs", "uncounted", "with_repeats"]
+__all__ = ["fitted_terms", "held_rows", "op_costs", "uncounted", "with_repeats"]
 
 
 def fitted_terms(
@@ -151,6 +151,20 @@ def op_costs(events: Sequence[Event], fitted: Fitted) -> tuple[OpCost, ...]:
         )
         start = end
     return tuple(ops)
+
+
+def held_rows(ops: Sequence[OpCost]) -> tuple[OpCost, ...]:
+    """``ops`` with each formula that counts FLOPs marked inexact: rows fitted with a size
+    held at its value (one whose values change the ops, as a loop over it does, or a dim of
+    1 fitted from 2 up), which they name as a number, so that they hold at the call's
+    sizes only. A row of no FLOPs (a view) stays exact."""
+
+    def held(term: Term) -> Term:
+        return term if term.formula == 0 else dataclasses.replace(term, exact=False)
+
+    return tuple(
+        dataclasses.replace(op, forward=held(op.forward), backward=held(op.backward)) for op in ops
+    )
 
 
 def uncounted(events: Sequence[Event]) -> tuple[str, ...]:
