@@ -1,0 +1,128 @@
+"""Ops counted by the conventions' rules where a first reading would count them otherwise:
+matrix products of integer values (no floating-point operation: 0 FLOPs), the complex
+outer-product update ``addr`` (a complex multiply 6, an add 2 per output element).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from typedflops import estimate, record
+
+
+def _ints(*shape: int) -> Tensor:
+    return torch.randint(0, 5, shape)
+
+
+INTEGER_PRODUCTS: list[tuple[str, Callable[[Callable[..., Tensor]], Tensor]]] = [
+    ("mm", lambda make: make(4, 3) @ make(3, 5)),
+    ("bmm", lambda make: torch.bmm(make(2, 4, 3), make(2, 3, 5))),
+    ("mv", lambda make: make(4, 3) @ make(3)),
+    ("dot", lambda make: make(3) @ make(3)),
+    ("addmm", lambda make: torch.addmm(make(4, 5), make(4, 3), make(3, 5))),
+    ("addbmm", lambda make: torch.addbmm(make(4, 5), make(2, 4, 3), make(2, 3, 5))),
+    ("baddbmm", lambda make: torch.baddbmm(make(2, 4, 5), make(2, 4, 3), make(2, 3, 5))),
+    ("addmv", lambda make: torch.addmv(make(4), make(4, 3), make(3))),
+    ("addr", lambda make: torch.addr(make(4, 5), make(4), make(5))),
+    ("einsum", lambda make: torch.einsum("ij,jk->ik", make(4, 3), make(3, 5))),
+]
+
+
+@pytest.mark.parametrize(
+    "body", [case[1] for case in INTEGER_PRODUCTS], ids=[case[0] for case in INTEGER_PRODUCTS]
+)
+def test_a_product_of_integer_values_is_no_floating_point_operation(
+    body: Callable[[Callable[..., Tensor]], Tensor],
+) -> None:
+    # An integer add costs 0 by the conventions; an integer matrix product did not: mm of
+    # 4 x 3 by 3 x 5 integers recorded 120 FLOPs (and 120 matrix-product FLOPs for an MFU).
+    with record() as ints:
+        body(_ints)
+    assert (ints.total.flops, ints.total.matmul_flops, ints.total.uncounted) == (0, 0, ())
+    with record() as floats:  # the same product on floating-point values is counted
+        body(lambda *shape: torch.randn(*shape))
+    assert floats.total.flops > 0
+
+
+def test_an_estimate_of_an_integer_product_is_zero_too() -> None:
+    cost = estimate(torch.matmul, Int[Tensor, "m k"], Int[Tensor, "k n"], m=4, k=3, n=5)
+    assert (cost.flops, cost.matmul_flops, cost.exact) == (0, 0, True)
+
+
+def test_a_floating_point_product_of_integer_inputs_made_float_is_counted() -> None:
+    # masks made float before the product compute at float32: 2·4·3·5, FlopCounterMode's
+    a = (_ints(4, 3) > 2).float()
+    b = (_ints(3, 5) > 2).float()
+    with record() as rec:
+        a @ b
+    assert rec.total.flops == rec.total.matmul_flops == 2 * 4 * 3 * 5
+
+
+def test_a_complex_outer_product_update_counts_complex_multiplies_and_adds() -> None:
+    # addr(c, x, y) = c + x yᵀ: 4 x 5 outputs, each a complex multiply (6) and add (2);
+    # recorded 40 (2 a value, as for real values) where 160 ran
+    def addr(dtype: torch.dtype) -> int:
+        c, x, y = torch.randn(4, 5, dtype=dtype), torch.randn(4, dtype=dtype), torch.randn(5, dtype=dtype)
+        with record() as rec:
+            torch.addr(c, x, y)
+        return rec.total.flops
+
+    assert addr(torch.complex64) == (6 + 2) * 4 * 5
+    assert addr(torch.float32) == (1 + 1) * 4 * 5
+    # its parts, run alone: an outer product's multiplies (6 a value) and an add (2)
+    z = torch.randn(4, dtype=torch.complex64)
+    w = torch.randn(5, dtype=torch.complex64)
+    with record() as parts:
+        torch.outer(z, w) + torch.randn(4, 5, dtype=torch.complex64)
+    assert parts.total.flops == (6 + 2) * 4 * 5
+
+
+DISTRIBUTION_BODIES: list[tuple[str, Callable[[Tensor], Tensor]]] = [
+    ("normal-rsample", lambda x: torch.distributions.Normal(x, x.abs() + 1).rsample()),
+    ("categorical-sample", lambda x: torch.distributions.Categorical(logits=x).sample()),
+    ("normal-log-prob", lambda x: torch.distributions.Normal(0.0, 1.0).log_prob(x)),
+    (
+        "bernoulli-log-prob",
+        lambda x: torch.distributions.Bernoulli(logits=x).log_prob((x > 0).float()),
+    ),
+    ("check-tensor-all", lambda x: (torch._check_tensor_all(x == x), x * 2)[1]),
+]
+
+
+@pytest.mark.parametrize(
+    "body", [case[1] for case in DISTRIBUTION_BODIES], ids=[case[0] for case in DISTRIBUTION_BODIES]
+)
+def test_a_validated_distribution_is_estimated_as_a_real_run_counts_it(
+    body: Callable[[Tensor], Tensor],
+) -> None:
+    # torch.distributions validates its parameters and a log_prob's value by reading a
+    # value (`if not torch._is_all_true(constraint.check(value)): raise`); a dry run
+    # stopped there, where the check passes and the count is the real run's
+    cost = estimate(body, Float[Tensor, "n d"], n=4, d=3)
+    x = torch.randn(4, 3)
+    with record() as rec:
+        body(x)
+    assert (cost.flops, cost.uncounted) == (rec.total.flops, ())
+    assert cost.flops > 0
+    with record() as larger:
+        body(torch.randn(6, 5))
+    assert cost.forward.at({"n": 6, "d": 5}) == larger.total.flops
+
+
+def test_a_normal_samples_count_by_hand() -> None:
+    # loc checked real (x == x: 12 compares), scale checked positive (12), x.abs() + 1
+    # (24), the sample loc + eps * scale (24): 72, forward; backward with x requiring grad:
+    # the sample's gradient into scale (eps · g, 12) and loc (g, free), abs' (sign, then
+    # times g: 24), the sum of x's two gradients (12): 48; the sum's backward is an expand
+    body = DISTRIBUTION_BODIES[0][1]
+    cost = estimate(body, Float[Tensor, "n d"], n=4, d=3, grad=("x",))
+    assert cost.flops == 72
+    x = torch.randn(4, 3, requires_grad=True)
+    with record() as rec:
+        body(x).sum().backward()
+    assert cost.backward_flops == rec.total.backward_flops == 12 + 24 + 12
