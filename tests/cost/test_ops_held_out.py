@@ -67,7 +67,8 @@ def test_a_complex_outer_product_update_counts_complex_multiplies_and_adds() -> 
     # addr(c, x, y) = c + x yᵀ: 4 x 5 outputs, each a complex multiply (6) and add (2);
     # recorded 40 (2 a value, as for real values) where 160 ran
     def addr(dtype: torch.dtype) -> int:
-        c, x, y = torch.randn(4, 5, dtype=dtype), torch.randn(4, dtype=dtype), torch.randn(5, dtype=dtype)
+        c = torch.randn(4, 5, dtype=dtype)
+        x, y = torch.randn(4, dtype=dtype), torch.randn(5, dtype=dtype)
         with record() as rec:
             torch.addr(c, x, y)
         return rec.total.flops

@@ -4,8 +4,8 @@ Conventions (the only place they are written; the documentation quotes them):
 
 - One FLOP per scalar multiply, add, compare or divide; accumulators start at zero. Only
   floating-point (and complex) values count: ops on integer or boolean tensors (masks,
-  counters, indices, integer matrix products) cost 0, but for those with a floating-point result, computed at its
-  dtype (``torch.arange(n) / n``, ``ids.sum(dtype=torch.float32)``).
+  counters, indices, integer matrix products) cost 0, but for those with a floating-point
+  result, computed at its dtype (``torch.arange(n) / n``, ``ids.sum(dtype=torch.float32)``).
 - Ops are counted as they ran, at the level of the kernels torch dispatches (``aten`` ops):
   ``x @ w`` on 3-d ``x`` is one ``mm``; ``torch.einsum`` is the ``bmm`` and ``sum`` torch
   runs; ``F.scaled_dot_product_attention`` is the kernel torch picked for the device.
