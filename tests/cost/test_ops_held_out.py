@@ -13,6 +13,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from typedflops import estimate, record
+from typedflops.errors import DryRunError
 
 
 def _ints(*shape: int) -> Tensor:
@@ -149,3 +150,38 @@ def test_a_normal_samples_count_by_hand() -> None:
     with record() as rec:
         body(x).sum().backward()
     assert cost.backward_flops == rec.total.backward_flops == 12 + 24 + 12
+
+
+def _rows_by_lengths(x: Tensor) -> Tensor:
+    # a mask of ones' lengths read out as Python numbers (what unpadding code does)
+    lengths = torch.ones_like(x, dtype=torch.long).sum(-1).tolist()
+    return torch.cat([x[:, :length].sum(-1) for length in lengths])
+
+
+def _rows_by_positions(x: Tensor) -> Tensor:
+    return torch.cat([x[i : i + 1] * 2 for i in torch.arange(x.shape[0]).tolist()])
+
+
+@pytest.mark.parametrize(
+    ("body", "formula"),
+    [(_rows_by_lengths, "d*n**2"), (_rows_by_positions, "d*n")],
+    ids=["lengths", "positions"],
+)
+def test_tolist_of_values_the_shapes_fix_is_read_in_a_dry_run(
+    body: Callable[[Tensor], Tensor], formula: str
+) -> None:
+    # .tolist() of a tensor whose values the shapes fix (a mask of ones' lengths, arange
+    # positions) stopped a dry run as a value read; a real run reads them: n loops of
+    # n·d adds (n = 4, d = 3: 48), and n rows doubled (12)
+    cost = estimate(body, Float[Tensor, "n d"], n=4, d=3)
+    with record() as rec:
+        body(torch.randn(4, 3))
+    assert (cost.flops, str(cost.formula), cost.exact) == (rec.total.flops, formula, True)
+    with record() as larger:
+        body(torch.randn(5, 2))
+    assert cost.forward.at({"n": 5, "d": 2}) == larger.total.flops
+
+
+def test_tolist_of_an_input_still_stops_a_dry_run_in_one_line() -> None:
+    with pytest.raises(DryRunError, match=r"a dry run cannot go past .* at test_ops_held_out\.py"):
+        estimate(lambda x: x * len(x.tolist()), Float[Tensor, "n d"], n=4, d=3)

@@ -11,11 +11,11 @@ make of them alone (``diff``, ``cumsum``, comparisons, slices). Code that reads 
 So a dry run keeps, next to each such meta tensor, its values on the CPU (a tensor of up
 to :data:`LIMIT` values): made by a factory op with no tensor input that draws nothing at
 random, by an op whose tensor inputs all have values, or copied from a real tensor the
-body reaches. A value read of such a tensor (``.item()``, ``bool()``, ``torch.equal``)
-gets its value, and an op whose output's shape depends on values (``nonzero``, a boolean
-mask's index) gets its shape, as a real run would; each is counted as the op it is. A
-tensor whose values are not known (an input, a weight) keeps none: reading it stops the
-run as before.
+body reaches. A value read of such a tensor (``.item()``, ``bool()``, ``torch.equal``,
+``.tolist()``) gets its value, and an op whose output's shape depends on values
+(``nonzero``, a boolean mask's index) gets its shape, as a real run would; each is
+counted as the op it is. A tensor whose values are not known (an input, a weight) keeps
+none: reading it stops the run as before.
 
 A validation, ``torch._is_all_true(valid)`` of a ``valid`` whose values are not known
 (``torch.distributions`` checks a distribution's parameters and a ``log_prob``'s value so,
