@@ -11,11 +11,17 @@ make of them alone (``diff``, ``cumsum``, comparisons, slices). Code that reads 
 So a dry run keeps, next to each such meta tensor, its values on the CPU (a tensor of up
 to :data:`LIMIT` values): made by a factory op with no tensor input that draws nothing at
 random, by an op whose tensor inputs all have values, or copied from a real tensor the
-body reaches. A value read of such a tensor (``.item()``, ``bool()``, ``torch.equal``)
-gets its value, and an op whose output's shape depends on values (``nonzero``, a boolean
-mask's index) gets its shape, as a real run would; each is counted as the op it is. A
-tensor whose values are not known (an input, a weight) keeps none: reading it stops the
-run as before.
+body reaches. A value read of such a tensor (``.item()``, ``bool()``, ``torch.equal``,
+``.tolist()``) gets its value, and an op whose output's shape depends on values
+(``nonzero``, a boolean mask's index) gets its shape, as a real run would; each is
+counted as the op it is. A tensor whose values are not known (an input, a weight) keeps
+none: reading it stops the run as before.
+
+A validation, ``torch._is_all_true(valid)`` of a ``valid`` whose values are not known
+(``torch.distributions`` checks a distribution's parameters and a ``log_prob``'s value so,
+``if not torch._is_all_true(constraint.check(value)): raise ValueError``; so does
+``torch._check_tensor_all``), is taken as passed: its result holds ``True``. The
+constraint's ops are counted as they run, and what follows computes the same either way.
 
 A run under ``FakeTensorMode`` (where a run on meta cannot go on) keeps them alike for its
 fake tensors, to check index bounds only (see :mod:`.index_bounds`): it answers no value
@@ -212,6 +218,10 @@ class KnownValues:
         else:
             values = self._on_cpu(args, kwargs) if _small(out) else None
         if values is None:
+            if func is aten._is_all_true.default:  # (a validation: taken as passed)
+                with _disable_current_modes():
+                    self._keep(out, torch.tensor(True))
+                return
             self._forget_written(func, args)
             return
         try:
