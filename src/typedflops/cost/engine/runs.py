@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensorMode,
 )
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ...config import disabled
 from ...errors import ContractError, DryRunError, SpecError
@@ -169,6 +170,9 @@ def run_once(
     that are not arguments, such as module-level constants). With ``hooks=False``, without
     the saved-tensor hooks that measure activation memory (``torch.func``'s transforms
     refuse them): none is measured.
+
+    The dispatch modes open around it (a ``FlopCounterMode``, a profiler's, a record's)
+    are taken off torch's stack for the run: its ops are the model's, never work that ran.
     """
     target = None if fake else probe.device
     if target == "meta":
@@ -176,7 +180,7 @@ def run_once(
     session = RunSession(probe.function, target, on_meta=not fake)
     saved = SavedTensors()
     session.saved = saved if hooks else None
-    with _collection_paused():
+    with _collection_paused(), _disable_current_modes():
         return _run(probe, assignment, session, saved, fake, target)
 
 
