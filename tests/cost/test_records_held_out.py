@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -60,7 +61,7 @@ def estimated(x: Float[Tensor, "r c"], w: Float[Tensor, "c c"]) -> Float[Tensor,
 
 
 @typed_flops
-def seen(x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]) -> Float[Tensor, "n"]:
+def seen(x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]) -> Float[Tensor, " n"]:
     """A product (n d)x(d d), a relu and a sum over d."""
     return torch.relu(x @ w).sum(-1)
 
@@ -111,7 +112,42 @@ def test_a_dispatch_mode_around_a_record_sees_only_the_ops_that_ran() -> None:
         with record() as rec:
             for _ in range(2):
                 seen(x, w).sum().backward()
-        rec.total
+        assert rec.total.matmul_flops == 2 * P
         rec.table()
     assert around.ops == plain.ops
     assert around.ops.count("aten.mm.default") == 4  # (two forwards, two backwards for w)
+
+
+class _Called(TorchFunctionMode):
+    """Every torch function called while it is open, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+@typed_flops
+def called(x: Float[Tensor, "m e"], w: Float[Tensor, "e e"]) -> Float[Tensor, "m e"]:
+    """One product (m e)x(e e)."""
+    return torch.matmul(x, w)
+
+
+def test_a_function_mode_around_a_record_and_an_estimate_sees_only_the_calls_made() -> None:
+    x, w = torch.randn(2, 4), torch.randn(4, 4)
+    with _Called() as around:
+        with record() as rec:
+            called(x, w)
+        assert rec.total.matmul_flops == 2 * 2 * 4 * 4
+        called.estimate(m=3, e=5)
+    assert around.calls.count("matmul") == 1
+    assert rec.total.flops == 2 * 2 * 4 * 4

@@ -171,8 +171,9 @@ def run_once(
     the saved-tensor hooks that measure activation memory (``torch.func``'s transforms
     refuse them): none is measured.
 
-    The dispatch modes open around it (a ``FlopCounterMode``, a profiler's, a record's)
-    are taken off torch's stack for the run: its ops are the model's, never work that ran.
+    The dispatch and torch function modes open around it (a ``FlopCounterMode``, a
+    profiler's, a record's) are taken off torch's stacks for the run: its ops are the
+    model's at other sizes, never work that ran.
     """
     target = None if fake else probe.device
     if target == "meta":
@@ -180,8 +181,22 @@ def run_once(
     session = RunSession(probe.function, target, on_meta=not fake)
     saved = SavedTensors()
     session.saved = saved if hooks else None
-    with _collection_paused(), _disable_current_modes():
+    with _collection_paused(), _disable_current_modes(), _function_modes_lifted():
         return _run(probe, assignment, session, saved, fake, target)
+
+
+@contextlib.contextmanager
+def _function_modes_lifted() -> Iterator[None]:
+    """Take the torch function modes open here off torch's stack inside the block (a
+    user's own ``TorchFunctionMode``, a record's naming mode) and put them back after."""
+    lifted = [
+        torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())
+    ]
+    try:
+        yield
+    finally:
+        for mode in reversed(lifted):
+            torch._C._push_on_torch_function_stack(mode)
 
 
 @contextlib.contextmanager
