@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import record, typed_flops
+from typedflops.text import format_count
 
 P = 2 * 8 * 16 * 16
 
@@ -151,3 +152,29 @@ def test_a_function_mode_around_a_record_and_an_estimate_sees_only_the_calls_mad
         called.estimate(m=3, e=5)
     assert around.calls.count("matmul") == 1
     assert rec.total.flops == 2 * 2 * 4 * 4
+
+
+@typed_flops
+def trained(x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]) -> Float[Tensor, "n d"]:
+    """One product (n d)x(d d)."""
+    return x @ w
+
+
+def test_a_records_table_shows_the_backward_that_ran_in_it() -> None:
+    x, w = torch.randn(8, 16), torch.randn(16, 16, requires_grad=True)
+    with FlopCounterMode(display=False) as counter, record() as rec:
+        y = trained(x, w)
+        y.backward(torch.ones_like(y))  # (w's gradient alone: one product of P)
+        z = trained(x, w.detach())  # (no backward: none predicted)
+    assert counter.get_total_flops() == 3 * P
+    assert (rec.total.flops, rec.total.backward_flops) == (2 * P, P)
+    lines = rec.table().splitlines()
+    header = lines[0].split()
+    assert header[4:6] == ["FLOPs", "backward"]
+    cells = {line.split()[0]: line.split() for line in lines[2:]}
+    assert cells["total"][-4:-2] == [format_count(2 * P), format_count(P)]
+    by_row = [
+        (row["function"], row["calls"], row["flops"], row["backward_flops"]) for row in rec.rows()
+    ]
+    assert by_row == [("trained", 1, P, P), ("trained", 1, P, 0)]
+    assert z.shape == (8, 16)
