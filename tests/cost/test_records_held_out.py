@@ -25,11 +25,11 @@ from typedflops.text import format_count
 P = 2 * 8 * 16 * 16
 
 
-class _Seen(TorchDispatchMode):
+class _Seen(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Every aten op dispatched while it is open, by name."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[str] = []
 
     def __torch_dispatch__(
