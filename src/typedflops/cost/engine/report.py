@@ -87,9 +87,13 @@ class Recorder:
     def table(self) -> str:
         """A text table: function, calls, dims, formula, FLOPs and bytes per call, intensity
         (and time, FLOP/s, MFU where measured); the ops run outside any decorated call (such
-        as making the inputs), when there are any; the total; uncounted ops by name."""
+        as making the inputs), when there are any; the total; uncounted ops by name. Where
+        the record has backward FLOPs (a backward ran in it, or its calls' is predicted), a
+        ``backward`` column beside ``FLOPs`` holds them, so that its figures add up too."""
         header = ["function", "calls", "dims", "formula", "FLOPs", "bytes", "FLOP/B"]
         rows = self.rows()
+        total = self.total
+        backward = bool(total.backward_flops) or any(row["backward_flops"] for row in rows)
         timed = any("measurement" in row for row in rows)
         if timed:
             header += ["time", "FLOP/s", "MFU"]
@@ -125,7 +129,6 @@ class Recorder:
                 + [f"{forward / moved:.3g}" if moved else "-"]
                 + [""] * (len(header) - 7)
             )
-        total = self.total
         inexact |= not total.exact
         body.append(
             [
@@ -139,7 +142,10 @@ class Recorder:
             ]
             + [""] * (len(header) - 7)
         )
-        lines = [text_table(header, body, right={1, 4, 5, 6})]
+        right = {1, 4, 5, 6}
+        if backward:
+            header, body, right = _with_backward(header, body, rows, total)
+        lines = [text_table(header, body, right=right)]
         if total.uncounted:
             lines.append(f"uncounted ops (ran, no FLOP rule): {', '.join(total.uncounted)}")
         if inexact:
@@ -169,6 +175,21 @@ class Recorder:
         return across_ranks(
             self.total, elapsed, backward=backward, dtype=dtype, peak=peak, group=group
         )
+
+
+def _with_backward(
+    header: list[str], body: list[list[str]], rows: list[dict[str, Any]], total: Cost
+) -> tuple[list[str], list[list[str]], set[int]]:
+    """The table with a ``backward`` column after ``FLOPs``: each row's backward FLOPs per
+    call, the ops outside any call (what the total has beyond the top-level rows' calls)
+    and the total's."""
+    cells = [format_count(row["backward_flops"]) for row in rows]
+    top = sum(row["backward_flops"] * row["calls"] for row in rows if row["depth"] == 0)
+    if len(body) > len(rows) + 1:  # (the row of the ops outside any call)
+        cells.append(format_count(total.backward_flops - top))
+    cells.append(format_count(total.backward_flops))
+    widened = [[*line[:5], cell, *line[5:]] for line, cell in zip(body, cells, strict=True)]
+    return [*header[:5], "backward", *header[5:]], widened, {1, 4, 5, 6, 7}
 
 
 def _fields(cost: Cost) -> dict[str, Any]:

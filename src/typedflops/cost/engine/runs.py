@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensorMode,
 )
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ...config import disabled
 from ...errors import ContractError, DryRunError, SpecError
@@ -169,6 +170,10 @@ def run_once(
     that are not arguments, such as module-level constants). With ``hooks=False``, without
     the saved-tensor hooks that measure activation memory (``torch.func``'s transforms
     refuse them): none is measured.
+
+    The dispatch and torch function modes open around it (a ``FlopCounterMode``, a
+    profiler's, a record's) are taken off torch's stacks for the run: its ops are the
+    model's at other sizes, never work that ran.
     """
     target = None if fake else probe.device
     if target == "meta":
@@ -176,8 +181,22 @@ def run_once(
     session = RunSession(probe.function, target, on_meta=not fake)
     saved = SavedTensors()
     session.saved = saved if hooks else None
-    with _collection_paused():
+    with _collection_paused(), _disable_current_modes(), _function_modes_lifted():
         return _run(probe, assignment, session, saved, fake, target)
+
+
+@contextlib.contextmanager
+def _function_modes_lifted() -> Iterator[None]:
+    """Take the torch function modes open here off torch's stack inside the block (a
+    user's own ``TorchFunctionMode``, a record's naming mode) and put them back after."""
+    lifted = [
+        torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())
+    ]
+    try:
+        yield
+    finally:
+        for mode in reversed(lifted):
+            torch._C._push_on_torch_function_stack(mode)
 
 
 @contextlib.contextmanager
