@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncGenerator, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import record, typed_flops
-from typedflops.cost.engine.recorder import loose_counts
+from typedflops.cost.engine.recorder import loose_counts, torch_counts
 from typedflops.cost.engine.report import Recorder
 
 STEP = 2 * 2 * 16 * 16  # one chunk times the weight
@@ -42,7 +42,9 @@ class Skip(Exception):
 
 
 @typed_flops
-def chunks(x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]) -> Iterator[Float[Tensor, "2 d"]]:
+def chunks(
+    x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]
+) -> Generator[Float[Tensor, "2 d"], None, None]:
     for start in range(0, x.shape[0], 2):
         try:
             yield x[start : start + 2] @ w
@@ -51,7 +53,9 @@ def chunks(x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]) -> Iterator[Float[T
 
 
 @typed_flops
-def cleaned(x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]) -> Iterator[Float[Tensor, "2 d"]]:
+def cleaned(
+    x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]
+) -> Generator[Float[Tensor, "2 d"], None, None]:
     try:
         for start in range(0, x.shape[0], 2):
             yield x[start : start + 2] @ w
@@ -155,6 +159,70 @@ def test_paused_when_its_record_closes() -> None:
     assert second.total.flops == _summed(second) == 2 * STEP
 
 
+def test_collected_in_a_later_record() -> None:
+    with record() as first:
+        plain = chunks(X, W)
+        cleaning = cleaned(X, W)
+        next(plain)
+        next(cleaning)
+    with record() as second:
+        del plain, cleaning
+        gc.collect()
+    assert _rows(first) == [("chunks", 0, 1, STEP), ("cleaned", 0, 1, STEP)]
+    # closed there: only the finally block runs, in the record open then
+    assert _rows(second) == [("cleaned", 0, 1, CLEANUP)]
+    assert second.total.flops == _summed(second) == CLEANUP
+
+
+def test_closed_on_another_thread() -> None:
+    with record() as rec:
+        generator = cleaned(X, W)
+        next(generator)
+        closer = threading.Thread(target=generator.close)
+        closer.start()
+        closer.join()
+        _ = X @ W
+    # its finally block ran on the other thread, which no record of it sees; its row
+    # holds its step, ended when the record closed
+    assert _rows(rec) == [("cleaned", 0, 1, STEP)]
+    assert rec.total.flops == _summed(rec) == STEP + 2 * 8 * 16 * 16
+
+
+def test_read_inside_a_step() -> None:
+    seen: list[tuple[int, int]] = []
+
+    @typed_flops
+    def reading(x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]) -> Iterator[Float[Tensor, "2 d"]]:
+        for start in range(0, x.shape[0], 2):
+            out = x[start : start + 2] @ w
+            seen.append((rec.total.flops, _summed(rec)))
+            yield out
+
+    with record() as rec:
+        generator = reading(X, W)
+        next(generator)
+        next(generator)
+        between = (rec.total.flops, _summed(rec))
+    assert seen == [(STEP, STEP), (2 * STEP, 2 * STEP)]
+    assert between == (2 * STEP, 2 * STEP)
+    assert _rows(rec) == [("reading", 0, 1, 2 * STEP)]
+
+
+def test_backward_through_what_it_yields() -> None:
+    w = W.clone().requires_grad_()
+    with record() as rec, FlopCounterMode(display=False) as counter:
+        outs = [item @ V for item in chunks(X, w)]
+        torch.cat(outs).sum().backward()
+    total = rec.total
+    rows = sum(row.calls * row.cost().backward_flops for row in rec.calls)
+    assert total.flops == _summed(rec)
+    assert total.backward_flops == rows + loose_counts(rec.session).backward
+    # matrix products: forward 4 steps and 4 uses; backward the weight's gradient of each
+    # step, the item's gradient of each use (V takes none)
+    assert torch_counts(rec.session.root) == (4 * STEP + 4 * USE, 4 * STEP + 4 * USE)
+    assert sum(torch_counts(rec.session.root)) == counter.get_total_flops()
+
+
 def test_created_outside_any_record() -> None:
     generator = chunks(X, W)
     next(generator)
@@ -217,8 +285,11 @@ def test_nested_generators_left_early() -> None:
         next(generator)  # the second inner one's first step
         del generator
         gc.collect()
-    assert _rows(rec) == [("both", 0, 1, 4 * STEP), ("chunks", 1, 1, 2 * STEP),
-                          ("chunks", 1, 1, STEP)]
+    assert _rows(rec) == [
+        ("both", 0, 1, 4 * STEP),
+        ("chunks", 1, 1, 2 * STEP),
+        ("chunks", 1, 1, STEP),
+    ]
     assert rec.total.flops == _summed(rec) == 4 * STEP
 
 
@@ -262,7 +333,7 @@ def test_async_generator() -> None:
     @typed_flops
     async def batches(
         x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]
-    ) -> AsyncIterator[Float[Tensor, "2 d"]]:
+    ) -> AsyncGenerator[Float[Tensor, "2 d"], None]:
         for start in range(0, x.shape[0], 2):
             await asyncio.sleep(0)
             yield x[start : start + 2] @ w

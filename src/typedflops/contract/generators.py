@@ -24,9 +24,9 @@ __all__ = ["StepCounter", "checked_async_generator", "checked_generator"]
 class StepCounter(Protocol):
     """The cost engine's count of one generator call: each step's ops go to it."""
 
-    def enter(self, awaits: bool) -> Any:
+    def enter(self, awaits: bool, closing: bool = False) -> Any:
         """A step begins (``awaits``: an async generator's, which other tasks interleave
-        with): a token for :meth:`leave`."""
+        with; ``closing``: the last one, at ``close()``): a token for :meth:`leave`."""
 
     def leave(self, token: Any, item: Any) -> None:
         """The step that :meth:`enter` began ended (``item``: what it yielded, or None)."""
@@ -119,7 +119,7 @@ def _close(
     body: Generator[Any, Any, Any], state: CallState, counter: StepCounter | None, raised: bool
 ) -> None:
     """Close ``body`` as a last step (its ``finally`` blocks run), then end the call."""
-    step = counter.enter(False) if counter is not None else None
+    step = counter.enter(False, True) if counter is not None else None
     token = call_scope.set(state)
     try:
         body.close()
@@ -195,7 +195,7 @@ async def _aclose(
     body: AsyncGenerator[Any, Any], state: CallState, counter: StepCounter | None, raised: bool
 ) -> None:
     """:func:`_close` for an async generator."""
-    step = counter.enter(True) if counter is not None else None
+    step = counter.enter(True, True) if counter is not None else None
     token = call_scope.set(state)
     try:
         await body.aclose()

@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from ...contract.function import CheckedFunction, counting_frame
 from ...contract import generators
+from ...contract.function import CheckedFunction, counting_frame
 from ...contract.scope import CallState
 from .counter import count_custom_backwards
 from .live_records import calls_here, walked
@@ -49,7 +49,7 @@ class GeneratorCall:
     """One call of a decorated generator function: its call in each record that saw a
     step of it (see the module)."""
 
-    __slots__ = ("args", "calls", "function", "inner", "kwargs", "state")
+    __slots__ = ("args", "calls", "closing", "function", "inner", "kwargs", "state")
 
     def __init__(
         self,
@@ -66,9 +66,12 @@ class GeneratorCall:
         self.calls: dict[RecordSession, Call] = {}
         #: Its calls while a step runs (read by :func:`.live_records.walked`).
         self.inner: tuple[Call, ...] | None = None
+        #: Its calls made by its last step, at ``close()``: no row where it ran nothing.
+        self.closing: tuple[Call, ...] = ()
 
-    def enter(self, awaits: bool) -> Any:
-        """A step begins: its ops go to this call in every record open here."""
+    def enter(self, awaits: bool, closing: bool = False) -> Any:
+        """A step begins: its ops go to this call in every record open here (``closing``:
+        its last step, at ``close()``)."""
         here = calls_here()
         if type(here) is not tuple:
             return None  # (no record here, or a dry run's consumer: the consumer's ops)
@@ -82,6 +85,8 @@ class GeneratorCall:
                 if call is not outer:  # (else inside a flops= call: part of its body)
                     self.calls[session] = call
                     session.generators[call] = self
+                    if closing:
+                        self.closing += (call,)
             inner.append(call)
         calls = tuple(inner)
         mode = here[0].session.mode
@@ -124,6 +129,9 @@ class GeneratorCall:
                 continue  # (a record of another thread ends it when it closes)
             session.generators.pop(call, None)
             call.parent = open_caller(call)
+            if not call.items and call in self.closing:
+                call.done = True  # (closed, paused since another record, running nothing)
+                continue
             if raised:
                 session.abandon(call)
             else:

@@ -518,9 +518,16 @@ class RecordSession:
         that ends inside decorated calls (``frame``: the calls open where it ended) keeps
         what they ran so far as ops of its own; a generator that has not ended is a row
         with what its steps ran (see :mod:`.generator_calls`)."""
-        for call, generator in reversed(list(self.generators.items())):
-            generator.end_in(call, open_caller(call))
-        self.generators.clear()
+        pending, self.generators = list(self.generators.items()), {}
+        top: list[tuple[Call, Any]] = []
+        for call, generator in reversed(pending):  # (one inside another first)
+            caller = open_caller(call)
+            if caller.parent is None:
+                top.append((call, generator))
+            else:
+                generator.end_in(call, caller)
+        for call, generator in reversed(top):  # (in the order of their first step)
+            generator.end_in(call, self.root)
         if type(frame) is tuple:
             for call in frame:
                 if call.session is self and call.parent is not None:
