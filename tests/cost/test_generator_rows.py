@@ -11,6 +11,7 @@ Every op is a matrix product, so ``FlopCounterMode`` counts the same total.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import threading
 from collections.abc import AsyncGenerator, Generator, Iterator
@@ -305,6 +306,46 @@ def test_nested_records() -> None:
     assert _rows(outer) == [("chunks", 0, 1, 4 * STEP)]
     assert outer.total.flops == _summed(outer) == 4 * STEP
     assert inner.total.flops == _summed(inner) == 2 * STEP
+
+
+def test_record_opened_in_a_step_and_closed_in_a_later_one() -> None:
+    opened: list[Recorder] = []
+
+    @typed_flops
+    def spans(x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]) -> Iterator[Float[Tensor, "2 d"]]:
+        with record() as inner:
+            opened.append(inner)
+            yield x[:2] @ w  # run inside the inner record's block: its own ops
+            yield x[2:4] @ w  # a step the inner record sees: the generator's row
+        yield x[4:6] @ w  # after the inner record closed
+
+    with record() as outer, FlopCounterMode(display=False) as counter:
+        _use(spans(X, W))
+    inner = opened[0]
+    assert _rows(outer) == [("spans", 0, 1, 3 * STEP)]
+    assert outer.total.flops == _summed(outer) == counter.get_total_flops() == 3 * STEP + 3 * USE
+    assert _rows(inner) == [("spans", 0, 1, STEP)]
+    assert inner.total.flops == _summed(inner) == 2 * STEP + 2 * USE
+
+
+def test_context_manager_made_of_one() -> None:
+    @contextlib.contextmanager
+    @typed_flops
+    def scope(x: Float[Tensor, "n d"], w: Float[Tensor, "d d"]) -> Iterator[Float[Tensor, "n d"]]:
+        y = x @ w  # 2*8*16*16 = 4,096
+        try:
+            yield y
+        finally:
+            _ = y @ w  # 4,096
+
+    with record() as rec, FlopCounterMode(display=False) as counter:
+        with scope(X, W) as y:
+            _ = y @ W
+        with pytest.raises(KeyError), scope(X, W) as y:
+            raise KeyError
+    # the second raised out of its body (the block's error thrown in): its ops are the caller's
+    assert _rows(rec) == [("scope", 0, 1, 2 * 4096)]
+    assert rec.total.flops == _summed(rec) == counter.get_total_flops() == 5 * 4096
 
 
 def test_advanced_from_two_threads_in_turn() -> None:

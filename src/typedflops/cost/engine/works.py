@@ -544,6 +544,8 @@ class RecordSession:
             chain.append(call)
             call = call.parent
         for inside in reversed(chain):
+            if inside.done:
+                continue  # (a generator's call: a row already, see close)
             call.items.extend(inside.items)
             inside.items = []
             inside.label = START
