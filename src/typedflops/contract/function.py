@@ -39,7 +39,7 @@ from .compiled import (
     frame_locals,
     function_kind,
 )
-from .generators import checked_async_generator, checked_generator
+from .generators import StepCounter, checked_async_generator, checked_generator
 from .memo import reads_memo, with_memo
 from .scope import (
     CallState,
@@ -111,6 +111,16 @@ class CallCounter(Protocol):
         """The frame a call made here counts into, where :data:`counting_frame` holds none
         (a context copied before a record of this thread or task opened), or None."""
 
+    def count_generator(
+        self,
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        state: CallState,
+    ) -> StepCounter:
+        """The count of a decorated generator's call, made at its first step a record
+        sees: each step's ops are its own."""
+
 
 #: The innermost frame the cost engine counts into, per thread and asyncio task; None on
 #: the hot path (nothing is counting). The engine sets it; the contract only reads it.
@@ -124,6 +134,22 @@ _counters: list[CallCounter] = []
 # Bound once: every checked call reads them.
 _counting = counting_frame.get
 _caller = call_scope.get
+
+
+def _generator_counter(
+    function: CheckedFunction[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    state: CallState,
+) -> StepCounter | None:
+    """The engine's count of a generator call stepped here, where a record counts here
+    (a dry run's consumer counts its steps as its own), else None."""
+    frame = _counting()
+    if frame is None and open_records:
+        frame = _counters[0].frame_here()
+    if type(frame) is not tuple:
+        return None
+    return _counters[0].count_generator(function, args, kwargs, state)
 
 
 def attach_counter(counter: CallCounter) -> None:
@@ -412,9 +438,10 @@ class CheckedFunction(Generic[P, R]):
         if self._kind == COROUTINE:
             return self._call_async(args, kwargs, state)
         body: Any = self._fn(*args, **kwargs)
+        counted = functools.partial(_generator_counter, self, args, kwargs, state)
         if self._kind == GENERATOR:
-            return checked_generator(body, self.contract, state)
-        return checked_async_generator(body, self.contract, state)
+            return checked_generator(body, self.contract, state, counted)
+        return checked_async_generator(body, self.contract, state, counted)
 
     async def _call_async(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], state: CallState

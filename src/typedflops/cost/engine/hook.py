@@ -19,6 +19,7 @@ from ...contract.scope import CallState, call_scope
 from .calls import CallHandle, begin_call
 from .counter import count_custom_backwards
 from .frames import Frame
+from .generator_calls import GeneratorCall
 from .live_records import open_here, walked
 from .recorded_calls import AwaitedCall, count_recorded_call
 from .session import RunSession
@@ -100,6 +101,16 @@ class Counter:
             result = await coroutine
         handle.finish(state.sizes)
         return result
+
+    def count_generator(
+        self,
+        function: CheckedFunction[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        state: CallState,
+    ) -> GeneratorCall:
+        """The count of a decorated generator's call (see :mod:`.generator_calls`)."""
+        return GeneratorCall(function, args, kwargs, state)
 
     def frame_here(self) -> Any:
         """The records counting a call made here, where the context holds none (see

@@ -27,7 +27,7 @@ from .live_records import forget_full, open_here, thread_state, walked
 from .recording import lift_naming
 from .works import Call
 
-__all__ = ["AwaitedCall", "count_recorded_call", "note_measured"]
+__all__ = ["AwaitedCall", "count_recorded_call", "note_measured", "restore_frame"]
 
 _frame = counting_frame
 _no_torch_function = torch._C.DisableTorchFunction
@@ -119,7 +119,7 @@ def count_recorded_call(
                 call_scope.reset(scope_token)
             except LookupError:
                 pass
-            _restore(frame_token, calls, own)
+            restore_frame(frame_token, calls, own)
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
         try:
@@ -231,7 +231,7 @@ def _count_in_records(
                 call_scope.reset(scope_token)
             except LookupError:  # (gone already: see contract.scope.call_scope)
                 pass
-            _restore(frame_token, calls, inner)
+            restore_frame(frame_token, calls, inner)
             if deep:
                 sys.setrecursionlimit(sys.getrecursionlimit() - _OWN_FRAMES)
         # its return value checked (a call whose value fails gave its ops to its caller)
@@ -265,7 +265,7 @@ walked(count_recorded_call.__code__, lambda names: names.get("own"))
 walked(_count_in_records.__code__, lambda names: names.get("inner"))
 
 
-def _restore(token: Any, calls: tuple[Call, ...], inner: tuple[Call, ...]) -> None:
+def restore_frame(token: Any, calls: tuple[Call, ...], inner: tuple[Call, ...]) -> None:
     """Give back the records' frame a call's body found. Records that closed in the body
     leave it; those that opened there and are still open stay (their roots)."""
     current = _frame.get()
@@ -318,7 +318,7 @@ class AwaitedCall:
             _abandon(self.inner, self.calls)
             raise
         finally:
-            _restore(token, self.calls, self.inner)
+            restore_frame(token, self.calls, self.inner)
 
     def finish(self, bound: Mapping[str, Size]) -> None:
         """Close it after its body returned and its arguments passed (``bound``: its dims)."""

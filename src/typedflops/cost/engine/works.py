@@ -40,7 +40,7 @@ from .signature import signature_without_sizes
 from .sites import Site, sites_of
 from .waits import scope as _calls_scope
 
-__all__ = ["Call", "RecordSession", "Work"]
+__all__ = ["Call", "RecordSession", "Work", "open_caller"]
 
 
 class Work:
@@ -223,6 +223,9 @@ class RecordSession:
         self.zeroed: dict[Event, Event] = {}
         self.declared: dict[tuple[str, int], Event] = {}
         self.bodies: dict[CheckedFunction[..., Any], _Body] = {}
+        #: The calls of decorated generators that have not ended, in the order of their
+        #: first step here, each with its generator's call (see :mod:`.generator_calls`).
+        self.generators: dict[Call, Any] = {}
         self.closed = False
         #: What autograd's engine ran inside the record (see :mod:`.backward_ran`).
         self.backward_ran = BackwardRan()
@@ -256,10 +259,12 @@ class RecordSession:
         kwargs: Mapping[str, Any],
         bound: Mapping[str, Size],
         forget: bool = True,
+        fit: bool = True,
     ) -> None:
         """Close a call that returned: find (or make) its work, hand it to its caller
         (``forget``: the thread's ``full`` tuple no longer taken as it is, see
-        :func:`.live_records.forget_full`; its caller may set it itself)."""
+        :func:`.live_records.forget_full`; its caller may set it itself; ``fit``: whether
+        a dry run may fit its formula, not for a generator's)."""
         fn, body, parent = call.function, call.body, call.parent
         assert fn is not None and body is not None and parent is not None
         dims = bound if body.plain else call_dims(fn, args, kwargs, bound)
@@ -279,7 +284,11 @@ class RecordSession:
             key = (fn, tuple(dims.items()), flat)
             found = self.works.get(key)
             if found is None:
-                found = self.works[key] = self._new_work(fn, dict(dims), flat, args, kwargs, bound)
+                found = self.works[key] = (
+                    self._new_work(fn, dict(dims), flat, args, kwargs, bound)
+                    if fit
+                    else Work(fn.name, dict(dims), flat)
+                )
             work = found
             body.last = (dims, items, work)
         if parent.parent is not None:
@@ -291,6 +300,23 @@ class RecordSession:
         call.done = True
         if forget:
             forget_full()
+
+    def work_so_far(
+        self,
+        call: Call,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        bound: Mapping[str, Size],
+    ) -> Work:
+        """What ``call``, which has not returned, ran until now, as a work of its own (not
+        kept: read while the record is open)."""
+        fn, body = call.function, call.body
+        assert fn is not None and body is not None
+        dims = bound if body.plain else call_dims(fn, args, kwargs, bound)
+        if not whole_sizes(dims):
+            dims = without_ragged(dims)
+        items = self._declared(fn, call.items, dims) if call.declared else call.items
+        return Work(fn.name, dict(dims), tuple(items))
 
     def abandon(self, call: Call) -> None:
         """A call that raised: the ops it ran are its caller's."""
@@ -464,12 +490,44 @@ class RecordSession:
         for item in self.open_items():
             if type(item) is Work:
                 found[item] = found.get(item, 0) + 1
+        if self.generators:
+            # (generators that have not ended: what their steps ran so far, each a row,
+            # but the ones whose step is running here, read above as the caller's)
+            running = self._running()
+            for call, generator in self.generators.items():
+                if call not in running:
+                    work = generator.so_far(call)
+                    found[work] = found.get(work, 0) + 1
+        return found
+
+    def _running(self) -> set[Call]:
+        """The calls of this record open where this is read (the innermost and its
+        callers)."""
+        calls = calls_here()
+        found: set[Call] = set()
+        if type(calls) is tuple:
+            for call in calls:
+                if call.session is self:
+                    while call is not None:
+                        found.add(call)
+                        call = call.parent
         return found
 
     def close(self, frame: Any = None) -> None:
         """The block ended: fold everything; later arrivals are not this record's. A block
         that ends inside decorated calls (``frame``: the calls open where it ended) keeps
-        what they ran so far as ops of its own."""
+        what they ran so far as ops of its own; a generator that has not ended is a row
+        with what its steps ran (see :mod:`.generator_calls`)."""
+        pending, self.generators = list(self.generators.items()), {}
+        top: list[tuple[Call, Any]] = []
+        for call, generator in reversed(pending):  # (one inside another first)
+            caller = open_caller(call)
+            if caller.parent is None:
+                top.append((call, generator))
+            else:
+                generator.end_in(call, caller)
+        for call, generator in reversed(top):  # (in the order of their first step)
+            generator.end_in(call, self.root)
         if type(frame) is tuple:
             for call in frame:
                 if call.session is self and call.parent is not None:
@@ -486,6 +544,8 @@ class RecordSession:
             chain.append(call)
             call = call.parent
         for inside in reversed(chain):
+            if inside.done:
+                continue  # (a generator's call: a row already, see close)
             call.items.extend(inside.items)
             inside.items = []
             inside.label = START
@@ -498,6 +558,15 @@ class RecordSession:
         work.fixed = cost
         work.measurement = measurement
         call.add(work)
+
+
+def open_caller(call: Call) -> Call:
+    """The first of ``call``'s callers that has not returned (its record's root at last)."""
+    parent = call.parent
+    assert parent is not None
+    while parent.done and parent.parent is not None:
+        parent = parent.parent
+    return parent
 
 
 def _grouped(flat: Sequence[Any]) -> tuple[Any, ...]:
