@@ -494,7 +494,7 @@ class RecordSession:
             # (generators that have not ended: what their steps ran so far, each a row,
             # but the ones whose step is running here, read above as the caller's)
             running = self._running()
-            for call, generator in self.generators.items():
+            for call, generator in list(self.generators.items()):  # (a collection may end one)
                 if call not in running:
                     work = generator.so_far(call)
                     found[work] = found.get(work, 0) + 1
