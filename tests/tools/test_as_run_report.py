@@ -234,15 +234,21 @@ class _Factored:
         return _mm(self.a, x)
 
 
-def test_a_dry_run_meeting_real_tensors_held_in_self_says_so() -> None:
+def test_a_dry_run_meeting_real_tensors_held_in_self_counts_on_their_meta_copies() -> None:
+    # (it stopped with a DeviceError at _mm: a real `self.a` beside a meta `x`)
     factored, x = _Factored(torch.ones(3, 3)), torch.ones(3, 2)
     factored.apply(x)
-    with pytest.raises(DeviceError) as caught:
-        measure(call_probe(_Factored.apply, (factored, x), {}, {"k": 3, "n": 2}))
-    assert no_formula_reason(caught.value) == (
-        "a dry run runs on meta tensors, and this call meets real ones it cannot replace "
-        "(held in self or outside the arguments): _mm(): argument 'b' is on meta but "
-        "argument 'a' is on cpu; all tensors of one call must be on one device"
+    cost = measure(call_probe(_Factored.apply, (factored, x), {}, {"k": 3, "n": 2}))
+    assert cost.flops == 2 * 3 * 3 * 2
+    assert str(cost.formula) == "18*n" and cost.exact  # (k is held: `self.a` fixes it)
+    assert cost.fixed == {"k": 3}
+
+
+def test_a_dry_run_meeting_tensors_on_another_device_says_so() -> None:
+    reason = no_formula_reason(DeviceError("_mm(): argument 'b' is on meta but 'a' is on cuda"))
+    assert reason == (
+        "a dry run runs on meta tensors, and this call meets tensors on another device that "
+        "it cannot replace: _mm(): argument 'b' is on meta but 'a' is on cuda"
     )
 
 

@@ -134,8 +134,8 @@ def no_formula_reason(error: BaseException) -> str:
         )
     if isinstance(error, DeviceError):
         return (
-            "a dry run runs on meta tensors, and this call meets real ones it cannot replace "
-            f"(held in self or outside the arguments): {first[:120]}"
+            "a dry run runs on meta tensors, and this call meets tensors on another device "
+            f"that it cannot replace: {first[:120]}"
         )
     if isinstance(error, ContractError):
         return (
