@@ -1,6 +1,7 @@
 """Ops counted by the conventions' rules where a first reading would count them otherwise:
-matrix products of integer values (no floating-point operation: 0 FLOPs), the complex
-outer-product update ``addr`` (a complex multiply 6, an add 2 per output element).
+matrix products of integer values (counted as FlopCounterMode counts them, as their
+floating-point twins), the complex outer-product update ``addr`` (a complex multiply 6, an
+add 2 per output element).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import estimate, record
 from typedflops.errors import DryRunError
@@ -37,22 +39,27 @@ INTEGER_PRODUCTS: list[tuple[str, Callable[[Callable[..., Tensor]], Tensor]]] = 
 @pytest.mark.parametrize(
     "body", [case[1] for case in INTEGER_PRODUCTS], ids=[case[0] for case in INTEGER_PRODUCTS]
 )
-def test_a_product_of_integer_values_is_no_floating_point_operation(
+def test_a_product_of_integer_values_counts_as_its_floating_point_twin(
     body: Callable[[Callable[..., Tensor]], Tensor],
 ) -> None:
-    # An integer add costs 0 by the conventions; an integer matrix product did not: mm of
-    # 4 x 3 by 3 x 5 integers recorded 120 FLOPs (and 120 matrix-product FLOPs for an MFU).
+    # a multiply and an add per term, as FlopCounterMode counts it where it has a formula
+    # (mm of 4 x 3 by 3 x 5: 120), the operations an int8 kernel's peak is given in
+    with FlopCounterMode(display=False) as counter:
+        body(_ints)
     with record() as ints:
         body(_ints)
-    assert (ints.total.flops, ints.total.matmul_flops, ints.total.uncounted) == (0, 0, ())
-    with record() as floats:  # the same product on floating-point values is counted
+    with record() as floats:
         body(lambda *shape: torch.randn(*shape))
-    assert floats.total.flops > 0
+    assert ints.total.flops == floats.total.flops > 0
+    assert ints.total.matmul_flops == floats.total.matmul_flops
+    assert ints.total.uncounted == ()
+    if counter.get_total_flops():
+        assert ints.total.matmul_flops == counter.get_total_flops()
 
 
-def test_an_estimate_of_an_integer_product_is_zero_too() -> None:
+def test_an_estimate_of_an_integer_product_counts_it() -> None:
     cost = estimate(torch.matmul, Int[Tensor, "m k"], Int[Tensor, "k n"], m=4, k=3, n=5)
-    assert (cost.flops, cost.matmul_flops, cost.exact) == (0, 0, True)
+    assert (cost.flops, cost.matmul_flops, cost.exact) == (120, 120, True)
 
 
 def test_a_floating_point_product_of_integer_inputs_made_float_is_counted() -> None:

@@ -4,8 +4,10 @@ Conventions (the only place they are written; the documentation quotes them):
 
 - One FLOP per scalar multiply, add, compare or divide; accumulators start at zero. Only
   floating-point (and complex) values count: ops on integer or boolean tensors (masks,
-  counters, indices, integer matrix products) cost 0, but for those with a floating-point
-  result, computed at its dtype (``torch.arange(n) / n``, ``ids.sum(dtype=torch.float32)``).
+  counters, indices) cost 0, but for those with a floating-point result, computed at its
+  dtype (``torch.arange(n) / n``, ``ids.sum(dtype=torch.float32)``). Matrix products of
+  integers are counted as FlopCounterMode counts them, a multiply and an add per term (the
+  operations an int8 kernel's peak is given in).
 - Ops are counted as they ran, at the level of the kernels torch dispatches (``aten`` ops):
   ``x @ w`` on 3-d ``x`` is one ``mm``; ``torch.einsum`` is the ``bmm`` and ``sum`` torch
   runs; ``F.scaled_dot_product_attention`` is the kernel torch picked for the device.
@@ -129,7 +131,7 @@ from .rnn_rules import rnn_matmul_parts, rnn_rules
 from .sampling_rules import READ_NUMBERS, sampling_matmul_parts, sampling_rules
 from .skipped_work import SKIPS
 from .slice_rules import SLICE_READ_NUMBERS, slice_rules
-from .tensors import TensorMeta, flat_tensors, is_float, map_meta, numel
+from .tensors import TensorMeta, map_meta, numel
 from .value_rules import value_rules
 
 __all__ = [
@@ -169,11 +171,7 @@ class RuleEntry:
     def count(
         self, call: OpCall, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
     ) -> int:
-        """The FLOPs of one call that ran: 0 for one that neither reads nor writes a
-        floating-point (or complex) tensor (an integer ``mm``, a boolean ``cumsum``), as
-        the conventions say, for every rule but a user's."""
-        if self.source != "user" and not _on_floats(call):
-            return 0
+        """The FLOPs of one call that ran."""
         ran = self.extra.get("ran")
         # (a kernel that skips entries by value: what ran, where the values are known)
         value = None if ran is None else ran(call, args, kwargs)
@@ -195,11 +193,6 @@ class RuleEntry:
         if self.matmul_part is None:
             return 0
         return _as_count(self.matmul_part(call), self.extra.get("name", call.name))
-
-
-def _on_floats(call: OpCall) -> bool:
-    """Whether a call reads or writes floating-point (or complex) values."""
-    return any(is_float(t) for t in (*call.inputs, *flat_tensors(call.out)))
 
 
 def _as_count(value: Any, name: str) -> int:
