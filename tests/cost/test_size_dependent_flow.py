@@ -352,3 +352,25 @@ def test_ops_of_a_loop_over_a_size_they_depend_on_are_not_exact() -> None:
     assert all(not op.forward.exact for op in cost.ops)
     assert all(op.forward.holds_at(cost.dims) for op in cost.ops)
     assert all(op.flops == 72 * 3 for op in powers.estimate(n=6, d=3).ops)
+
+
+@typed_flops
+def exp_where_n_divides_by_3(x: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
+    if x.shape[0] % 3 == 0:
+        x = x.exp()
+    return x + 1
+
+
+def test_a_check_run_with_other_ops_that_refutes_the_formula_leaves_it_inexact() -> None:
+    # at n=8 the body runs one add (8*4); the fit's check run moves n to 24, where the exp
+    # runs too: that run's 2*24*d refutes d*n, so the total is not exact, whatever other run
+    # then checks it
+    cost = exp_where_n_divides_by_3.estimate(n=8, d=4)
+    assert cost.flops == 8 * 4
+    assert cost.formula == d * n
+    assert not cost.exact
+    with record() as rec:
+        exp_where_n_divides_by_3(torch.randn(24, 4))
+    assert rec.total.flops == 2 * 24 * 4 != cost.formula.subs({n: 24, d: 4})
+    (add,) = cost.ops  # (the add's own row holds at every n: d*n)
+    assert add.forward.exact and add.forward.formula == d * n

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sympy
 
@@ -64,6 +64,9 @@ class _Fitting:
     saved: list[list[Event]]
     varied: list[Axis]
     values: dict[str, int]
+    # check runs that ran other ops than the base run, with their sizes: not fitted, but a
+    # formula they refute is not exact (``if n % 3 == 0:`` taken at the check's n = 24)
+    others: list[tuple[Run, dict[str, int]]] = field(default_factory=list)
 
     def exact(self) -> bool:
         """Whether every op's formulas and the bytes saved in every run were fitted."""
@@ -126,6 +129,8 @@ def measure(probe: Probe, *, shifted: bool = False) -> Cost:
             terms = {name: term.checked_at(values) for name, term in over.items()}
         else:
             terms = {name: dataclasses.replace(t, exact=False) for name, t in terms.items()}
+    for other, at_other in fitting.others:
+        _mark_refuted(other, terms, {**values, **at_other}, probe)
     # (a size derived from the fitted ones, ``d/n_head``, checked where it is 1, so that the
     # checks below that make it 1 find its part there)
     sizes = [*fitting.varied, *sequence]
@@ -258,6 +263,7 @@ def _fit_at(
             runs.append(found.run)
             points.append({axis.name: found.value})
     checked = not varied
+    others: list[tuple[Run, dict[str, int]]] = []
     for attempt in range(3 if varied else 0):
         change: dict[str, Size] = {}
         sizes: dict[str, Size] = {}
@@ -271,16 +277,18 @@ def _fit_at(
             points.append(sizes)
             checked = True
             break
+        if run is not None:
+            others.append((run, {name: size_value(size) for name, size in sizes.items()}))
     own = {axis.name: at[axis.keys[0]] for axis in varied}
     assignments = [{**own, **point} for point in points]
     plan = Plan(assignments, [run.events for run in runs], [a.name for a in varied], checked)
     saved = [run.saved for run in runs]
-    fitting = _Fitting(plan, fit(plan), saved, varied, _values(at, varied))
+    fitting = _Fitting(plan, fit(plan), saved, varied, _values(at, varied), others)
     if checked and varied and not fitting.exact():
         # (sizes the simple forms fit in no op: fitted again as products, from more runs)
         def refit(plan: Plan, saved: list[list[Event]]) -> bool:
             nonlocal fitting
-            fitting = _Fitting(plan, fit(plan), saved, varied, fitting.values)
+            fitting = _Fitting(plan, fit(plan), saved, varied, fitting.values, others)
             return fitting.exact()
 
         fitted_further(runner, at, base, varied, points, plan, saved, refit)
