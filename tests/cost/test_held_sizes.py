@@ -6,6 +6,7 @@ its symbols; a size that a rebuild does change (``d_model // n_heads``) is not l
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -97,7 +98,15 @@ def test_a_list_of_widths_is_held_element_by_element() -> None:
     cost = Widths.forward.estimate(Widths([16, 32, 16]), b=2, d=16)
     # per row: 2*16*32 + 2*32*16 for the products, 32 + 16 for the two relus
     assert cost.exact and str(cost.formula) == "2096*b"
-    assert cost.fixed == {"d": 16, "e": 16, "widths[0]": 16, "widths[1]": 32, "widths[2]": 16}
+    # (and the count of layers, which no attribute names)
+    assert cost.fixed == {
+        "d": 16,
+        "e": 16,
+        "widths[0]": 16,
+        "widths[1]": 32,
+        "widths[2]": 16,
+        "len(layers)": 2,
+    }
     assert cost.flops == _recorded_forward(Widths([16, 32, 16]), torch.randn(2, 16)) == 4192
     assert (
         cost.forward.at({**cost.dims, "b": 5})
@@ -482,3 +491,52 @@ def test_a_size_the_body_passes_to_an_op_is_held() -> None:
         assert cost.forward.at({"b": b, "n": n}) == _recorded_forward(Windows(3), torch.randn(b, n))
     # at another window the count is another: the formula holds at k = 3 only
     assert _recorded_forward(Windows(4), torch.randn(2, 10)) != cost.flops
+
+
+@dataclasses.dataclass
+class StackConfig:
+    d: int
+    hidden: int
+    n_layers: int
+
+
+class Residual(nn.Module):
+    def __init__(self, config: StackConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.d, config.hidden)
+        self.down = nn.Linear(config.hidden, config.d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = x + self.down(torch.relu(self.up(x)))
+        return out
+
+
+class UnkeptStack(nn.Module):
+    """Blocks counted by a config the module does not keep: it cannot be rebuilt."""
+
+    def __init__(self, config: StackConfig) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Residual(config) for _ in range(config.n_layers))
+
+    def forward(self, x: Tensor) -> Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_a_count_of_blocks_no_attribute_names_is_listed_as_held() -> None:
+    cost = estimate(UnkeptStack(StackConfig(8, 32, 2)), Float[Tensor, "b s 8"], b=4, s=3)
+    # per position and block: 2*8*32 for each of the two products (a linear's bias is not
+    # counted), 32 relus, 8 adds; two blocks
+    b, s = sympy.symbols("b s")
+    assert cost.formula == 2 * (2 * (2 * 8 * 32) + 32 + 8) * b * s
+    assert cost.exact
+    # the module keeps neither the config nor its fields: its widths and its count of
+    # blocks are numbers of the formula, listed where they are held
+    assert cost.fixed == {
+        "blocks.0.up.in_features": 8,
+        "blocks.0.up.out_features": 32,
+        "len(blocks)": 2,
+    }
+    three = estimate(UnkeptStack(StackConfig(8, 32, 3)), Float[Tensor, "b s 8"], b=4, s=3)
+    assert three.fixed["len(blocks)"] == 3 and three.flops == 3 * cost.flops // 2

@@ -90,12 +90,30 @@ def held_sizes(module: Any, rebuild: Rebuild | None) -> tuple[Held, ...]:
     counts = {held.name for held in _counts_read(module)}
     found = [held for held in found if held.name in counts or _sizes(held, axes)]
     if rebuild is None:  # (its count of blocks, which sizes no axis: ``self.n_blocks``)
-        found += [Held(name, name, count) for name, count in module_repeats(module).items()]
+        repeats = module_repeats(module)
+        found += [Held(name, name, count) for name, count in repeats.items()]
+        found += _unnamed_repeats(module, set(repeats.values()))
         # (and a count its code reads, which sizes no axis either: ``self.depth`` steps,
         # and a size its code passes to an op: ``x.unfold(-1, self.k, 1)``'s window)
         found += _counts_read(module)
         found += _counts_read(module, passed=True)
     return tuple(dict.fromkeys(found))
+
+
+def _unnamed_repeats(module: torch.nn.Module, named: set[int]) -> list[Held]:
+    """The counts of blocks no attribute names (``nn.ModuleList(Block() for _ in
+    range(cfg.n_layers))`` where ``cfg`` is kept nowhere): ``len(blocks)``, for each
+    ``ModuleList``, and each ``Sequential`` of one class of module repeated, of two or
+    more blocks whose length no name listed has."""
+    found: list[Held] = []
+    for path, sub in module.named_modules():
+        if not isinstance(sub, torch.nn.ModuleList | torch.nn.Sequential):
+            continue
+        kinds = {type(block) for block in sub.children()}
+        repeated = isinstance(sub, torch.nn.ModuleList) or len(kinds) == 1
+        if path and repeated and len(sub) >= 2 and len(sub) not in named:
+            found.append(Held(f"len({path})", f"len({path})", len(sub)))
+    return found
 
 
 def _sizes(held: Held, axes: set[int]) -> bool:
