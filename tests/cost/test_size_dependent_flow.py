@@ -374,3 +374,25 @@ def test_a_check_run_with_other_ops_that_refutes_the_formula_leaves_it_inexact()
     assert rec.total.flops == 2 * 24 * 4 != cost.formula.subs({n: 24, d: 4})
     (add,) = cost.ops  # (the add's own row holds at every n: d*n)
     assert add.forward.exact and add.forward.formula == d * n
+
+
+@typed_flops
+def pdist_exp_where_n_divides_by_10(x: Float[Tensor, "n d"]) -> Tensor:
+    if x.shape[0] % 10 == 0:
+        x = x.exp()
+    return torch.nn.functional.pdist(x)
+
+
+def test_a_further_fit_run_with_other_ops_that_refutes_the_formula_leaves_it_inexact() -> None:
+    # pdist's n*(n - 1)/2 pairs take the further fit's runs; at n=8 its last run moves n to
+    # 5*8 = 40, where the exp runs too (no other run's n divides by 10): that run refutes
+    # the formula, so the total is not exact
+    cost = pdist_exp_where_n_divides_by_10.estimate(n=8, d=4)
+    # 8*7/2 pairs at 4*d + 1 FLOPs each (pdist's rule, as a record counts it below)
+    assert cost.formula == n * (n - 1) * (4 * d + 1) / 2
+    assert cost.flops == 8 * 7 * (4 * 4 + 1) // 2
+    assert not cost.exact
+    with record() as rec:
+        pdist_exp_where_n_divides_by_10(torch.randn(40, 4))
+    assert rec.total.flops == 40 * 4 + 40 * 39 * (4 * 4 + 1) // 2
+    assert rec.total.flops != cost.formula.subs({n: 40, d: 4})

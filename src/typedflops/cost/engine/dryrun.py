@@ -291,7 +291,7 @@ def _fit_at(
             fitting = _Fitting(plan, fit(plan), saved, varied, fitting.values, others)
             return fitting.exact()
 
-        fitted_further(runner, at, base, varied, points, plan, saved, refit)
+        fitted_further(runner, at, base, varied, points, plan, saved, refit, others)
     return fitting
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .axes import Axis
 from .events import Event
-from .fit import Plan, Size
+from .fit import Plan, Size, size_value
 from .runs import Run, Runner
 from .sums import MOST_PAIRS
 
@@ -26,10 +26,13 @@ def fitted_further(
     plan: Plan,
     saved: list[list[Event]],
     refit: Callable[[Plan, list[list[Event]]], bool],
+    others: list[tuple[Run, dict[str, int]]],
 ) -> None:
     """Fit ``plan`` again (by ``refit``, which says whether every formula was found) with
-    :func:`more_runs`, and then, where two sizes did not factor apart, :func:`pair_runs`."""
-    more = more_runs(runner, at, base, varied, points)
+    :func:`more_runs`, and then, where two sizes did not factor apart, :func:`pair_runs`.
+    The runs these make that ran other ops than ``base`` are added to ``others``, with
+    their sizes, for the formulas to be checked against."""
+    more = more_runs(runner, at, base, varied, points, others)
     if more is None:
         return
     extra, ran = more
@@ -44,7 +47,7 @@ def fitted_further(
     saved = [*saved, *(run.saved for run in ran)]
     if refit(plan, saved) or not plan.mixed:
         return
-    together = pair_runs(runner, at, base, varied, points, sorted(plan.mixed))
+    together = pair_runs(runner, at, base, varied, points, sorted(plan.mixed), others)
     if not together:
         return
     pairs = {pair: len(plan.runs) + i for i, (pair, _, _) in enumerate(together)}
@@ -67,6 +70,7 @@ def more_runs(
     base: Run,
     varied: Sequence[Axis],
     points: Sequence[Mapping[str, Size]],
+    others: list[tuple[Run, dict[str, int]]],
 ) -> tuple[list[dict[str, Size]], list[Run]] | None:
     """The points (each varied axis's value, by name, where it differs from ``at``) and runs
     to add to a fit whose runs were at ``points`` (the base run's, each axis alone, the
@@ -85,6 +89,7 @@ def more_runs(
                 found_runs.append(run)
                 taken.append(value)
                 break
+            _other(run, {axis.name: value}, others)
             run = None
         if run is None:
             return None
@@ -103,7 +108,16 @@ def more_runs(
         run = runner.run({**at, **change})
         if run is not None and run.ops == base.ops:
             return [*found_points, sizes], [*found_runs, run]
+        _other(run, sizes, others)
     return None
+
+
+def _other(
+    run: Run | None, sizes: Mapping[str, Size], others: list[tuple[Run, dict[str, int]]]
+) -> None:
+    """Keep a run that ran (other ops than the base run's) in ``others``, with its sizes."""
+    if run is not None:
+        others.append((run, {name: size_value(size) for name, size in sizes.items()}))
 
 
 def _options(size: Size, taken: Sequence[Size], *, last: bool = False) -> list[Size]:
@@ -128,6 +142,7 @@ def pair_runs(
     varied: Sequence[Axis],
     points: Sequence[Mapping[str, Size]],
     pairs: Sequence[tuple[int, int]],
+    others: list[tuple[Run, dict[str, int]]],
 ) -> list[tuple[tuple[int, int], dict[str, Size], Run]]:
     """For each pair of varied axes (by index; the first :data:`MOST_PAIRS`), the run with
     both at their values in their runs alone (``points[1 + i]``), where it runs the base
@@ -144,4 +159,6 @@ def pair_runs(
         run = runner.run({**at, **change})
         if run is not None and run.ops == base.ops:
             found.append((pair, sizes, run))
+        else:
+            _other(run, sizes, others)
     return found
