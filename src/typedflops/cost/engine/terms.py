@@ -127,15 +127,18 @@ def op_costs(events: Sequence[Event], fitted: Fitted) -> tuple[OpCost, ...]:
         chunk = events[start:end]
         first = chunk[0]
         free = all(event.entry is None and event.counted for event in chunk)
+        # (a count that branches on the sizes, fitted from its runs: its terms are checked
+        # far off, its row is not, and is not exact)
+        branches = any(fitted.branches[start:end])
         forward = Term(
             sum(event.flops for event in chunk),
             total(fitted.forward[start:end]),
-            all(fitted.forward_exact[start:end]),
+            all(fitted.forward_exact[start:end]) and not branches,
         )
         backward = Term(
             sum(sum(b.flops for b in event.backward) for event in chunk),
             total(fitted.backward[start:end]),
-            all(fitted.backward_exact[start:end]),
+            all(fitted.backward_exact[start:end]) and not branches,
         )
         ops.append(
             OpCost(
