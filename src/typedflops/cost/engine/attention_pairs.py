@@ -7,9 +7,11 @@
   and the keys into blocks of 512 (each split at most the length). With ``is_causal`` the
   query block starting at ``m``, of ``q`` queries, computes the key blocks that start before
   ``num_keys = min(m + q, s_k)``, every one whole (the last capped at ``s_k``, not at
-  ``num_keys``): ``min(ceil((m + q)/512)·512, s_k)`` keys. Nothing is skipped up to 512 keys;
-  at ``s_q = s_k = 2048``, 5/8 of the pairs. The mask changes what is added to the scores,
-  not which blocks run.
+  ``num_keys``): ``min(ceil((m + q)/512)·512, s_k)`` keys. A query block never straddles a
+  multiple of 512 (32, 64 and 256 divide it), so query ``i`` computes
+  ``min((i // 512 + 1)·512, s_k)`` keys whatever the split. Nothing is skipped up to 512
+  keys; at ``s_q = s_k = 2048``, 5/8 of the pairs. An ``attn_mask`` beside ``is_causal`` is
+  added to the scores: it does not change which blocks run.
 - A GPU's fused kernels (flash, memory-efficient, cuDNN) skip the key blocks past each query
   block's diagonal too, with block sizes that depend on the GPU, the head size and the
   dtype; they are counted over the pairs the causal mask keeps. Torch's ``is_causal`` is
@@ -22,8 +24,9 @@
 
 Sizes may be formulas (sympy) while a formula is fitted: where the count branches on them
 (the CPU kernel's blocks, a causal mask over lengths of unknown order) these raise
-:class:`~typedflops.errors.BranchOnSizes`: the op's counts are fitted instead, and the
-formula is not exact (on a CPU, every pair up to 512 keys, fewer past them).
+:class:`~typedflops.errors.BranchOnSizes`: the op's counts are fitted instead, its row is
+not exact, and the terms it sums into are exact only where the runs far off agree (on a
+CPU, every pair up to 512 keys, so a model of at most 512 positions stays exact).
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ from ...errors import BranchOnSizes
 __all__ = [
     "BOTTOM_RIGHT",
     "TOP_LEFT",
-    "BranchOnSizes",
     "cpu_flash_pairs",
     "cpu_query_block",
     "mask_pairs",

@@ -144,9 +144,7 @@ def fit(plan: Plan) -> Fitted:
     return found
 
 
-def _fit_backward(
-    plan: Plan, series: list[Event], branched: list[bool]
-) -> tuple[sympy.Expr, bool]:
+def _fit_backward(plan: Plan, series: list[Event], branched: list[bool]) -> tuple[sympy.Expr, bool]:
     return fit_events(plan, [event.backward for event in series], branched=branched)
 
 
