@@ -305,7 +305,8 @@ def test_kernels_called_directly_read_their_layout_and_offsets() -> None:
     """``_flash_attention_forward`` takes (b, s, h, d): b = 2, s = 100, h = 4, d = 16 is
     4·2·4·100²·16 = 5,120,000 without a mask (FlopCounterMode reads it as (b, h, s, d):
     204,800), and 2·2·4·(100·101/2)·32 = 2,585,600 causal. Sequences of 3 and 7 tokens
-    (offsets 0, 3, 10), 4 heads, d = 16, causal: 2·4·(6 + 28)·32 = 8,704. The
+    (offsets 0, 3, 10), 4 heads, d = 16, causal: 2·4·(6 + 28)·32 = 8,704 (FlopCounterMode,
+    every pair: 2·4·(9 + 49)·32 = 14,848), written into a given output or not. The
     memory-efficient kernel's ``custom_mask_type`` 0 is no mask (4·6 pairs), 1 top-left
     (10), 2 bottom-right (18): 2·pairs·(8 + 8) for 4 queries, 6 keys, one head, d = 8."""
     dense = torch.empty(2, 100, 4, 16, device="meta")
@@ -319,11 +320,17 @@ def test_kernels_called_directly_read_their_layout_and_offsets() -> None:
         aten._flash_attention_forward(dense, dense, dense, None, None, 100, 100, 0.0, True, False)
         varlen = (packed, packed, packed, offsets, offsets, 7, 7, 0.0, True, False)
         aten._flash_attention_forward(*varlen)
+        # (varlen_attn_out's kernel: the same forward, into a given output)
+        aten._flash_attention_forward_no_dropout_inplace(torch.empty_like(packed), *varlen)
         for mask_type in (0, 1, 2):
             aten._efficient_attention_forward(q, k, k, None, None, None, None, None, 0.0, mask_type)
     counts = [op.forward.count for op in rec.total.ops if op.forward.count]
-    assert counts == [2_585_600, 2 * 4 * (3 * 4 // 2 + 7 * 8 // 2) * 32, 768, 320, 576]
-    assert counts[1] == 8_704 and counts[2:] == [24 * 32, 10 * 32, 18 * 32]
+    varlen_count = 2 * 4 * (3 * 4 // 2 + 7 * 8 // 2) * 32
+    with FlopCounterMode(display=False) as counter:
+        aten._flash_attention_forward(*varlen)
+    assert counter.get_total_flops() == 2 * 4 * (9 + 49) * 32 == 14_848
+    assert counts == [2_585_600, varlen_count, varlen_count, 768, 320, 576]
+    assert varlen_count == 8_704 and counts[3:] == [24 * 32, 10 * 32, 18 * 32]
 
 
 def test_flop_counter_mode_given_the_corrections_counts_as_typedflops() -> None:
