@@ -26,7 +26,7 @@ from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from typedflops import record, typed_flops
-from typedflops.cost.engine.attention_pairs import cpu_flash_pairs
+from typedflops.cost.engine.attention_pairs import cpu_flash_pairs, window_pairs
 from typedflops.cost.engine.attention_rules import attention_rules
 from typedflops.cost.engine.kernels import kernels_of
 from typedflops.cost.engine.opcall import OpCall
@@ -331,6 +331,47 @@ def test_kernels_called_directly_read_their_layout_and_offsets() -> None:
     assert counter.get_total_flops() == 2 * 4 * (9 + 49) * 32 == 14_848
     assert counts == [2_585_600, varlen_count, varlen_count, 768, 320, 576]
     assert varlen_count == 8_704 and counts[3:] == [24 * 32, 10 * 32, 18 * 32]
+
+
+def test_a_sliding_window_counts_the_keys_it_keeps() -> None:
+    """FlashAttention-2's local mask: ``window_size_left=256`` with ``is_causal``, s = 2048:
+    queries 0-255 see i + 1 keys, the other 1,792 each 257, 256·257/2 + 1792·257 = 493,440
+    pairs; b = h = 1, d = 64: forward 2·493,440·128 = 126,320,640, backward
+    2·493,440·(3·64 + 2·64) = 315,801,600 (the causal triangle alone: 537,133,056)."""
+    q = torch.empty(1, 2048, 1, 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    windowed = {"window_size_left": 256, "window_size_right": 0}
+    with record() as rec:
+        out = aten._flash_attention_forward(
+            q, q, q, None, None, 2048, 2048, 0.0, True, False, **windowed
+        )[0]
+        out.sum().backward()
+    row = rec.total.ops[0]
+    pairs = 256 * 257 // 2 + 1792 * 257
+    assert pairs == 493_440
+    assert (row.forward.count, row.backward.count) == (2 * pairs * 128, 2 * pairs * 320)
+    assert (row.forward.count, row.backward.count) == (126_320_640, 315_801_600)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    s_q=st.integers(1, 40),
+    s_k=st.integers(1, 40),
+    left=st.one_of(st.none(), st.integers(-1, 45)),
+    right=st.one_of(st.none(), st.integers(-1, 45)),
+)
+def test_window_pairs_are_the_pairs_in_the_window(
+    s_q: int, s_k: int, left: int | None, right: int | None
+) -> None:
+    """Query i sees key j where i + s_k - s_q - left <= j <= i + s_k - s_q + right (a side
+    None or negative unbounded), counted pair by pair."""
+    shift = s_k - s_q
+    kept = sum(
+        (left is None or left < 0 or j >= i + shift - left)
+        and (right is None or right < 0 or j <= i + shift + right)
+        for i in range(s_q)
+        for j in range(s_k)
+    )
+    assert window_pairs(s_q, s_k, left, right) == kept
 
 
 def test_flop_counter_mode_given_the_corrections_counts_as_typedflops() -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "cpu_flash_pairs",
     "cpu_query_block",
     "mask_pairs",
+    "window_pairs",
 ]
 
 
@@ -147,3 +148,43 @@ def _longer_keys(s_q: Any, s_k: Any) -> bool:
         f"causal attention over {s_q} queries and {s_k} keys: the pairs kept depend on "
         "which is longer"
     )
+
+
+def window_pairs(s_q: int, s_k: int, left: int | None, right: int | None) -> int:
+    """The pairs FlashAttention-2's local (sliding-window) mask keeps: query ``i`` sees keys
+    ``i + s_k - s_q - left`` to ``i + s_k - s_q + right`` (bottom-right aligned), a side
+    of None or negative unbounded; with ``is_causal`` the kernel takes ``right = 0``.
+
+    >>> window_pairs(2048, 2048, 256, 0), 256 * 257 // 2 + 1792 * 257
+    (493440, 493440)
+    >>> window_pairs(4, 6, None, 0), window_pairs(3, 3, None, None)
+    (18, 9)
+    """
+    shift = s_k - s_q
+    unbounded = s_q + s_k  # (past every key from every query)
+    ahead = unbounded if right is None or right < 0 else right
+    behind = unbounded if left is None or left < 0 else left
+    # query i's keys: from max(0, i + low) to min(s_k - 1, i + high), where that is not empty
+    high, low = shift + ahead, shift - behind
+    first, last = max(0, -high), min(s_q, s_k - low)  # the queries that see a key
+    if last <= first:
+        return 0
+    return _sum_min(first, last, high, s_k - 1) - _sum_max(first, last, low, 0) + (last - first)
+
+
+def _sum_min(first: int, last: int, offset: int, cap: int) -> int:
+    """``sum(min(cap, i + offset) for i in range(first, last))``."""
+    split = min(max(cap - offset, first), last)  # i + offset < cap below it
+    return _sum_line(first, split, offset) + cap * (last - split)
+
+
+def _sum_max(first: int, last: int, offset: int, floor: int) -> int:
+    """``sum(max(floor, i + offset) for i in range(first, last))``."""
+    split = min(max(floor - offset, first), last)  # i + offset <= floor below it
+    return floor * (split - first) + _sum_line(split, last, offset)
+
+
+def _sum_line(first: int, last: int, offset: int) -> int:
+    """``sum(i + offset for i in range(first, last))``."""
+    count = last - first
+    return (first + last - 1) * count // 2 + offset * count

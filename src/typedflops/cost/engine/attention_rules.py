@@ -21,12 +21,12 @@ kernel.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from .attention_pairs import BOTTOM_RIGHT, TOP_LEFT, cpu_flash_pairs, mask_pairs
+from .attention_pairs import BOTTOM_RIGHT, TOP_LEFT, cpu_flash_pairs, mask_pairs, window_pairs
 from .opcall import OpCall, Rule
 from .tensors import TensorMeta, map_meta
 
@@ -175,15 +175,27 @@ def _direct(
     value: torch.Tensor,
     offsets: tuple[torch.Tensor | None, torch.Tensor | None],
     longest: tuple[Any, Any],
-    causal: bool,
-    alignment: str,
+    pairs: Callable[[int, int], int],
     products: tuple[int, int],
 ) -> int:
     d_q, d_v = query.shape[-1], value.shape[-1]
     return sum(
-        _flops(mask_pairs(s_q, s_k, causal, alignment), runs, d_q, d_v, products)
+        _flops(pairs(s_q, s_k), runs, d_q, d_v, products)
         for runs, s_q, s_k in _sequences(query, key, offsets, longest)
     )
+
+
+def _flash_pairs(causal: bool, options: dict[str, Any]) -> Callable[[int, int], int]:
+    """The pairs FlashAttention-2 computes: its local window (``window_size_left``,
+    ``window_size_right``; with ``is_causal`` the right one is 0), bottom-right aligned."""
+    left, right = options.get("window_size_left"), options.get("window_size_right")
+    if causal:
+        right = 0
+    return lambda s_q, s_k: window_pairs(int(s_q), int(s_k), left, right)
+
+
+def _mask_pairs(causal: bool, alignment: str) -> Callable[[int, int], int]:
+    return lambda s_q, s_k: mask_pairs(s_q, s_k, causal, alignment)
 
 
 def _flash_forward(
@@ -197,11 +209,12 @@ def _flash_forward(
     dropout_p: float,
     is_causal: bool,
     *_: Any,
-    **__: Any,
+    **options: Any,
 ) -> int:
     """``_flash_attention_forward``: query ``(b, s_q, h, d)`` or ``(total_q, h, d)``."""
     offsets, longest = (cum_seq_q, cum_seq_k), (max_q, max_k)
-    return _direct(query, key, value, offsets, longest, is_causal, BOTTOM_RIGHT, _FORWARD)
+    pairs = _flash_pairs(is_causal, options)
+    return _direct(query, key, value, offsets, longest, pairs, _FORWARD)
 
 
 def _flash_backward(
@@ -218,11 +231,12 @@ def _flash_backward(
     dropout_p: float,
     is_causal: bool,
     *_: Any,
-    **__: Any,
+    **options: Any,
 ) -> int:
     """``_flash_attention_backward``: as its forward."""
     offsets, longest = (cum_seq_q, cum_seq_k), (max_q, max_k)
-    return _direct(query, key, value, offsets, longest, is_causal, BOTTOM_RIGHT, _BACKWARD)
+    pairs = _flash_pairs(is_causal, options)
+    return _direct(query, key, value, offsets, longest, pairs, _BACKWARD)
 
 
 # The memory-efficient kernel's custom_mask_type: 0 none, 1 causal top-left, 2 bottom-right.
@@ -246,8 +260,8 @@ def _efficient_forward(
     """``_efficient_attention_forward``: query ``(b, s_q, h, d)`` (b = 1 with offsets)."""
     offsets, longest = (cu_seqlens_q, cu_seqlens_k), (max_seqlen_q, max_seqlen_k)
     alignment = _MASK_TYPES.get(int(custom_mask_type), TOP_LEFT)
-    causal = int(custom_mask_type) in _MASK_TYPES
-    return _direct(query, key, value, offsets, longest, causal, alignment, _FORWARD)
+    pairs = _mask_pairs(int(custom_mask_type) in _MASK_TYPES, alignment)
+    return _direct(query, key, value, offsets, longest, pairs, _FORWARD)
 
 
 def _efficient_backward(
@@ -272,8 +286,8 @@ def _efficient_backward(
     """``_efficient_attention_backward``: as its forward."""
     offsets, longest = (cu_seqlens_q, cu_seqlens_k), (max_seqlen_q, max_seqlen_k)
     alignment = _MASK_TYPES.get(int(custom_mask_type), TOP_LEFT)
-    causal = int(custom_mask_type) in _MASK_TYPES
-    return _direct(query, key, value, offsets, longest, causal, alignment, _BACKWARD)
+    pairs = _mask_pairs(int(custom_mask_type) in _MASK_TYPES, alignment)
+    return _direct(query, key, value, offsets, longest, pairs, _BACKWARD)
 
 
 def raw_attention_rules() -> dict[Any, Any]:
