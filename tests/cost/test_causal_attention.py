@@ -261,7 +261,8 @@ def test_gpu_kernels_count_the_triangle(op: Any) -> None:
     ours = rule_count(op, (q, q, q, *GPU_FORWARD[op](True)))
     assert 2048 * 2049 // 2 == 2_098_176
     assert ours == 2 * 2_098_176 * (64 + 64) == 537_133_056
-    every = flop_counter.sdpa_flop_count((1, 1, 2048, 64), (1, 1, 2048, 64), (1, 1, 2048, 64))  # type: ignore[no-untyped-call]
+    shape = (1, 1, 2048, 64)
+    every = flop_counter.sdpa_flop_count(shape, shape, shape)  # type: ignore[no-untyped-call]
     assert every == 1_073_741_824 and every - ours == 2 * 64 * 2048 * 2047
     assert rule_count(op, (q, q, q, *GPU_FORWARD[op](False))) == every
 
