@@ -148,6 +148,13 @@ class UsageError(Exception):
     """A command line that cannot run: reported as one line on stderr, exit status 2."""
 
 
+class BranchOnSizes(TypeError):
+    """Raised by a rule given sizes as formulas where its count branches on them (a CPU's
+    flash attention computes whole blocks of 512 keys, so with a causal mask its pairs are
+    piecewise in the lengths): the op's counts are fitted instead, and the formula found
+    is not exact (it may hold only on the side of a threshold the runs were on)."""
+
+
 class NotPolynomial(TypeError):
     """Raised by a rule given sizes as formulas where its count is no polynomial in them
     (adaptive pooling of n into o reads n + o - gcd(n, o) elements an axis): the count

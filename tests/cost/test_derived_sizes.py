@@ -276,7 +276,10 @@ class GroupedLM(nn.Module):
 def test_coinciding_sizes_of_a_config_are_each_a_symbol() -> None:
     # n_head == n_kv_head, d == vocab, intermediate == 4 * d
     cost = GroupedLM.forward.estimate(GroupedLM(LMConfig()), b=2, n=8)
-    assert cost.forward.exact
+    # (causal attention on a CPU computes every pair up to 512 keys, fewer past them: its
+    # row, and so the forward, are not exact in n; every other row is)
+    rows = [op for op in cost.ops if op.op != "scaled_dot_product_attention"]
+    assert all(op.forward.exact for op in rows) and len(rows) == len(cost.ops) - 1
     names = {str(s) for s in cost.formula.free_symbols}
     assert names == {"b", "n", "d", "n_head", "n_kv_head", "v", "intermediate"}
     for changed in [

@@ -445,7 +445,10 @@ def test_a_zero_sized_dim_where_torch_runs_another_path_is_not_exact() -> None:
         _causal(torch.randn(2, 2, 0, 8))
     assert rec.total.flops == 3
     elsewhere = _causal.estimate(b=2, h=2, s=4, d=8)
-    assert elsewhere.exact and str(elsewhere.formula) == "4*b*d*h*s**2"
+    # every pair, as a CPU's flash kernel computes up to 512 keys; past them it computes
+    # fewer (at s = 1025: 512·512 + 512·1024 + 1025 = 787,457 of 1,025² = 1,050,625 pairs),
+    # so the formula is not exact
+    assert str(elsewhere.formula) == "4*b*d*h*s**2" and not elsewhere.exact
 
 
 _LAYER = nn.Linear(8, 16)

@@ -59,7 +59,12 @@ def test_a_path_chosen_by_position_ids_is_the_real_runs() -> None:
     assert (cost.flops, cost.backward_flops) == ran(
         model, torch.randn(2, 8, 32, requires_grad=True)
     )
-    assert cost.exact
+    # every row exact but causal attention's: a CPU's flash kernel computes every pair up to
+    # 512 keys and fewer past them (tests/cost/test_causal_attention.py), so neither its row
+    # nor the Cost is exact in s
+    rows = [op for op in cost.ops if op.op != "scaled_dot_product_attention"]
+    assert all(op.forward.exact and op.backward.exact for op in rows)
+    assert len(rows) == len(cost.ops) - 1 and not cost.exact
     other = torch.randn(3, 5, 32, requires_grad=True)
     assert (cost.forward.at({"b": 3, "s": 5}), cost.backward.at({"b": 3, "s": 5})) == ran(
         model, other

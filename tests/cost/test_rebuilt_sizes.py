@@ -261,7 +261,12 @@ def test_nanogpt_formula_is_exact_in_its_config() -> None:
 
 def test_a_block_that_keeps_no_config_is_rebuilt_from_its_annotation() -> None:
     cost = Block.forward.estimate(Block(NANO), b=2, t=8, n_embd=128)
-    assert cost.exact
+    # every row exact but causal attention's: a Block bounds no length, and a CPU's flash
+    # kernel computes every pair up to 512 keys, fewer past them (the whole GPT above is
+    # exact: its position table bounds t at 64)
+    rows = [op for op in cost.ops if op.op != "scaled_dot_product_attention"]
+    assert all(op.forward.exact and op.backward.exact for op in rows)
+    assert len(rows) == len(cost.ops) - 1 and not cost.exact
     assert {"b", "t", "n_embd"} <= symbols(cost) <= {"b", "t", "n_embd", "n_head"}
 
     def cost_at(changes: Mapping[str, int]) -> Cost:

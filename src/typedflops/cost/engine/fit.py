@@ -26,7 +26,7 @@ from typing import Any
 
 import sympy
 
-from ...errors import NotPolynomial
+from ...errors import BranchOnSizes, NotPolynomial
 from ..types import tidy
 from .events import Event
 from .families import product_of_factors
@@ -84,7 +84,10 @@ class Plan:
 @dataclass
 class Fitted:
     """Per base event: its forward and backward formulas, the formula of its forward's
-    matrix products (:attr:`Event.matmul_flops`), and whether each was verified."""
+    matrix products (:attr:`Event.matmul_flops`), and whether each was verified; and
+    whether its count, forward or backward, branches on the sizes (:class:`BranchOnSizes`:
+    fitted from its counts, verified at the runs only, so its row is not exact, while the
+    terms it sums into are checked far off too)."""
 
     forward: list[sympy.Expr]
     backward: list[sympy.Expr]
@@ -92,6 +95,7 @@ class Fitted:
     backward_exact: list[bool]
     matmul: list[sympy.Expr] = field(default_factory=list)
     matmul_exact: list[bool] = field(default_factory=list)
+    branches: list[bool] = field(default_factory=list)
 
     @property
     def exact(self) -> bool:
@@ -105,12 +109,11 @@ def fit(plan: Plan) -> Fitted:
     found = Fitted([], [], [], [])
     # Events copied from a repeated block's first call, in every run, are fitted as their
     # originals were (the next of 96 identical layers is not fitted again).
-    fitted: dict[tuple[int, ...], tuple[sympy.Expr, bool, sympy.Expr, bool, sympy.Expr, bool]]
-    fitted = {}
+    Known = tuple[sympy.Expr, bool, sympy.Expr, bool, sympy.Expr, bool, bool]
+    fitted: dict[tuple[int, ...], Known] = {}
     # Events alike in every run (the next of 10,000 equal layers, not repeated as a block)
     # fit to the same formulas: fitted once, by what the fit reads of them.
-    alike: dict[tuple[Any, ...], tuple[sympy.Expr, bool, sympy.Expr, bool, sympy.Expr, bool]]
-    alike = {}
+    alike: dict[tuple[Any, ...], Known] = {}
     for position in range(len(base)):
         series = [run[position] for run in plan.runs]
         origins = tuple(id(event.origin) if event.origin is not None else 0 for event in series)
@@ -119,13 +122,14 @@ def fit(plan: Plan) -> Fitted:
         if key is not None:
             known = alike.get(key)
         if known is None:
-            expr, ok = fit_event(plan, series)
-            back_expr, back_ok = _fit_backward(plan, series)
+            branched: list[bool] = []
+            expr, ok = fit_event(plan, series, branched=branched)
+            back_expr, back_ok = _fit_backward(plan, series, branched)
             if all(event.matmul_flops == event.flops for event in series):
                 matmul, matmul_ok = expr, ok  # a matrix product's (or no product's)
             else:  # a fused kernel's products, fitted by their own rule
                 matmul, matmul_ok = fit_event(plan, series, matmul=True)
-            known = (expr, ok, back_expr, back_ok, matmul, matmul_ok)
+            known = (expr, ok, back_expr, back_ok, matmul, matmul_ok, any(branched))
             keys = tuple(id(event.origin or event) for event in series)
             fitted[keys] = known
             if key is not None:
@@ -136,17 +140,20 @@ def fit(plan: Plan) -> Fitted:
         found.backward_exact.append(known[3])
         found.matmul.append(known[4])
         found.matmul_exact.append(known[5])
+        found.branches.append(known[6])
     return found
 
 
-def _fit_backward(plan: Plan, series: list[Event]) -> tuple[sympy.Expr, bool]:
-    return fit_events(plan, [event.backward for event in series])
+def _fit_backward(plan: Plan, series: list[Event], branched: list[bool]) -> tuple[sympy.Expr, bool]:
+    return fit_events(plan, [event.backward for event in series], branched=branched)
 
 
-def fit_events(plan: Plan, lists: Sequence[Sequence[Event]]) -> tuple[sympy.Expr, bool]:
+def fit_events(
+    plan: Plan, lists: Sequence[Sequence[Event]], *, branched: list[bool] | None = None
+) -> tuple[sympy.Expr, bool]:
     """The FLOPs of a list of ops seen in each run (one op's backward, the forward a
     Function's backward ran again) as one formula: op by op where the lists run the same
-    ops, else their counts fitted."""
+    ops, else their counts fitted (``branched`` as for :func:`fit_event`)."""
     base = lists[0]
     if len({len(ops) for ops in lists}) == 1 and all(
         [b.op for b in ops] == [b.op for b in base] for ops in lists
@@ -154,18 +161,26 @@ def fit_events(plan: Plan, lists: Sequence[Sequence[Event]]) -> tuple[sympy.Expr
         total: sympy.Expr = sympy.Integer(0)
         exact = True
         for position in range(len(base)):
-            expr, ok = fit_event(plan, [ops[position] for ops in lists])
+            expr, ok = fit_event(plan, [ops[position] for ops in lists], branched=branched)
             total += expr
             exact &= ok
         return total, exact
     return fit_count(plan, [sum(b.flops for b in ops) for ops in lists])
 
 
-def fit_event(plan: Plan, series: list[Event], *, matmul: bool = False) -> tuple[sympy.Expr, bool]:
+def fit_event(
+    plan: Plan,
+    series: list[Event],
+    *,
+    matmul: bool = False,
+    branched: list[bool] | None = None,
+) -> tuple[sympy.Expr, bool]:
     """One op's FLOPs, seen once in each run, as a formula: its rule applied to its axis
     sizes fitted across the runs, else its counts fitted (see :func:`fit_count`).
     ``matmul``: the FLOPs of its matrix products (:attr:`Event.matmul_flops`) instead, by
-    the rule of its products where its entry has one."""
+    the rule of its products where its entry has one. Where the rule's count branches on
+    the sizes (:class:`BranchOnSizes`) its counts are fitted, and True is put in
+    ``branched`` (without a list to tell, the formula is not exact)."""
     base = series[0]
     counts = [event.matmul_flops if matmul else event.flops for event in series]
     if all(count == 0 for count in counts):
@@ -189,6 +204,11 @@ def fit_event(plan: Plan, series: list[Event], *, matmul: bool = False) -> tuple
                 formula = _apply_rule(plan, base, fitted, rule)
                 if formula is _NO_FORMULA:
                     return sympy.Integer(counts[0]), False
+                if formula is _BRANCHES:  # (its counts, fitted: verified at the runs)
+                    if branched is None:
+                        return fit_count(plan, counts)[0], False
+                    branched.append(True)
+                    return fit_count(plan, counts)
                 if (
                     formula is not None
                     and _value(plan, formula, 0) == counts[0]
@@ -225,6 +245,8 @@ def axis_sizes(event: Event) -> list[int]:
 
 #: What :func:`_apply_rule` gives for a rule whose count is no polynomial in the sizes.
 _NO_FORMULA = sympy.Symbol("_no_formula")
+#: What it gives for a rule whose count branches on the sizes (:class:`BranchOnSizes`).
+_BRANCHES = sympy.Symbol("_branches")
 
 
 def _apply_rule(plan: Plan, event: Event, sizes: list[sympy.Expr], rule: Rule) -> sympy.Expr | None:
@@ -247,6 +269,8 @@ def _apply_rule(plan: Plan, event: Event, sizes: list[sympy.Expr], rule: Rule) -
         formula: sympy.Expr | None = sympy.expand(sympy.sympify(value))
     except NotPolynomial:  # no formula holds: the count stays a number
         formula = _NO_FORMULA
+    except BranchOnSizes:  # a formula holds on one side of a threshold: fitted, not exact
+        formula = _BRANCHES
     except Exception:  # a rule that branches on sizes: fitted from its counts instead
         formula = None
     if key is not None:

@@ -17,7 +17,10 @@ Conventions (the only place they are written; the documentation quotes them):
   bias of ``addmm`` not counted, attention 2·b·h·s_q·s_k·(d_q + d_v) forward; except where
   it counts other work than the kernel does (:data:`FLOP_COUNTER_CORRECTIONS`): a grouped
   convolution's backward is 2·N for the input's and for the weight's gradient, N the
-  grouped iteration space (FlopCounterMode takes the weight's as ungrouped).
+  grouped iteration space (FlopCounterMode takes the weight's as ungrouped); attention
+  with a causal mask is counted over the pairs the kernel computes, not s_q·s_k
+  (:mod:`.attention_pairs`), and a kernel called directly on ``(b, s, h, d)`` tensors in
+  that layout.
 - What it leaves at 0 is counted here: an elementwise (pointwise) op costs one FLOP per
   output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3, ``add(x, y, alpha=a)`` 2); a
   reduction one per input element (``mean`` adds a divide per output element,
@@ -34,9 +37,9 @@ Conventions (the only place they are written; the documentation quotes them):
   each input element once where the output's size divides the input's), their
   backward an add per gradient value (average: the window's adds and a divide); fused RMS
   norm 3 per element (+1 with a weight); CPU flash attention (which FlopCounterMode counts
-  0) like the other fused kernels; ``nll_loss`` one add per target (and a divide; with a
-  ``weight`` a multiply more, and an add of the total weight for a sum or mean), its
-  backward a value per target (+1 with a ``weight``) (:mod:`.index_rules`);
+  0) like the other fused kernels, over the blocks it computes; ``nll_loss`` one add per
+  target (and a divide; with a ``weight`` a multiply more, and an add of the total weight
+  for a sum or mean), its backward a value per target (+1 with a ``weight``) (:mod:`.index_rules`);
   accumulating scatters (``index_add``, ``scatter_add``, ``index_put`` with accumulate,
   ``embedding``'s backward) one add per value, and so the backward of reflection and
   replication pads and of nearest upsampling (:mod:`.pad_rules`); an optimizer's
@@ -96,7 +99,12 @@ from torch.utils import flop_counter
 
 from ...errors import SpecError
 from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
-from .attention_rules import attention_rules, flash_attention_into
+from .attention_rules import (
+    attention_corrections,
+    attention_rules,
+    flash_attention_into,
+    raw_attention_rules,
+)
 from .cuda_cells import cuda_cell_rules
 from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
 from .free_ops import FREE, FREE_OPS, Free
@@ -104,7 +112,6 @@ from .grouped_rules import grouped_mm_flops
 from .index_rules import index_rules
 from .layer_rules import (
     ACTIVATIONS,
-    FLOP_COUNTER_CORRECTIONS,
     activation_backward,
     batched_sum_of_products,
     convolution_backward_flops,
@@ -112,6 +119,9 @@ from .layer_rules import (
     layer_matmul_parts,
     layer_rules,
     norm_backward,
+)
+from .layer_rules import (
+    FLOP_COUNTER_CORRECTIONS as LAYER_CORRECTIONS,
 )
 from .linalg_rules import linalg_rules
 from .loss_rules import loss_rules
@@ -151,6 +161,14 @@ __all__ = [
 ]
 
 aten = torch.ops.aten
+
+#: Where FlopCounterMode's formula counts other work than the kernel does, the count
+#: typedflops uses, as ``FlopCounterMode(custom_mapping=...)`` takes it: a grouped
+#: convolution's backward, and the GPU's attention kernels with ``is_causal``.
+FLOP_COUNTER_CORRECTIONS: dict[Any, Callable[..., Any]] = {
+    **LAYER_CORRECTIONS,
+    **attention_corrections(),
+}
 
 
 @dataclass(frozen=True)
@@ -308,11 +326,12 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
             table[target] = dataclasses.replace(table[target], matmul_part=part)
     for target, names in {**READ_NUMBERS, **SLICE_READ_NUMBERS}.items():  # (keyed by values)
         table[target].extra["values"] = names
+    raw_attention = raw_attention_rules()
     into = getattr(aten, "_flash_attention_forward_no_dropout_inplace", None)
     if into is not None:  # (torch 2.13 and later)
-        table[into] = RuleEntry(
-            flash_attention_into, symbolic=False, source="torch", raw=True, matmul=True
-        )
+        raw_attention[into] = flash_attention_into
+    for target, raw in raw_attention.items():  # (kernels called directly, by their arguments)
+        table[target] = RuleEntry(raw, symbolic=False, source="typedflops", raw=True, matmul=True)
     table[aten._grouped_mm] = RuleEntry(
         grouped_mm_flops, symbolic=False, source="typedflops", raw=True, matmul=True
     )

@@ -61,7 +61,10 @@ def _recompute(
             exact &= fitted.forward_exact[position]
             count += event.flops
         if event.rerun:
-            rerun, ok = fit_events(plan, [run[position].rerun for run in plan.runs])
+            # (a count that branches on the sizes, fitted from its runs, as in the forward:
+            # this term is checked far off)
+            reruns = [run[position].rerun for run in plan.runs]
+            rerun, ok = fit_events(plan, reruns, branched=[])
             part += rerun
             exact &= ok
             count += sum(e.flops for e in event.rerun)
@@ -127,15 +130,18 @@ def op_costs(events: Sequence[Event], fitted: Fitted) -> tuple[OpCost, ...]:
         chunk = events[start:end]
         first = chunk[0]
         free = all(event.entry is None and event.counted for event in chunk)
+        # (a count that branches on the sizes, fitted from its runs: its terms are checked
+        # far off, its row is not, and is not exact)
+        branches = any(fitted.branches[start:end])
         forward = Term(
             sum(event.flops for event in chunk),
             total(fitted.forward[start:end]),
-            all(fitted.forward_exact[start:end]),
+            all(fitted.forward_exact[start:end]) and not branches,
         )
         backward = Term(
             sum(sum(b.flops for b in event.backward) for event in chunk),
             total(fitted.backward[start:end]),
-            all(fitted.backward_exact[start:end]),
+            all(fitted.backward_exact[start:end]) and not branches,
         )
         ops.append(
             OpCost(
