@@ -17,7 +17,10 @@ Conventions (the only place they are written; the documentation quotes them):
   bias of ``addmm`` not counted, attention 2·b·h·s_q·s_k·(d_q + d_v) forward; except where
   it counts other work than the kernel does (:data:`FLOP_COUNTER_CORRECTIONS`): a grouped
   convolution's backward is 2·N for the input's and for the weight's gradient, N the
-  grouped iteration space (FlopCounterMode takes the weight's as ungrouped).
+  grouped iteration space (FlopCounterMode takes the weight's as ungrouped); and what it
+  leaves out of a kernel: a convolution's backward adds its bias's gradient, an add per
+  element of the output's gradient, as the ``sum`` of a Linear's bias gradient
+  (:mod:`.conv_rules`, which also counts the backends' convolution kernels called by name).
 - What it leaves at 0 is counted here: an elementwise (pointwise) op costs one FLOP per
   output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3, ``add(x, y, alpha=a)`` 2); a
   reduction one per input element (``mean`` adds a divide per output element,
@@ -97,6 +100,12 @@ from torch.utils import flop_counter
 from ...errors import SpecError
 from . import stand_ins  # noqa: F401  (defines the stand-ins' ops)
 from .attention_rules import attention_rules, flash_attention_into
+from .conv_rules import (
+    FLOP_COUNTER_CORRECTIONS,
+    conv_backward_rules,
+    conv_forward_rules,
+    convolution_backward_flops,
+)
 from .cuda_cells import cuda_cell_rules
 from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
 from .free_ops import FREE, FREE_OPS, Free
@@ -104,10 +113,8 @@ from .grouped_rules import grouped_mm_flops
 from .index_rules import index_rules
 from .layer_rules import (
     ACTIVATIONS,
-    FLOP_COUNTER_CORRECTIONS,
     activation_backward,
     batched_sum_of_products,
-    convolution_backward_flops,
     is_activation,
     layer_matmul_parts,
     layer_rules,
@@ -293,7 +300,11 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for target, rule in attention_rules().items():
         table[target] = entry(rule, matmul=True)
     for target, rule in layer_rules().items():
-        table[target] = entry(rule, matmul=target is aten.convolution_backward)
+        table[target] = entry(rule)
+    for target, rule in conv_forward_rules().items():  # (backends' kernels called by name)
+        table[target] = entry(rule, matmul=True)
+    for target, (rule, products) in conv_backward_rules().items():
+        table[target] = dataclasses.replace(entry(rule), matmul_part=products)
     rulesets = [loss_rules(), sampling_rules(), linalg_rules(), rnn_rules(), pad_rules()]
     rulesets += [index_rules(), slice_rules()]
     rulesets += [cudnn_rnn_rules(), cuda_cell_rules(), optimizer_rules()]
@@ -338,7 +349,7 @@ saved_bytes_rule = RuleEntry(_saved_bytes, symbolic=True, source="typedflops")
 
 
 # FlopCounterMode's formulas, then the built-in rules (which replace the few of its formulas
-# that count other work than the kernel does: see _convolution_backward), by op packet.
+# that count other work than the kernel does: see conv_rules), by op packet.
 _RULES: dict[Any, RuleEntry] = {**_torch_entries(), **_builtin_entries()}
 _USER: dict[Any, RuleEntry] = {}
 _USER_FUNCTIONS: dict[Any, RuleEntry] = {}
