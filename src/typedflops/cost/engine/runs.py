@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
     FakeTensorMode,
+    UnsupportedOperatorException,
 )
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -305,6 +306,8 @@ class Runner:
             except (ContractError, SpecError):
                 raise
             except Exception as error:
+                if _no_shape_kernel(error) is not None:
+                    raise no_shape_kernel_error(self.probe, error) from None
                 if not _explained(error):
                     raise body_error(self.probe, error) from error
                 raise dry_run_error(self.probe, error) from None
@@ -448,6 +451,33 @@ def dry_run_error(probe: Probe, exc: BaseException) -> DryRunError:
     )
     error.reads_values = f"{shown}{at}"
     return error
+
+
+def _no_shape_kernel(exc: BaseException) -> str | None:
+    """The op a run on meta and under FakeTensorMode cannot run, torch having no kernel for
+    it on shapes alone (a strided nested tensor built from a list, a backend's kernel
+    called by name), or None for another failure."""
+    if isinstance(exc, UnsupportedOperatorException):
+        return str(exc.func._overloadpacket.__name__)
+    found = re.match(
+        r"(?:Could not run ')?aten::(\w+)'?:? (?:attempted to run this operator "
+        r"with Meta|with arguments from the 'Meta' backend)",
+        str(exc),
+    )
+    return found.group(1) if found else None
+
+
+def no_shape_kernel_error(probe: Probe, exc: BaseException) -> DryRunError:
+    """One line for an op torch cannot run on shapes alone: which, the user's line, and the
+    way out."""
+    where = _user_line(exc)
+    at = f" at {where}" if where else ""
+    return DryRunError.at(
+        f"{probe.function}()",
+        f"a dry run cannot go past {_no_shape_kernel(exc)}{at}: torch has no kernel for it "
+        "on shapes alone (meta or fake tensors)",
+        hint="record a real run instead (with typedflops.record() as rec: ...)",
+    )
 
 
 def value_check_error(probe: Probe, exc: _ChecksValues) -> DryRunError:
