@@ -154,6 +154,8 @@ def test_every_value_skipping_op_is_covered() -> None:
         aten._embedding_bag_backward,
         aten._embedding_bag_dense_backward,
         aten._embedding_bag_per_sample_weights_backward,
+        aten.scatter_reduce,  # (test_scatter_reduce_paths.py)
+        aten.scatter_reduce_,
     }
     assert set(SKIPS) == covered
 

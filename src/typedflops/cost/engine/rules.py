@@ -312,7 +312,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         for target, rule in rules.items():
             table[target] = entry(rule)
     for target, skip in SKIPS.items():  # (what ran read from the values, where known)
-        table[target].extra["ran"] = skip.counter(table[target].rule)
+        if target in table:  # (an in-place form takes its out-of-place form's entry)
+            table[target].extra["ran"] = skip.counter(table[target].rule)
     matmul_parts = (layer_matmul_parts(), sampling_matmul_parts(), rnn_matmul_parts())
     for parts in (*matmul_parts, cudnn_rnn_matmul_parts()):
         for target, part in parts.items():  # (fused kernels, part matrix products)
