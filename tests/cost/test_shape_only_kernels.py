@@ -116,3 +116,25 @@ def test_a_kernel_without_a_meta_kernel_is_estimated_under_fake_tensors() -> Non
         _slow_conv3d(torch.randn(2, 3, 5, 5, 5))
     assert cost.flops == rec.total.flops == 2 * (2 * 4 * 3 * 3 * 3) * 81 == 34992
     assert cost.uncounted == rec.total.uncounted == ()
+
+
+def _csr_product(x: Tensor) -> Tensor:
+    rows, columns = torch.tensor([0, 1, 2]), torch.tensor([0, 1])
+    sparse = torch.sparse_csr_tensor(rows, columns, torch.tensor([1.0, 2.0]), (2, 3))
+    return sparse @ x.T
+
+
+@pytest.mark.filterwarnings("ignore:Sparse")
+def test_a_sparse_csr_product_stops_a_dry_run_in_one_line_naming_the_op() -> None:
+    # meta has no kernel for a CSR tensor's product (SparseCsrMeta), nor have fake tensors:
+    # the dry run stopped with "give sizes the body can run at"
+    with pytest.raises(DryRunError) as caught:
+        estimate(_csr_product, Float[Tensor, "n d"], n=2, d=3)
+    message = str(caught.value)
+    assert "\n" not in message and "give sizes" not in message
+    assert "a dry run cannot go past addmm at test_shape_only_kernels.py" in message
+    assert "record a real run instead" in message
+    # the way out: the product named uncounted, its construction free (it was uncounted)
+    with record() as rec:
+        _csr_product(torch.randn(2, 3))
+    assert (rec.total.flops, rec.total.uncounted) == (0, ("mm",))
