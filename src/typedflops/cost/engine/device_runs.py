@@ -26,9 +26,6 @@ autograd, which records their nodes first).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -36,29 +33,9 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .cuda_cells import fused_lstm_cell
-from .kernels import meta_target
+from .standing import standing_for, stands_for
 
 __all__ = ["REFUSED_ONLY", "RUNS", "RunsAsDevice", "standing_for", "stands_for"]
-
-# The device type a dry run's meta ops stand for (None: meta's own, or kernels_of's).
-_standing: ContextVar[str | None] = ContextVar("typedflops_standing_for", default=None)
-
-
-@contextlib.contextmanager
-def standing_for(device_type: str | None) -> Iterator[None]:
-    """Inside the block, ops on meta tensors run as ``device_type``'s kernels would
-    (``"cpu"``, ``"cuda"``; None leaves :func:`~.kernels.kernels_of`'s choice)."""
-    token = _standing.set(device_type)
-    try:
-        yield
-    finally:
-        _standing.reset(token)
-
-
-def stands_for() -> str | None:
-    """The device type the meta ops of a dry run stand for, if any."""
-    return _standing.get() or meta_target()
-
 
 aten = torch.ops.aten
 

@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from ...errors import NotPolynomial
 from .opcall import OpCall
+from .standing import stands_for
 from .tensors import TensorMeta
 
 __all__ = ["ExpandedRows", "takes_expanded_path"]
@@ -63,15 +64,7 @@ def takes_expanded_path(call: OpCall) -> bool:
 
 
 def _device(meta: TensorMeta) -> str:
-    return (_stood_for() or "meta") if meta.device == "meta" else meta.device
-
-
-def _stood_for() -> str | None:
-    """The device type a dry run's meta ops stand for (imported here: the module that
-    keeps it imports the events, which import the rules)."""
-    from .device_runs import stands_for
-
-    return stands_for()
+    return (stands_for() or "meta") if meta.device == "meta" else meta.device
 
 
 def _zero(size: Any) -> bool:
@@ -141,7 +134,7 @@ class ExpandedRows:
         if index is None or not (index.is_meta or isinstance(index, FakeTensor)):
             return None
         self_, src = args[0], args[3] if len(args) > 3 else kwargs.get("src")
-        device = _stood_for() if self_.is_meta else self_.device.type
+        device = stands_for() if self_.is_meta else self_.device.type
         wide = index.numel() // index.shape[0] >= _THRESHOLD
         taken = RADIX_SORT and device == "cpu" and wide and src.is_contiguous()
         return self.note if taken and self_.is_floating_point() else None
