@@ -296,6 +296,8 @@ class Runner:
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             if _too_large(exc):
                 raise dry_run_error(self.probe, exc) from None
+            if isinstance(exc, UnsupportedOperatorException):  # (refused before it ran)
+                raise no_shape_kernel_error(self.probe, exc) from None
             if self.hooks and _REFUSES_HOOKS in str(exc):  # (torch.func.grad, vjp, jacrev)
                 self.hooks = False
                 return self.base(assignment)
