@@ -31,10 +31,6 @@ def test_a_strided_nested_tensor_stops_a_dry_run_in_one_line_naming_the_op() -> 
     assert "a dry run cannot go past _nested_tensor_from_tensor_list at " in message
     assert "test_shape_only_kernels.py" in message and "nested_tensor([x[0]" in message
     assert "record a real run instead" in message and "give sizes" not in message
-    # the way out counts it: a multiply per value of the rows, 3 + 2
-    with record() as rec:
-        _strided_nested(torch.randn(2, 3))
-    assert (rec.total.flops, rec.total.uncounted) == (5, ())
 
 
 def _jagged(x: Tensor) -> Tensor:
