@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import typedflops
 from typedflops import record
 from typedflops.cost.engine.recorder import torch_counts
+from typedflops.cost.engine.rules import FLOP_COUNTER_CORRECTIONS
 
 #: The sizes every spec's named dims take.
 SIZES: dict[str, int] = {"b": 2, "s": 5, "t": 7, "h": 6, "w": 6, "l": 8, "d": 8, "n": 4, "k": 5}
@@ -118,12 +119,16 @@ def sweep(case: Case) -> Swept:
     torch.manual_seed(0)
     body = case.make()
     inputs = [tensor(s) for s in case.specs]
-    with FlopCounterMode(display=False) as forward_counter, record() as rec:
+    corrected = FLOP_COUNTER_CORRECTIONS  # (where FlopCounterMode departs from what runs)
+    with (
+        FlopCounterMode(display=False, custom_mapping=corrected) as forward_counter,
+        record() as rec,
+    ):
         out = _first(body(*inputs))
     total = rec.total
     torch_backward = None
     if out.requires_grad:
-        with FlopCounterMode(display=False) as backward_counter:
+        with FlopCounterMode(display=False, custom_mapping=corrected) as backward_counter:
             torch.autograd.grad(out.sum(), _leaves(body, inputs), allow_unused=True)
         torch_backward = int(backward_counter.get_total_flops())
     with record() as ran:

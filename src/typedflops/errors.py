@@ -135,11 +135,13 @@ class UnresolvedHintError(SpecError, NameError):
 
 class DryRunError(SpecError):
     """A body that a dry run on shapes cannot go through: what it computes depends on its
-    tensors' values (a boolean mask, ``nonzero``, ``.item()``, an ``if`` on a tensor), or its
-    tensors are too large for torch to describe. ``record()`` on a real run counts it.
+    tensors' values (a boolean mask, ``nonzero``, ``.item()``, an ``if`` on a tensor), its
+    tensors are too large for torch to describe, or it runs an op torch has no kernel for on
+    shapes alone (a strided nested tensor built from a list). ``record()`` on a real run
+    counts it.
 
     ``reads_values`` names the op that needed values and the user's line that ran it
-    (``"nonzero (what x[mask] runs) at model.py:12"``); None for sizes too large."""
+    (``"nonzero (what x[mask] runs) at model.py:12"``); None for the other two."""
 
     reads_values: str | None = None
 

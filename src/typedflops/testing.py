@@ -295,10 +295,11 @@ def assert_matches_flop_counter(
     ``lambda out: out.sum()``) the gradient of ``loss(output)`` is then taken under a
     second FlopCounterMode (with ``torch.autograd.grad``, so no ``.grad`` is touched) and
     must equal typedflops' predicted backward FLOPs. Where FlopCounterMode's formula counts
-    other work than the kernel does (grouped convolutions' backward; the README lists
-    these), it is given typedflops' formula. Matmuls inside ``loss`` itself are
-    counted by torch too: keep it a sum. An ``einsum`` that multiplies without summing
-    costs N in typedflops and 0 in FlopCounterMode: do not compare those.
+    other work than the kernel does (a convolution's backward: a grouped one's weight
+    gradient, a bias's gradient; the README lists these), it is given typedflops'
+    formula. Matmuls inside ``loss`` itself are counted by torch too: keep it a sum. An
+    ``einsum`` that multiplies without summing costs N in typedflops and 0 in
+    FlopCounterMode: do not compare those.
 
     >>> import torch
     >>> from typedflops import typed_flops

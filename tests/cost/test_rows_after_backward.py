@@ -154,6 +154,8 @@ def test_every_value_skipping_op_is_covered() -> None:
         aten._embedding_bag_backward,
         aten._embedding_bag_dense_backward,
         aten._embedding_bag_per_sample_weights_backward,
+        aten.scatter_reduce,  # (test_scatter_reduce_paths.py)
+        aten.scatter_reduce_,
     }
     assert set(SKIPS) == covered
 
@@ -173,15 +175,15 @@ def test_linear_relu_rows() -> None:
 
 def test_conv_net_rows() -> None:
     # Conv2d(3, 4, 3) on (2, 3, 8, 8): 288 outputs of 2·27 FLOPs; its weight gradient (the
-    # input needs none) 15,552; relu 288; Conv2d(4, 2, 3, groups=2): 64 outputs of 2·18,
-    # input and weight gradients 2,304 each
+    # input needs none) 15,552 and its bias's 288 adds; relu 288; Conv2d(4, 2, 3, groups=2):
+    # 64 outputs of 2·18, input and weight gradients 2,304 each, the bias's 64 adds
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 3, groups=2))
     x = torch.randn(2, 3, 8, 8)
     total = _recorded(lambda: model(x).sum().backward())
     _sums_hold(total)
     rows = [op.backward_flops for op in total.ops if op.op in ("conv2d", "relu")]
-    assert rows == [15552, 288, 4608]
+    assert rows == [15552 + 288, 288, 4608 + 64]
 
 
 class _Product(torch.autograd.Function):

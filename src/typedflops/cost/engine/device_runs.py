@@ -22,43 +22,24 @@ autograd, which records their nodes first).
 - ``mm``, ``addmm``, ``addbmm``, ``mv`` and ``convolution`` of operands of different
   dtypes (a float16 layer given a float32 input): meta's kernels take them, every device's
   refuses; here meta refuses them too, so a dry run fails where a real run does.
+- The constructors of strided nested tensors (``torch.nested.nested_tensor`` of a list,
+  ``_nested_from_padded``, ...): their storage must be a device's, and torch's check of
+  that fails inside the tensor's constructor on meta; here they are refused before (an
+  op with no kernel on shapes alone, named so), and so under FakeTensorMode too.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, UnsupportedOperatorException
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .cuda_cells import fused_lstm_cell
-from .kernels import meta_target
+from .standing import standing_for, stands_for
 
 __all__ = ["REFUSED_ONLY", "RUNS", "RunsAsDevice", "standing_for", "stands_for"]
-
-# The device type a dry run's meta ops stand for (None: meta's own, or kernels_of's).
-_standing: ContextVar[str | None] = ContextVar("typedflops_standing_for", default=None)
-
-
-@contextlib.contextmanager
-def standing_for(device_type: str | None) -> Iterator[None]:
-    """Inside the block, ops on meta tensors run as ``device_type``'s kernels would
-    (``"cpu"``, ``"cuda"``; None leaves :func:`~.kernels.kernels_of`'s choice)."""
-    token = _standing.set(device_type)
-    try:
-        yield
-    finally:
-        _standing.reset(token)
-
-
-def stands_for() -> str | None:
-    """The device type the meta ops of a dry run stand for, if any."""
-    return _standing.get() or meta_target()
-
 
 aten = torch.ops.aten
 
@@ -213,8 +194,35 @@ def _same_dtype(op: Any, operands: int) -> Any:
     return run
 
 
+def _real_storage_only(op: Any) -> Any:
+    """``op`` (a strided nested tensor's constructor) refused where a tensor it is given is
+    meta or fake, before it is called; run as it is on tensors with values."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        given = [*args, *kwargs.values()]
+        tensors = [t for a in given for t in (a if isinstance(a, list | tuple) else [a])]
+        if any(
+            isinstance(t, torch.Tensor) and (t.is_meta or isinstance(t, FakeTensor))
+            for t in tensors
+        ):
+            raise UnsupportedOperatorException(op)
+        return op(*args, **kwargs)
+
+    return run
+
+
+_NESTED_CONSTRUCTORS = [
+    aten._nested_tensor_from_tensor_list.default,
+    aten._nested_from_padded.default,
+    aten._nested_from_padded_and_nested_example.default,
+    aten._nested_tensor_from_mask.default,
+    aten._nested_view_from_buffer.default,
+    aten._nested_view_from_buffer_copy.default,
+]
+
 #: What runs an op on meta in place of calling it (see the module).
 RUNS: dict[Any, Any] = {
+    **{op: _real_storage_only(op) for op in _NESTED_CONSTRUCTORS},
     aten.mm.default: _same_dtype(aten.mm.default, 2),
     aten.addmm.default: _same_dtype(aten.addmm.default, 3),
     aten.addbmm.default: _same_dtype(aten.addbmm.default, 3),

@@ -36,7 +36,7 @@ FREE_OPS = words(
     _upsample_nearest_exact1d _upsample_nearest_exact2d _upsample_nearest_exact3d _foreach_copy
     _foreach_zero _foreach_clone _foreach_copy_ _foreach_zero_ _to_dense to_dense _to_sparse
     _to_sparse_csr _to_sparse_csc _to_sparse_bsr _to_sparse_bsc sparse_mask rot90
-    _pack_padded_sequence block_diag
+    _pack_padded_sequence block_diag sparse_compressed_tensor _sparse_compressed_tensor_unsafe
     """
 )
 

@@ -5,10 +5,12 @@ written in :mod:`.rules`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from .expanded_index import takes_expanded_path
 from .opcall import OpCall, Rule
 from .tensors import is_float, numel
 
@@ -133,28 +135,37 @@ def scattered(call: OpCall) -> Any:
     return numel(call.inputs[1]) if is_float(call.inputs[0]) else 0
 
 
-def _reduced_by(values_at: int) -> Rule:
+def _reduced_by(values_at: int) -> Callable[..., Any]:
     """A reduction into an output by index: an op per value reduced (the tensor input at
     ``values_at``: a sum's add, a product's multiply, a maximum's or minimum's compare); a
     mean then counts its entries as the kernel does (``TensorAdvancedIndexing.cpp``): ones
     added into a count per output element (an add per value), each count compared with 0,
     and each output element divided by its count. Without ``include_self`` the rows are
-    first filled (a copy)."""
+    first filled (a copy).
 
-    def rule(call: OpCall) -> Any:
+    A CPU's ``scatter_reduce`` along dim 0 with an index expanded along its other dims
+    (PyG's message passing, :func:`~.expanded_index.takes_expanded_path`) runs another
+    kernel (``cpu_scatter_reduce_expanded_index``): the same op per value, and a mean
+    divides each of the R rows the index reaches by its own count (K values a row, K =
+    numel(index) / index.shape[0]), nothing more: V + R·K. ``rows``: R, read from the
+    index's values (None: every row of ``self``, an upper bound)."""
+
+    def rule(call: OpCall, rows: Any = None) -> Any:
         if not is_float(call.inputs[0]):
             return 0
         values = numel(call.inputs[values_at])
         if call.arg(4, "reduce") != "mean":
             return values
+        if values_at == 1 and takes_expanded_path(call):
+            index = call.inputs[1]
+            reached = call.inputs[0].shape[0] if rows is None else rows
+            return values + reached * math.prod(index.shape[1:])
         return 2 * values + 2 * numel(call.inputs[0])
 
     return rule
 
 
-#: ``scatter_reduce``: a value per index entry (a CPU's path for an index expanded along
-#: dim 0, PyG's case, divides the rows the index touches alone: counted as the general
-#: path, an upper bound).
+#: ``scatter_reduce``: a value per index entry, and a mean's divides (above).
 scatter_reduced = _reduced_by(1)
 #: ``index_reduce`` (self (.., n, ..), index (m,), source (.., m, ..)): a value per source
 #: value.

@@ -56,6 +56,7 @@ from .cuda_cells import cell_as_cuda, is_cell
 from .cudnn_rnn import is_cudnn_target, rnn_as_cudnn
 from .frames import no_frame
 from .rnn_cpu import is_rnn, rnn_as_cpu
+from .standing import META_TARGET
 from .value_checks import checked_on_meta, checks_values
 
 __all__ = [
@@ -82,7 +83,7 @@ _DEVICE_TYPE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:\d+)?")
 # The device type whose kernels a dry run of a call made on `meta` stands for (a model
 # built on meta to be costed): None keeps meta's own (math) attention. For a GPU, its
 # compute capability when known (the attention kernel torch picks depends on it).
-_meta_target: ContextVar[str | None] = ContextVar("typedflops_meta_target", default=None)
+_meta_target = META_TARGET
 _meta_capability: ContextVar[tuple[int, int] | None] = ContextVar(
     "typedflops_meta_capability", default=None
 )

@@ -1,4 +1,4 @@
-"""The FLOP rules of normalisation, convolution-backward and pooling kernels, of the
+"""The FLOP rules of normalisation and pooling kernels, of the
 gated linear unit, of ``nn.Bilinear``'s trilinear product and of ``conv_tbc`` (the
 conventions they follow are written in :mod:`.rules`).
 
@@ -25,7 +25,7 @@ product counts 4 times, a multiply 6 and an add 2 per element.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import sympy
@@ -38,10 +38,8 @@ from .tensors import flat_tensors, is_float, numel
 
 __all__ = [
     "ACTIVATIONS",
-    "FLOP_COUNTER_CORRECTIONS",
     "activation_backward",
     "batched_sum_of_products",
-    "convolution_backward_flops",
     "is_activation",
     "layer_matmul_parts",
     "layer_rules",
@@ -131,70 +129,6 @@ def norm_backward(call: OpCall) -> Any:
     # weight, divided by the deviation; with batch statistics, 8 per element.
     per_input = 2 if call.name == "native_batch_norm_backward" and not call.arg(7, "train") else 8
     return ((per_input if mask[0] else 0) + weights) * numel(grad)
-
-
-def convolution_backward_flops(
-    grad_out_shape: Sequence[Any],
-    x_shape: Sequence[Any],
-    w_shape: Sequence[Any],
-    transposed: bool,
-    output_mask: Sequence[bool],
-) -> Any:
-    """The FLOPs of a convolution's backward kernel: the input's gradient and the
-    weight's, each 2·N over the forward's iteration space of N multiply-adds.
-
-    N is batch x output positions x C_out x C_in/groups x kernel size (for a transposed
-    convolution: batch x input positions x C_in x C_out/groups x kernel size), that is
-    numel(out) (numel(x) transposed) x prod(weight.shape[1:]). FlopCounterMode's formula
-    takes the weight's gradient as an ungrouped convolution, ``groups`` times this (a
-    96-channel depthwise 7x7 at 56x56: 2.83e9 where the kernel does 2.95e7); with
-    groups=1 the two agree. The bias's gradient is not counted, as the forward's bias is
-    not.
-
-    >>> convolution_backward_flops((1, 96, 56, 56), (1, 96, 56, 56), (96, 1, 7, 7), False,
-    ...                            (True, True, False))
-    59006976
-    """
-    positions = math.prod(x_shape if transposed else grad_out_shape)
-    products = positions * math.prod(w_shape[1:])
-    return 2 * products * (bool(output_mask[0]) + bool(output_mask[1]))
-
-
-def _convolution_backward(call: OpCall) -> Any:
-    grad_out, x, weight = call.inputs[:3]
-    count = convolution_backward_flops(
-        grad_out.shape,
-        x.shape,
-        weight.shape,
-        bool(call.arg(7, "transposed")),
-        call.arg(10, "output_mask", (True, True, True)),
-    )
-    return 4 * count if is_complex(call.inputs) else count  # (a complex multiply-add is 8)
-
-
-def _convolution_backward_shapes(
-    grad_out_shape: Any,
-    x_shape: Any,
-    w_shape: Any,
-    _bias: Any,
-    _stride: Any,
-    _padding: Any,
-    _dilation: Any,
-    transposed: bool,
-    _output_padding: Any,
-    _groups: Any,
-    output_mask: Any,
-    out_shape: Any = None,
-) -> Any:
-    return convolution_backward_flops(grad_out_shape, x_shape, w_shape, transposed, output_mask)
-
-
-#: Where FlopCounterMode's formula counts other work than the kernel does, the formula
-#: typedflops uses, as a ``FlopCounterMode(custom_mapping=...)`` takes it (shapes in), so
-#: that FlopCounterMode and typedflops can be compared everywhere else.
-FLOP_COUNTER_CORRECTIONS: dict[Any, Callable[..., Any]] = {
-    aten.convolution_backward: _convolution_backward_shapes,
-}
 
 
 def _per_axis(value: Any, axes: int) -> list[Any]:
@@ -473,7 +407,6 @@ def layer_rules() -> dict[Any, Rule]:
         "miopen_batch_norm_backward",
     ):
         rules[getattr(aten, name)] = norm_backward
-    rules[aten.convolution_backward] = _convolution_backward
     rules[aten._weight_norm_interface] = _weight_norm
     rules[aten._weight_norm_interface_backward] = _weight_norm_backward
     rules[aten.glu] = _glu

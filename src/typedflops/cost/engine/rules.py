@@ -20,7 +20,10 @@ Conventions (the only place they are written; the documentation quotes them):
   grouped iteration space (FlopCounterMode takes the weight's as ungrouped); attention
   with a causal mask is counted over the pairs the kernel computes, not s_q·s_k
   (:mod:`.attention_pairs`), and a kernel called directly on ``(b, s, h, d)`` tensors in
-  that layout.
+  that layout; and what it leaves out of a kernel: a convolution's backward adds its
+  bias's gradient, an add per element of the output's gradient, as the ``sum`` of a
+  Linear's bias gradient (:mod:`.conv_rules`, which also counts the backends' convolution
+  kernels called by name).
 - What it leaves at 0 is counted here: an elementwise (pointwise) op costs one FLOP per
   output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3, ``add(x, y, alpha=a)`` 2); a
   reduction one per input element (``mean`` adds a divide per output element,
@@ -105,6 +108,14 @@ from .attention_rules import (
     flash_attention_into,
     raw_attention_rules,
 )
+from .conv_rules import (
+    FLOP_COUNTER_CORRECTIONS as CONV_CORRECTIONS,
+)
+from .conv_rules import (
+    conv_backward_rules,
+    conv_forward_rules,
+    convolution_backward_flops,
+)
 from .cuda_cells import cuda_cell_rules
 from .cudnn_rnn import cudnn_rnn_matmul_parts, cudnn_rnn_rules
 from .free_ops import FREE, FREE_OPS, Free
@@ -114,14 +125,10 @@ from .layer_rules import (
     ACTIVATIONS,
     activation_backward,
     batched_sum_of_products,
-    convolution_backward_flops,
     is_activation,
     layer_matmul_parts,
     layer_rules,
     norm_backward,
-)
-from .layer_rules import (
-    FLOP_COUNTER_CORRECTIONS as LAYER_CORRECTIONS,
 )
 from .linalg_rules import linalg_rules
 from .loss_rules import loss_rules
@@ -166,7 +173,7 @@ aten = torch.ops.aten
 #: typedflops uses, as ``FlopCounterMode(custom_mapping=...)`` takes it: a grouped
 #: convolution's backward, and the GPU's attention kernels with ``is_causal``.
 FLOP_COUNTER_CORRECTIONS: dict[Any, Callable[..., Any]] = {
-    **LAYER_CORRECTIONS,
+    **CONV_CORRECTIONS,
     **attention_corrections(),
 }
 
@@ -311,7 +318,11 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
     for target, rule in attention_rules().items():
         table[target] = entry(rule, matmul=True)
     for target, rule in layer_rules().items():
-        table[target] = entry(rule, matmul=target is aten.convolution_backward)
+        table[target] = entry(rule)
+    for target, rule in conv_forward_rules().items():  # (backends' kernels called by name)
+        table[target] = entry(rule, matmul=True)
+    for target, (rule, products) in conv_backward_rules().items():
+        table[target] = dataclasses.replace(entry(rule), matmul_part=products)
     rulesets = [loss_rules(), sampling_rules(), linalg_rules(), rnn_rules(), pad_rules()]
     rulesets += [index_rules(), slice_rules()]
     rulesets += [cudnn_rnn_rules(), cuda_cell_rules(), optimizer_rules()]
@@ -319,7 +330,8 @@ def _builtin_entries() -> dict[Any, RuleEntry]:
         for target, rule in rules.items():
             table[target] = entry(rule)
     for target, skip in SKIPS.items():  # (what ran read from the values, where known)
-        table[target].extra["ran"] = skip.counter(table[target].rule)
+        if target in table:  # (an in-place form takes its out-of-place form's entry)
+            table[target].extra["ran"] = skip.counter(table[target].rule)
     matmul_parts = (layer_matmul_parts(), sampling_matmul_parts(), rnn_matmul_parts())
     for parts in (*matmul_parts, cudnn_rnn_matmul_parts()):
         for target, part in parts.items():  # (fused kernels, part matrix products)
@@ -357,7 +369,7 @@ saved_bytes_rule = RuleEntry(_saved_bytes, symbolic=True, source="typedflops")
 
 
 # FlopCounterMode's formulas, then the built-in rules (which replace the few of its formulas
-# that count other work than the kernel does: see _convolution_backward), by op packet.
+# that count other work than the kernel does: see conv_rules), by op packet.
 _RULES: dict[Any, RuleEntry] = {**_torch_entries(), **_builtin_entries()}
 _USER: dict[Any, RuleEntry] = {}
 _USER_FUNCTIONS: dict[Any, RuleEntry] = {}

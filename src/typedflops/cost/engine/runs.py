@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
     FakeTensorMode,
+    UnsupportedOperatorException,
 )
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -295,6 +296,8 @@ class Runner:
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             if _too_large(exc):
                 raise dry_run_error(self.probe, exc) from None
+            if isinstance(exc, UnsupportedOperatorException):  # (refused before it ran)
+                raise no_shape_kernel_error(self.probe, exc) from None
             if self.hooks and _REFUSES_HOOKS in str(exc):  # (torch.func.grad, vjp, jacrev)
                 self.hooks = False
                 return self.base(assignment)
@@ -305,6 +308,10 @@ class Runner:
             except (ContractError, SpecError):
                 raise
             except Exception as error:
+                if _no_shape_kernel(error) is not None:
+                    raise no_shape_kernel_error(self.probe, error) from None
+                if _no_layout_kernel(exc):  # (a sparse or nested layout on meta, then fake)
+                    raise no_shape_kernel_error(self.probe, exc) from None
                 if not _explained(error):
                     raise body_error(self.probe, error) from error
                 raise dry_run_error(self.probe, error) from None
@@ -448,6 +455,45 @@ def dry_run_error(probe: Probe, exc: BaseException) -> DryRunError:
     )
     error.reads_values = f"{shown}{at}"
     return error
+
+
+def _no_shape_kernel(exc: BaseException) -> str | None:
+    """The op a run on meta and under FakeTensorMode cannot run, torch having no kernel for
+    it on shapes alone (a strided nested tensor built from a list, a backend's kernel
+    called by name, a product of a sparse layout), or None for another failure."""
+    if isinstance(exc, UnsupportedOperatorException):
+        return str(exc.func._overloadpacket.__name__)
+    found = _NO_META_KERNEL.match(str(exc))
+    return (found.group(1) or found.group(2)) if found else None
+
+
+# torch's words for an op with no kernel on meta: "aten::slow_conv3d_forward: attempted to
+# run this operator with Meta tensors", "Could not run 'aten::addmm.out' with arguments
+# from the 'SparseCsrMeta' backend" (the layout's meta backend named first, if any)
+_NO_META_KERNEL = re.compile(
+    r"aten::(\w+): attempted to run this operator with Meta tensors"
+    r"|Could not run 'aten::(\w+)(?:\.\w+)?' with arguments from the '(\w*)Meta' backend"
+)
+
+
+def _no_layout_kernel(exc: BaseException) -> bool:
+    """Whether a run on meta stopped at an op with no kernel for a sparse or nested
+    layout's meta backend (``SparseCsrMeta``): fake tensors have none either."""
+    found = _NO_META_KERNEL.match(str(exc))
+    return found is not None and bool(found.group(3))
+
+
+def no_shape_kernel_error(probe: Probe, exc: BaseException) -> DryRunError:
+    """One line for an op torch cannot run on shapes alone: which, the user's line, and the
+    way out."""
+    where = _user_line(exc)
+    at = f" at {where}" if where else ""
+    return DryRunError.at(
+        f"{probe.function}()",
+        f"a dry run cannot go past {_no_shape_kernel(exc)}{at}: torch has no kernel for it "
+        "on shapes alone (meta or fake tensors)",
+        hint="record a real run instead (with typedflops.record() as rec: ...)",
+    )
 
 
 def value_check_error(probe: Probe, exc: _ChecksValues) -> DryRunError:

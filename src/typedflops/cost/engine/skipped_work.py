@@ -8,8 +8,10 @@ ids equal to ``padding_idx``, and so do ``embedding_bag``'s kernels, forward
 and the gradient of ``per_sample_weights`` (``EmbeddingBag.cpp``). Their rules
 (:mod:`.index_rules`) count per target or per id looked up; given how many were not passed
 over (``kept``), they count those alone. Two more work where a value passes a test: a
-multi-class margin loss adds where a class's margin is met (``z > 0``, :class:`Margins`)
-and ``histc`` with a range given bins the elements inside it (:class:`Bins`).
+multi-class margin loss adds where a class's margin is met (``z > 0``, :class:`Margins`),
+``histc`` with a range given bins the elements inside it (:class:`Bins`), and a CPU's
+``scatter_reduce`` mean with an expanded index divides the rows the index reaches
+(:class:`~.expanded_index.ExpandedRows`).
 
 On tensors with values (a record of a real run) the kept entries are counted, one
 reduction on the op's own device (``(ids != skip).sum()``) and one read of the number, on
@@ -30,6 +32,8 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
+
+from .expanded_index import ExpandedRows
 
 __all__ = ["BACKWARD_NOTES", "SKIPS", "Bins", "Margins", "Skip", "assumed"]
 
@@ -195,7 +199,9 @@ _TARGET, _IGNORE, _BACKWARD_TARGET, _BACKWARD_IGNORE = (
 _INDICES = (1, "indices")
 
 #: The ops whose work values decide, by overload packet.
-SKIPS: dict[Any, Skip | Margins | Bins] = {
+SKIPS: dict[Any, Skip | Margins | Bins | ExpandedRows] = {
+    aten.scatter_reduce: ExpandedRows(),
+    aten.scatter_reduce_: ExpandedRows(),
     aten.histc: Bins(),
     aten.multi_margin_loss: Margins(0, f"multi_margin_loss: {_MARGINS}"),
     aten.multi_margin_loss_backward: Margins(1, f"multi_margin_loss backward: {_MARGINS}"),
