@@ -241,7 +241,7 @@ def test_the_cpu_rule_is_the_kernels_loops(
         )
 
 
-# -- a GPU's kernels: the pairs the mask keeps --------------------------------------------
+# -- a GPU's kernels: every pair, as FlopCounterMode and the papers' model FLOPs --------
 
 GPU_FORWARD: dict[Any, Callable[[bool], tuple[Any, ...]]] = {
     # op: the arguments after query, key and value, up to is_causal
@@ -252,24 +252,21 @@ GPU_FORWARD: dict[Any, Callable[[bool], tuple[Any, ...]]] = {
 
 
 @pytest.mark.parametrize("op", list(GPU_FORWARD))
-def test_gpu_kernels_count_the_triangle(op: Any) -> None:
-    """b = h = 1, s = 2048, d = 64: the mask keeps 2048·2049/2 = 2,098,176 pairs; forward
-    2·2,098,176·(64 + 64) = 537,133,056, where FlopCounterMode counts 4·2048²·64 =
-    1,073,741,824 (every pair); its count less ours is 4·64·(2048² - 2,098,176) =
-    2·64·2048·2047 = 536,608,768, the pairs skipped."""
+def test_gpu_kernels_count_every_pair_causal_or_not(op: Any) -> None:
+    """b = h = 1, s = 2048, d = 64: 4·2048²·64 = 1,073,741,824 forward, FlopCounterMode's
+    count, with the causal mask or without (Narayanan's and PaLM's model FLOPs count every
+    pair; the kernel skips the blocks past the diagonal, so this bounds what runs)."""
     q = meta(1, 1, 2048, 64)
-    ours = rule_count(op, (q, q, q, *GPU_FORWARD[op](True)))
-    assert 2048 * 2049 // 2 == 2_098_176
-    assert ours == 2 * 2_098_176 * (64 + 64) == 537_133_056
     shape = (1, 1, 2048, 64)
     every = flop_counter.sdpa_flop_count(shape, shape, shape)  # type: ignore[no-untyped-call]
-    assert every == 1_073_741_824 and every - ours == 2 * 64 * 2048 * 2047
+    assert every == 4 * 2048**2 * 64 == 1_073_741_824
+    assert rule_count(op, (q, q, q, *GPU_FORWARD[op](True))) == every
     assert rule_count(op, (q, q, q, *GPU_FORWARD[op](False))) == every
 
 
-def test_gpu_backwards_count_the_triangle() -> None:
-    """Backward, b = h = 1, s = 2048, d = 64: 2·2,098,176·(3·64 + 2·64) = 1,342,832,640
-    (FlopCounterMode: 2.5 times its forward, 2,684,354,560)."""
+def test_gpu_backwards_count_every_pair() -> None:
+    """Backward, b = h = 1, s = 2048, d = 64: 2·2048²·(3·64 + 2·64) = 2,684,354,560,
+    FlopCounterMode's 2.5 times its forward."""
     t = meta(1, 1, 2048, 64)
     lse = meta(1, 1, 2048)
     calls = {
@@ -284,32 +281,16 @@ def test_gpu_backwards_count_the_triangle() -> None:
         ),
     }  # fmt: skip
     for op, args in calls.items():
-        assert rule_count(op, args) == 2 * 2_098_176 * (3 * 64 + 2 * 64) == 1_342_832_640
-
-
-def test_unequal_lengths_align_as_each_kernel_does() -> None:
-    """4 queries, 6 keys: torch's ``is_causal`` (top-left: query i sees keys 0..i) keeps
-    1 + 2 + 3 + 4 = 10 pairs (memory-efficient, cuDNN); FlashAttention-2 aligns the mask
-    bottom-right (query i sees keys 0..i + 2): 3 + 4 + 5 + 6 = 18. 6 queries, 4 keys,
-    top-left: 1 + 2 + 3 + 4 + 4 + 4 = 18; bottom-right: 0 + 0 + 1 + 2 + 3 + 4 = 10."""
-    q, k = meta(1, 1, 4, 8), meta(1, 1, 6, 8)
-    per_pair = 2 * (8 + 8)
-    efficient = aten._scaled_dot_product_efficient_attention
-    flash = aten._scaled_dot_product_flash_attention
-    assert rule_count(efficient, (q, k, k, None, False, 0.0, True)) == 10 * per_pair
-    assert rule_count(flash, (q, k, k, 0.0, True)) == 18 * per_pair
-    assert rule_count(efficient, (k, q, q, None, False, 0.0, True)) == 18 * per_pair
-    assert rule_count(flash, (k, q, q, 0.0, True)) == 10 * per_pair
+        assert rule_count(op, args) == 2 * 2048**2 * (3 * 64 + 2 * 64) == 2_684_354_560
 
 
 def test_kernels_called_directly_read_their_layout_and_offsets() -> None:
     """``_flash_attention_forward`` takes (b, s, h, d): b = 2, s = 100, h = 4, d = 16 is
-    4·2·4·100²·16 = 5,120,000 without a mask (FlopCounterMode reads it as (b, h, s, d):
-    204,800), and 2·2·4·(100·101/2)·32 = 2,585,600 causal. Sequences of 3 and 7 tokens
-    (offsets 0, 3, 10), 4 heads, d = 16, causal: 2·4·(6 + 28)·32 = 8,704 (FlopCounterMode,
-    every pair: 2·4·(9 + 49)·32 = 14,848), written into a given output or not. The
-    memory-efficient kernel's ``custom_mask_type`` 0 is no mask (4·6 pairs), 1 top-left
-    (10), 2 bottom-right (18): 2·pairs·(8 + 8) for 4 queries, 6 keys, one head, d = 8."""
+    4·2·4·100²·16 = 5,120,000, causal or not (FlopCounterMode reads it as (b, h, s, d):
+    204,800). Sequences of 3 and 7 tokens (offsets 0, 3, 10), 4 heads, d = 16:
+    2·4·(9 + 49)·32 = 14,848, each sequence at its length, as FlopCounterMode counts it,
+    written into a given output or not. The memory-efficient kernel, 4 queries, 6 keys, one
+    head, d = 8: 2·24·(8 + 8) = 768 whatever its ``custom_mask_type``."""
     dense = torch.empty(2, 100, 4, 16, device="meta")
     packed = torch.empty(10, 4, 16, device="meta")
     offsets = torch.tensor([0, 3, 10], dtype=torch.int32)
@@ -326,19 +307,19 @@ def test_kernels_called_directly_read_their_layout_and_offsets() -> None:
         for mask_type in (0, 1, 2):
             aten._efficient_attention_forward(q, k, k, None, None, None, None, None, 0.0, mask_type)
     counts = [op.forward.count for op in rec.total.ops if op.forward.count]
-    varlen_count = 2 * 4 * (3 * 4 // 2 + 7 * 8 // 2) * 32
     with FlopCounterMode(display=False) as counter:
         aten._flash_attention_forward(*varlen)
-    assert counter.get_total_flops() == 2 * 4 * (9 + 49) * 32 == 14_848
-    assert counts == [2_585_600, varlen_count, varlen_count, 768, 320, 576]
-    assert varlen_count == 8_704 and counts[3:] == [24 * 32, 10 * 32, 18 * 32]
+    varlen_count = 2 * 4 * (9 + 49) * 32
+    assert counter.get_total_flops() == varlen_count == 14_848
+    assert [c for c in counts if c != varlen_count] == [5_120_000, 768, 768, 768]
+    assert sum(counts) == 5_120_000 + 2 * varlen_count + 3 * 768
 
 
 def test_a_sliding_window_counts_the_keys_it_keeps() -> None:
     """FlashAttention-2's local mask: ``window_size_left=256`` with ``is_causal``, s = 2048:
     queries 0-255 see i + 1 keys, the other 1,792 each 257, 256·257/2 + 1792·257 = 493,440
     pairs; b = h = 1, d = 64: forward 2·493,440·128 = 126,320,640, backward
-    2·493,440·(3·64 + 2·64) = 315,801,600 (the causal triangle alone: 537,133,056)."""
+    2·493,440·(3·64 + 2·64) = 315,801,600 (every pair: 1,073,741,824)."""
     q = torch.empty(1, 2048, 1, 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
     windowed = {"window_size_left": 256, "window_size_right": 0}
     with record() as rec:
@@ -377,30 +358,30 @@ def test_window_pairs_are_the_pairs_in_the_window(
 
 def test_flop_counter_mode_given_the_corrections_counts_as_typedflops() -> None:
     """``FlopCounterMode(custom_mapping=FLOP_COUNTER_CORRECTIONS)`` (as
-    ``assert_matches_flop_counter`` compares) counts the GPU's causal kernels as here:
-    b = 2, h = 4, s = 16, d = 64, memory-efficient: 2·2·4·(16·17/2)·128 = 278,528."""
+    ``assert_matches_flop_counter`` compares) counts a GPU's causal kernel as here, every
+    pair: b = 2, h = 4, s = 16, d = 64, memory-efficient: 2·2·4·16²·128 = 524,288."""
     q = torch.empty(2, 4, 16, 64, device="meta")
     with FlopCounterMode(display=False, custom_mapping=FLOP_COUNTER_CORRECTIONS) as counter:
         aten._scaled_dot_product_efficient_attention(q, q, q, None, False, 0.0, True)
-    assert counter.get_total_flops() == 2 * 2 * 4 * (16 * 17 // 2) * 128 == 278_528
+    assert counter.get_total_flops() == 2 * 2 * 4 * 16**2 * 128 == 524_288
 
 
 @pytest.mark.parametrize(
     ("device", "dtype"),
     [("cuda", torch.bfloat16), ("cuda", torch.float32), ("H100 SXM", torch.bfloat16)],
 )
-def test_a_gpu_estimate_fits_the_triangle_exactly(device: str, dtype: torch.dtype) -> None:
+def test_a_gpu_estimate_is_exact_over_every_pair(device: str, dtype: torch.dtype) -> None:
     """Flash (A100, bfloat16), memory-efficient (float32), cuDNN (H100): the row's formulas
-    are 2·b·h·d·s·(s + 1) forward and 5·b·h·d·s·(s + 1) backward, exact, and give what an
-    estimate at another size counts."""
+    are 4·b·h·s²·d forward and 10·b·h·s²·d backward, exact, and give what an estimate at
+    another size counts."""
     b, h, s, d = sympy.symbols("b h s d")
     grad = ("q", "k", "v")
     with kernels_of(device):
         cost = attend.estimate(b=2, h=4, s=16, d=64, dtype=dtype, grad=grad)
         other = attend.estimate(b=3, h=2, s=40, d=32, dtype=dtype, grad=grad)
     (row,) = cost.ops
-    assert row.forward.formula == 2 * b * d * h * s * (s + 1) and row.forward.exact
-    assert row.backward.formula == 5 * b * d * h * s * (s + 1) and row.backward.exact
+    assert row.forward.formula == 4 * b * h * s**2 * d and row.forward.exact
+    assert row.backward.formula == 10 * b * h * s**2 * d and row.backward.exact
     dims = {"b": 3, "h": 2, "s": 40, "d": 32}
     assert (row.forward.at(dims), row.backward.at(dims)) == (other.flops, other.backward_flops)
-    assert other.flops == 2 * 3 * 2 * (40 * 41 // 2) * (32 + 32)
+    assert other.flops == 4 * 3 * 2 * 40**2 * 32

@@ -6,11 +6,12 @@ Two kernels compute the same function:
   the device (flash attention on a CPU; flash, memory-efficient or cuDNN on a GPU), and a
   dry run costs the kernel the device would pick. Its products are counted over the
   query-key pairs the kernel computes, P per batch entry and head: forward 2·b·h·P·(d_q + d_v)
-  FLOPs, backward 2.5x that (the kernel recomputes the scores). On a GPU P is the pairs the
-  causal mask keeps, s·(s + 1)/2; on a CPU, whole blocks of 512 keys up to each block of
-  queries' last (every pair up to 512 positions, 5/8 of them at 2048). FlopCounterMode
-  counts every pair, s². ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)``
-  around the call (or the estimate) asks for the math path instead.
+  FLOPs, backward 2.5x that (the kernel recomputes the scores). On a GPU P is every pair,
+  s², as FlopCounterMode and the papers' model FLOPs count it (the kernels skip the blocks
+  past the diagonal); on a CPU, whole blocks of 512 keys up to each block of queries' last
+  (every pair up to 512 positions, 5/8 of them at 2048).
+  ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`` around the call (or the estimate)
+  asks for the math path instead.
 - ``kernel="einsum"`` writes the math out: the scores, the causal mask, softmax, dropout and
   the product with the values, as Megatron-LM computes them (each a kernel of its own).
 """

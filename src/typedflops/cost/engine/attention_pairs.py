@@ -14,16 +14,12 @@
   added to the scores: it does not change which blocks run.
 - A GPU's fused kernels (flash, memory-efficient, cuDNN) skip the key blocks past each query
   block's diagonal too, with block sizes that depend on the GPU, the head size and the
-  dtype; they are counted over the pairs the causal mask keeps. Torch's ``is_causal`` is
-  aligned top-left (query ``i`` sees keys ``j <= i``, ``CausalVariant.UPPER_LEFT``), as the
-  memory-efficient kernel's ``custom_mask_type=1`` and cuDNN's run it; FlashAttention-2's
-  kernel aligns it bottom-right (query ``i`` sees keys ``j <= i + s_k - s_q``; the
-  memory-efficient kernel's ``custom_mask_type=2``), which torch's SDPA avoids by taking
-  flash only for ``s_q == s_k``. A kernel computes the masked part of the blocks on the
-  diagonal too, so the count is a lower bound by at most one block per query block.
+  dtype; they are counted over every pair, as FlopCounterMode and the papers' model FLOPs
+  count them (an upper bound of what runs), but for FlashAttention-2's local window
+  (:func:`window_pairs`).
 
 Sizes may be formulas (sympy) while a formula is fitted: where the count branches on them
-(the CPU kernel's blocks, a causal mask over lengths of unknown order) these raise
+(the CPU kernel's blocks) these raise
 :class:`~typedflops.errors.BranchOnSizes`: the op's counts are fitted instead, its row is
 not exact, and the terms it sums into are exact only where the runs far off agree (on a
 CPU, every pair up to 512 keys, so a model of at most 512 positions stays exact).
@@ -33,23 +29,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import sympy
-
 from ...errors import BranchOnSizes
 
 __all__ = [
-    "BOTTOM_RIGHT",
-    "TOP_LEFT",
     "cpu_flash_pairs",
     "cpu_query_block",
-    "mask_pairs",
     "window_pairs",
 ]
 
-
-#: The alignments of a causal mask when ``s_q != s_k`` (see the module's docstring).
-TOP_LEFT = "top-left"
-BOTTOM_RIGHT = "bottom-right"
 
 #: The CPU flash kernel's key block.
 CPU_KEY_BLOCK = 512
@@ -108,46 +95,6 @@ def _ceil_sum(n: int, r: int) -> int:
     """``sum(ceil(i / r) for i in 1..n)``."""
     whole, rest = divmod(n, r)
     return r * whole * (whole + 1) // 2 + rest * (whole + 1)
-
-
-def mask_pairs(s_q: Any, s_k: Any, causal: bool, alignment: str = TOP_LEFT) -> Any:
-    """The pairs a causal mask keeps (all ``s_q·s_k`` without one), aligned ``TOP_LEFT``
-    (query ``i`` sees keys ``j <= i``) or ``BOTTOM_RIGHT`` (``j <= i + s_k - s_q``).
-
-    >>> mask_pairs(2048, 2048, True), 2048 * 2049 // 2
-    (2098176, 2098176)
-    >>> mask_pairs(4, 6, True), mask_pairs(4, 6, True, BOTTOM_RIGHT), mask_pairs(6, 4, True)
-    (10, 18, 18)
-    """
-    if not causal:
-        return s_q * s_k
-    longer = _longer_keys(s_q, s_k)
-    if alignment == TOP_LEFT:
-        if longer:  # every query i sees i + 1 keys
-            return _triangle(s_q)
-        return _triangle(s_k) + (s_q - s_k) * s_k
-    if longer:  # query i sees i + 1 + (s_k - s_q) keys
-        return _triangle(s_q) + s_q * (s_k - s_q)
-    return _triangle(s_k)  # the first s_q - s_k queries see none
-
-
-def _triangle(n: Any) -> Any:
-    return n * (n + 1) / sympy.Integer(2) if _symbolic(n) else n * (n + 1) // 2
-
-
-def _symbolic(value: Any) -> bool:
-    return isinstance(value, sympy.Basic) and not value.is_Integer
-
-
-def _longer_keys(s_q: Any, s_k: Any) -> bool:
-    """Whether ``s_k >= s_q``, known for every value of the sizes; else BranchOnSizes."""
-    difference = sympy.sympify(s_k - s_q)
-    if difference.is_number:
-        return bool(difference >= 0)
-    raise BranchOnSizes(
-        f"causal attention over {s_q} queries and {s_k} keys: the pairs kept depend on "
-        "which is longer"
-    )
 
 
 def window_pairs(s_q: int, s_k: int, left: int | None, right: int | None) -> int:

@@ -7,10 +7,12 @@ each computes (:mod:`.attention_pairs`), per batch entry and query head:
   2·P·(3·d_q + 2·d_v).
 
 Without a causal mask P = s_q·s_k, FlopCounterMode's ``sdpa_flop_count`` and
-``sdpa_backward_flop_count``. With ``is_causal``, P is what the kernel computes: on a CPU the
-flash kernel's blocks, on a GPU the pairs the mask keeps (flash: aligned bottom-right, as
-FlashAttention-2 runs it; memory-efficient by its ``custom_mask_type``; cuDNN top-left), a
-departure from FlopCounterMode, which counts every pair. Rules here: the CPU's flash kernel
+``sdpa_backward_flop_count``. With ``is_causal``, on a CPU P is what its flash kernel
+computes, whole blocks of keys up to each block of queries' last; a GPU's kernels are
+counted over every pair, as FlopCounterMode counts them and as the papers' model FLOPs
+(Narayanan et al., PaLM's MFU) do (the kernels skip the blocks past the diagonal: the count
+is the model's, an upper bound of what runs); a FlashAttention-2 local window is counted
+over the pairs in it. Rules here: the CPU's flash kernel
 (which FlopCounterMode has no formula for), the GPU's flash, memory-efficient and cuDNN
 kernels (those of SDPA, with tensors ``(b, h, s, d)``, and those called directly, with
 tensors ``(b, s, h, d)``, or ``(total, h, d)`` with offsets for sequences of several
@@ -26,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .attention_pairs import BOTTOM_RIGHT, TOP_LEFT, cpu_flash_pairs, mask_pairs, window_pairs
+from .attention_pairs import cpu_flash_pairs, window_pairs
 from .opcall import OpCall, Rule
 from .tensors import TensorMeta, map_meta
 
@@ -84,28 +86,18 @@ def _cpu_pairs(s_q: Any, s_k: Any, causal: bool) -> Any:
     return cpu_flash_pairs(s_q, s_k, causal)
 
 
-def _top_left(s_q: Any, s_k: Any, causal: bool) -> Any:
-    return mask_pairs(s_q, s_k, causal, TOP_LEFT)
-
-
-def _bottom_right(s_q: Any, s_k: Any, causal: bool) -> Any:
-    return mask_pairs(s_q, s_k, causal, BOTTOM_RIGHT)
-
-
 def _every_pair(s_q: Any, s_k: Any, causal: bool) -> Any:
     return s_q * s_k
 
 
-_ALIGNED = {TOP_LEFT: _top_left, BOTTOM_RIGHT: _bottom_right}
-
 #: The GPU's kernels of SDPA: is_causal's argument, the pass, the causal mask's alignment.
 _GPU_SDPA = {
-    aten._scaled_dot_product_flash_attention: (4, _FORWARD, BOTTOM_RIGHT),
-    aten._scaled_dot_product_flash_attention_backward: (11, _BACKWARD, BOTTOM_RIGHT),
-    aten._scaled_dot_product_efficient_attention: (6, _FORWARD, TOP_LEFT),
-    aten._scaled_dot_product_efficient_attention_backward: (11, _BACKWARD, TOP_LEFT),
-    aten._scaled_dot_product_cudnn_attention: (6, _FORWARD, TOP_LEFT),
-    aten._scaled_dot_product_cudnn_attention_backward: (14, _BACKWARD, TOP_LEFT),
+    aten._scaled_dot_product_flash_attention: (4, _FORWARD),
+    aten._scaled_dot_product_flash_attention_backward: (11, _BACKWARD),
+    aten._scaled_dot_product_efficient_attention: (6, _FORWARD),
+    aten._scaled_dot_product_efficient_attention_backward: (11, _BACKWARD),
+    aten._scaled_dot_product_cudnn_attention: (6, _FORWARD),
+    aten._scaled_dot_product_cudnn_attention_backward: (14, _BACKWARD),
 }
 
 
@@ -123,8 +115,8 @@ def attention_rules() -> dict[Any, Rule]:
         ),
         aten._scaled_dot_product_attention_math_for_mps: _sdpa_rule(5, _FORWARD, _every_pair),
     }
-    for target, (causal_at, products, alignment) in _GPU_SDPA.items():
-        rules[target] = _sdpa_rule(causal_at, products, _ALIGNED[alignment])
+    for target, (causal_at, products) in _GPU_SDPA.items():
+        rules[target] = _sdpa_rule(causal_at, products, _every_pair)
     return rules
 
 
@@ -133,8 +125,8 @@ def attention_corrections() -> dict[Any, Any]:
     as ``FlopCounterMode(custom_mapping=...)`` takes them (shapes in; the kernels called
     directly with their arguments)."""
     found: dict[Any, Any] = {
-        target: _sdpa_count(causal_at, products, _ALIGNED[alignment])
-        for target, (causal_at, products, alignment) in _GPU_SDPA.items()
+        target: _sdpa_count(causal_at, products, _every_pair)
+        for target, (causal_at, products) in _GPU_SDPA.items()
     }
     for target, raw in raw_attention_rules().items():
         raw._get_raw = True  # (FlopCounterMode passes it the arguments, not shapes)
@@ -186,16 +178,20 @@ def _direct(
 
 
 def _flash_pairs(causal: bool, options: dict[str, Any]) -> Callable[[int, int], int]:
-    """The pairs FlashAttention-2 computes: its local window (``window_size_left``,
-    ``window_size_right``; with ``is_causal`` the right one is 0), bottom-right aligned."""
+    """The pairs FlashAttention-2 is counted over: every pair without a local window (a
+    causal mask included, as FlopCounterMode and the papers' MFU count it), else those of
+    its window (``window_size_left``, ``window_size_right``; with ``is_causal`` the right
+    one is 0), bottom-right aligned."""
     left, right = options.get("window_size_left"), options.get("window_size_right")
+    if (left is None or left < 0) and (right is None or right < 0):
+        return lambda s_q, s_k: int(s_q) * int(s_k)
     if causal:
         right = 0
     return lambda s_q, s_k: window_pairs(int(s_q), int(s_k), left, right)
 
 
-def _mask_pairs(causal: bool, alignment: str) -> Callable[[int, int], int]:
-    return lambda s_q, s_k: mask_pairs(s_q, s_k, causal, alignment)
+def _all_pairs(s_q: int, s_k: int) -> int:
+    return s_q * s_k
 
 
 def _flash_forward(
@@ -239,10 +235,6 @@ def _flash_backward(
     return _direct(query, key, value, offsets, longest, pairs, _BACKWARD)
 
 
-# The memory-efficient kernel's custom_mask_type: 0 none, 1 causal top-left, 2 bottom-right.
-_MASK_TYPES = {1: TOP_LEFT, 2: BOTTOM_RIGHT}
-
-
 def _efficient_forward(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -259,9 +251,7 @@ def _efficient_forward(
 ) -> int:
     """``_efficient_attention_forward``: query ``(b, s_q, h, d)`` (b = 1 with offsets)."""
     offsets, longest = (cu_seqlens_q, cu_seqlens_k), (max_seqlen_q, max_seqlen_k)
-    alignment = _MASK_TYPES.get(int(custom_mask_type), TOP_LEFT)
-    pairs = _mask_pairs(int(custom_mask_type) in _MASK_TYPES, alignment)
-    return _direct(query, key, value, offsets, longest, pairs, _FORWARD)
+    return _direct(query, key, value, offsets, longest, _all_pairs, _FORWARD)
 
 
 def _efficient_backward(
@@ -285,9 +275,7 @@ def _efficient_backward(
 ) -> int:
     """``_efficient_attention_backward``: as its forward."""
     offsets, longest = (cu_seqlens_q, cu_seqlens_k), (max_seqlen_q, max_seqlen_k)
-    alignment = _MASK_TYPES.get(int(custom_mask_type), TOP_LEFT)
-    pairs = _mask_pairs(int(custom_mask_type) in _MASK_TYPES, alignment)
-    return _direct(query, key, value, offsets, longest, pairs, _BACKWARD)
+    return _direct(query, key, value, offsets, longest, _all_pairs, _BACKWARD)
 
 
 def raw_attention_rules() -> dict[Any, Any]:

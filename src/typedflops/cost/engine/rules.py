@@ -17,13 +17,12 @@ Conventions (the only place they are written; the documentation quotes them):
   bias of ``addmm`` not counted, attention 2·b·h·s_q·s_k·(d_q + d_v) forward; except where
   it counts other work than the kernel does (:data:`FLOP_COUNTER_CORRECTIONS`): a grouped
   convolution's backward is 2·N for the input's and for the weight's gradient, N the
-  grouped iteration space (FlopCounterMode takes the weight's as ungrouped); attention
-  with a causal mask is counted over the pairs the kernel computes, not s_q·s_k
-  (:mod:`.attention_pairs`), and a kernel called directly on ``(b, s, h, d)`` tensors in
-  that layout; and what it leaves out of a kernel: a convolution's backward adds its
-  bias's gradient, an add per element of the output's gradient, as the ``sum`` of a
-  Linear's bias gradient (:mod:`.conv_rules`, which also counts the backends' convolution
-  kernels called by name).
+  grouped iteration space (FlopCounterMode takes the weight's as ungrouped); a
+  FlashAttention-2 local window is counted over its pairs (:mod:`.attention_pairs`), and
+  a kernel called directly on ``(b, s, h, d)`` tensors in that layout; and what it leaves
+  out of a kernel: a convolution's backward adds its bias's gradient, an add per element
+  of the output's gradient, as the ``sum`` of a Linear's bias gradient (:mod:`.conv_rules`,
+  which also counts the backends' convolution kernels called by name).
 - What it leaves at 0 is counted here: an elementwise (pointwise) op costs one FLOP per
   output element (``addcmul``/``addcdiv`` 2, ``lerp`` 3, ``add(x, y, alpha=a)`` 2); a
   reduction one per input element (``mean`` adds a divide per output element,
